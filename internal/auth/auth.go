@@ -1,0 +1,237 @@
+// Package auth issues and verifies the service's bearer tokens: JWTs signed with HS256 under
+// a key id (`kid`), so keys can rotate, carrying the organization and the scopes of the caller.
+//
+// Verification pins the algorithm, requires an expiry, and checks issuer and audience, so a
+// token minted for anything else, or with `alg: none`, is refused.
+package auth
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Scopes a token can carry.
+const (
+	ScopeJobsRead  = "jobs:read"
+	ScopeJobsWrite = "jobs:write"
+	ScopeWebhooks  = "webhooks"
+	ScopeAgent     = "agent"
+	ScopeAdmin     = "admin"
+)
+
+// AllScopes lists every scope the service knows, for validating what an operator asks for.
+var AllScopes = []string{ScopeJobsRead, ScopeJobsWrite, ScopeWebhooks, ScopeAgent, ScopeAdmin}
+
+// Issuer and Audience are written into and demanded of every token.
+const (
+	Issuer   = "hostedtrain"
+	Audience = "hostedtrain-api"
+)
+
+// ErrUnauthenticated is any token that cannot be trusted: missing, malformed, expired,
+// signed with an unknown key or for another audience. The caller answers 401.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// Claims are the registered claims plus the organization and the space-separated scopes.
+type Claims struct {
+	jwt.RegisteredClaims
+	Org   string `json:"org"`
+	Scope string `json:"scope"`
+}
+
+// Principal is the verified caller.
+type Principal struct {
+	Subject string
+	Org     string
+	Scopes  []string
+}
+
+// Has reports whether the caller holds scope; admin holds every scope.
+func (p Principal) Has(scope string) bool {
+	return slices.Contains(p.Scopes, scope) || slices.Contains(p.Scopes, ScopeAdmin)
+}
+
+// KeySet holds the HMAC keys by key id. Tokens are signed with Current; any key in the set
+// verifies, so an old key can stay for the life of its tokens after a rotation.
+type KeySet struct {
+	Current string            `json:"current"`
+	Keys    map[string][]byte `json:"keys"`
+}
+
+// NewKeySet makes a key set with one fresh 256-bit key.
+func NewKeySet() (*KeySet, error) {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return nil, fmt.Errorf("auth: new key: %w", err)
+	}
+	kid := "k" + time.Now().UTC().Format("20060102T150405")
+	return &KeySet{Current: kid, Keys: map[string][]byte{kid: k}}, nil
+}
+
+// ParseKeySet reads the form used in configuration: "kid=base64key[,kid=base64key...]";
+// the first key signs.
+func ParseKeySet(s string) (*KeySet, error) {
+	ks := &KeySet{Keys: map[string][]byte{}}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		kid, b64, ok := strings.Cut(part, "=")
+		if !ok || kid == "" {
+			return nil, fmt.Errorf("auth: key %q: want kid=base64key", part)
+		}
+		key, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return nil, fmt.Errorf("auth: key %q: %w", kid, err)
+		}
+		if len(key) < 32 {
+			return nil, fmt.Errorf("auth: key %q: %d bytes, want at least 32", kid, len(key))
+		}
+		if ks.Current == "" {
+			ks.Current = kid
+		}
+		ks.Keys[kid] = key
+	}
+	if ks.Current == "" {
+		return nil, errors.New("auth: no keys configured")
+	}
+	return ks, nil
+}
+
+// String renders the key set in the form ParseKeySet reads, signing key first.
+func (ks *KeySet) String() string {
+	parts := []string{ks.Current + "=" + base64.StdEncoding.EncodeToString(ks.Keys[ks.Current])}
+	for kid, k := range ks.Keys {
+		if kid != ks.Current {
+			parts = append(parts, kid+"="+base64.StdEncoding.EncodeToString(k))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// LoadKeySetFile reads a key set written by SaveFile.
+func LoadKeySetFile(path string) (*KeySet, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: read keys: %w", err)
+	}
+	var ks KeySet
+	if err := json.Unmarshal(b, &ks); err != nil {
+		return nil, fmt.Errorf("auth: parse %s: %w", path, err)
+	}
+	if _, ok := ks.Keys[ks.Current]; !ok {
+		return nil, fmt.Errorf("auth: %s: current key %q missing", path, ks.Current)
+	}
+	return &ks, nil
+}
+
+// SaveFile writes the key set readable by its owner only.
+func (ks *KeySet) SaveFile(path string) error {
+	b, err := json.Marshal(ks)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// TokenRequest is what a new token should say.
+type TokenRequest struct {
+	Subject string
+	Org     string
+	Scopes  []string
+	TTL     time.Duration
+}
+
+// Issue signs a token.
+func (ks *KeySet) Issue(req TokenRequest, now time.Time) (string, error) {
+	if req.Org == "" {
+		return "", errors.New("auth: a token needs an organization")
+	}
+	for _, s := range req.Scopes {
+		if !slices.Contains(AllScopes, s) {
+			return "", fmt.Errorf("auth: unknown scope %q (known: %s)", s, strings.Join(AllScopes, ", "))
+		}
+	}
+	if req.TTL <= 0 {
+		return "", errors.New("auth: a token needs a positive lifetime")
+	}
+	jti := make([]byte, 12)
+	if _, err := rand.Read(jti); err != nil {
+		return "", err
+	}
+	sub := req.Subject
+	if sub == "" {
+		sub = req.Org
+	}
+	claims := Claims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    Issuer,
+			Audience:  jwt.ClaimStrings{Audience},
+			Subject:   sub,
+			IssuedAt:  jwt.NewNumericDate(now),
+			NotBefore: jwt.NewNumericDate(now.Add(-30 * time.Second)),
+			ExpiresAt: jwt.NewNumericDate(now.Add(req.TTL)),
+			ID:        base64.RawURLEncoding.EncodeToString(jti),
+		},
+		Org:   req.Org,
+		Scope: strings.Join(req.Scopes, " "),
+	}
+	t := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
+	t.Header["kid"] = ks.Current
+	return t.SignedString(ks.Keys[ks.Current])
+}
+
+// Verifier checks bearer tokens against a key set.
+type Verifier struct {
+	keys *KeySet
+	now  func() time.Time
+}
+
+// NewVerifier returns a Verifier; now is the clock that expiry is judged by (nil: time.Now).
+func NewVerifier(keys *KeySet, now func() time.Time) *Verifier {
+	if now == nil {
+		now = time.Now
+	}
+	return &Verifier{keys: keys, now: now}
+}
+
+// Verify checks a raw token and returns the caller it names. Every failure wraps
+// ErrUnauthenticated.
+func (v *Verifier) Verify(raw string) (Principal, error) {
+	var c Claims
+	_, err := jwt.ParseWithClaims(raw, &c, v.keyFor,
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithIssuer(Issuer),
+		jwt.WithAudience(Audience),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithTimeFunc(v.now),
+		jwt.WithLeeway(5*time.Second),
+	)
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	if c.Org == "" {
+		return Principal{}, fmt.Errorf("%w: token has no organization", ErrUnauthenticated)
+	}
+	return Principal{Subject: c.Subject, Org: c.Org, Scopes: strings.Fields(c.Scope)}, nil
+}
+
+func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
+	kid, _ := t.Header["kid"].(string)
+	key, ok := v.keys.Keys[kid]
+	if !ok {
+		return nil, fmt.Errorf("unknown key id %q", kid)
+	}
+	return key, nil
+}

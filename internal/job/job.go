@@ -1,0 +1,189 @@
+// Package job holds the plain types and sentinel errors that the API, the queue and the GPU
+// agent all speak. It exists so that none of those packages has to import another to agree
+// on what a job, a lease or an event is; it depends on nothing but jobspec.
+package job
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+)
+
+// Status is where a job is in its life. The names match the `prime` CLI's run states.
+type Status string
+
+// The states of a job. QUEUED → PENDING (claimed, starting) → RUNNING → one of the three
+// terminal states. A lapsed lease sends PENDING or RUNNING back to QUEUED.
+const (
+	Queued    Status = "QUEUED"
+	Pending   Status = "PENDING"
+	Running   Status = "RUNNING"
+	Completed Status = "COMPLETED"
+	Failed    Status = "FAILED"
+	Stopped   Status = "STOPPED"
+)
+
+// Terminal reports whether a job in this state will never change again on its own.
+func (s Status) Terminal() bool {
+	return s == Completed || s == Failed || s == Stopped
+}
+
+// Sentinel errors shared across packages; callers test them with errors.Is.
+var (
+	// ErrNotFound: no such job (or one the caller may not see, which reads the same).
+	ErrNotFound = errors.New("job not found")
+	// ErrLeaseLost: the caller's lease token is not the job's current one.
+	ErrLeaseLost = errors.New("lease lost: the job is held under another lease or no longer running")
+	// ErrConflict: the job is in a state where the request makes no sense (e.g. cancel a
+	// completed job).
+	ErrConflict = errors.New("job state conflict")
+	// ErrExists: a job with this id already exists.
+	ErrExists = errors.New("job already exists")
+)
+
+// Job is one submitted job and everything the service knows of it. Secrets never appear here.
+type Job struct {
+	ID          string       `json:"id"`
+	Org         string       `json:"org"`
+	Kind        string       `json:"kind"`
+	Name        string       `json:"name,omitempty"`
+	Status      Status       `json:"status"`
+	Config      jobspec.Spec `json:"config"`
+	Attempt     int          `json:"attempt"`
+	MaxAttempts int          `json:"max_attempts"`
+	Error       string       `json:"error,omitempty"`
+	// StopRequested is set when a user stopped a job that an agent holds; the agent hears of
+	// it on its next heartbeat.
+	StopRequested bool       `json:"stop_requested,omitempty"`
+	Progress      Progress   `json:"progress"`
+	Runtime       *Runtime   `json:"runtime,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	StartedAt     *time.Time `json:"started_at,omitempty"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+}
+
+// Progress is what the agent last reported of a running pipeline.
+type Progress struct {
+	Step           int                `json:"step"`
+	MaxSteps       int                `json:"max_steps"`
+	Metrics        map[string]float64 `json:"metrics,omitempty"`
+	CheckpointStep int                `json:"checkpoint_step,omitempty"`
+	Checkpoints    int                `json:"checkpoints"`
+}
+
+// Runtime says who runs the job and with what.
+type Runtime struct {
+	AgentID  string `json:"agent_id,omitempty"`
+	Pipeline string `json:"pipeline,omitempty"`
+	// Emulated is true when the pipeline is the project's emulated prime-rl, not a real one.
+	Emulated bool `json:"emulated,omitempty"`
+}
+
+// Lease is an agent's right to run a job. Every agent write carries Token; Fence grows with
+// every claim of the job, so a newer holder always has a larger one.
+type Lease struct {
+	Token     string    `json:"token"`
+	Fence     int64     `json:"fence"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ClaimRequest is what an idle agent asks for.
+type ClaimRequest struct {
+	AgentID string
+	GPUs    []GPU
+	// Wait bounds how long a claim may wait for a job to arrive when none is queued.
+	Wait time.Duration
+}
+
+// GPU is a kind of accelerator and how many of it an agent has free.
+type GPU struct {
+	Model string `json:"model"`
+	Count int    `json:"count"`
+}
+
+// Claim is a job handed to an agent with its lease (and, on the wire, how often to heartbeat).
+type Claim struct {
+	Job                      *Job    `json:"job"`
+	Lease                    Lease   `json:"lease"`
+	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds"`
+}
+
+// Heartbeat is an agent's periodic report on a job it holds.
+type Heartbeat struct {
+	Token string `json:"lease_token"`
+	// Running is false while the agent is still preparing (installing environments,
+	// downloading a checkpoint); the first heartbeat with Running set moves the job to RUNNING.
+	Running  bool      `json:"running"`
+	Progress *Progress `json:"progress,omitempty"`
+	Runtime  *Runtime  `json:"runtime,omitempty"`
+	// Checkpoints are the steps committed to storage, ascending; each new one becomes a
+	// job.checkpoint event.
+	Checkpoints []int `json:"checkpoints,omitempty"`
+}
+
+// Action is what the service tells an agent in answer to a heartbeat.
+type Action string
+
+// The actions a heartbeat can be answered with.
+const (
+	Continue Action = "continue"
+	Stop     Action = "stop"
+)
+
+// HeartbeatReply answers a heartbeat.
+type HeartbeatReply struct {
+	Action         Action    `json:"action"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+}
+
+// Outcome is how an agent finished with a job: completed, or failed with a reason.
+type Outcome struct {
+	Token       string    `json:"lease_token"`
+	Progress    *Progress `json:"progress,omitempty"`
+	Checkpoints []int     `json:"checkpoints,omitempty"`
+	// Reason says why a job failed; empty for a completion.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Event is one fact in a job's history, numbered per job from 1.
+type Event struct {
+	Seq    int64     `json:"seq"`
+	Type   string    `json:"type"`
+	JobID  string    `json:"job_id"`
+	Status Status    `json:"status"`
+	Time   time.Time `json:"time"`
+	// Detail is a short human-readable note (the failure reason, the checkpoint step...).
+	Detail string `json:"detail,omitempty"`
+}
+
+// Event types. Each state change appends exactly one of them.
+const (
+	EventQueued     = "job.queued"
+	EventPending    = "job.pending"
+	EventStarted    = "job.started"
+	EventCheckpoint = "job.checkpoint"
+	EventCompleted  = "job.completed"
+	EventFailed     = "job.failed"
+	EventStopped    = "job.stopped"
+	EventRetrying   = "job.retrying"
+	EventStopping   = "job.stopping"
+)
+
+// ParseGPUs reads an inventory written as MODEL:COUNT[,MODEL:COUNT], e.g. "H100:8".
+func ParseGPUs(s string) ([]GPU, error) {
+	var out []GPU
+	for part := range strings.SplitSeq(s, ",") {
+		model, count, ok := strings.Cut(strings.TrimSpace(part), ":")
+		n, err := strconv.Atoi(count)
+		if !ok || model == "" || err != nil || n < 1 {
+			return nil, fmt.Errorf("GPU inventory %q: want MODEL:COUNT, e.g. H100:8", part)
+		}
+		out = append(out, GPU{Model: model, Count: n})
+	}
+	return out, nil
+}

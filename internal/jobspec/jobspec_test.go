@@ -1,0 +1,69 @@
+package jobspec
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func decodeFixture(t *testing.T, name string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "jobs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := DecodeTOML(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestSyntaxErrorsNameTheLine(t *testing.T) {
+	t.Parallel()
+	_, err := DecodeTOML([]byte("model = \"m\"\n\nmax_steps = = 1\n"))
+	var syn *SyntaxError
+	if !errors.As(err, &syn) || syn.Line != 3 || syn.Column == 0 {
+		t.Fatalf("got %#v", err)
+	}
+}
+
+func TestEnvFileAfterATableIsHoisted(t *testing.T) {
+	t.Parallel()
+	v := decodeFixture(t, "hosted-reference.toml")
+	if _, ok := v["env_file"]; !ok {
+		t.Fatalf("env_file not at the top level: %v", v)
+	}
+	if _, ok := v["wandb"].(map[string]any)["env_file"]; ok {
+		t.Error("env_file left under [wandb]")
+	}
+}
+
+func TestFromValueResolvesAliasesAndDefaults(t *testing.T) {
+	t.Parallel()
+	s, err := FromValue(decodeFixture(t, "self-hosted-style.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Model != "Qwen/Qwen3-30B-A3B-Instruct-2507" || s.Kind != KindRL {
+		t.Errorf("model %q kind %q", s.Model, s.Kind)
+	}
+	if len(s.Env) != 1 || s.Env[0].ID != "wiki-search" || s.Env[0].Weight != 1 {
+		t.Errorf("env %+v", s.Env)
+	}
+	if s.Checkpoints.Interval != 50 || s.Checkpoints.KeepCloud != 10 {
+		t.Errorf("checkpoints %+v, want the [checkpointing] values 50 and 10", s.Checkpoints)
+	}
+
+	s, err = FromValue(map[string]any{"model": "m", "env": []any{map[string]any{"id": "gsm8k"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Spec{Kind: KindRL, Model: "m", MaxSteps: 100, BatchSize: 128, RolloutsPerExample: 8,
+		Env: []Env{{ID: "gsm8k", Weight: 1}}, Checkpoints: Checkpoints{Interval: 50, KeepCloud: DefaultKeepCloud}}
+	if s.Kind != want.Kind || s.MaxSteps != want.MaxSteps || s.BatchSize != want.BatchSize ||
+		s.RolloutsPerExample != want.RolloutsPerExample || s.Checkpoints != want.Checkpoints {
+		t.Errorf("defaults: got %+v, want %+v", s, want)
+	}
+}

@@ -1,0 +1,41 @@
+// Package redistest starts real redis-server processes for tests: each on a free port on
+// 127.0.0.1, with its data in the test's temporary directory, stopped when the test ends.
+// There is no Redis mock in this project.
+package redistest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/internal/redisproc"
+)
+
+// Start runs a private redis-server for t. A missing redis-server fails the test (never skips
+// it): `make test` installs one.
+func Start(t testing.TB, opts ...func(*redisproc.Options)) *redisproc.Server {
+	t.Helper()
+	o := redisproc.Options{Dir: t.TempDir()}
+	for _, f := range opts {
+		f(&o)
+	}
+	s, err := redisproc.Start(context.Background(), o)
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// AppendOnly turns on the AOF (appendfsync everysec), as production runs.
+func AppendOnly(o *redisproc.Options) { o.AppendOnly = true }
+
+// Client starts a private redis-server and returns a client of it, closed at the end of t.
+func Client(t testing.TB) *redis.Client {
+	t.Helper()
+	s := Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

@@ -1,0 +1,84 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Reaper returns jobs whose lease lapsed, on an interval. The same RunOnce serves the
+// scheduled Lambda (functions/reaper) and the loop of `hostedtrain dev`.
+type Reaper struct {
+	q        *Client
+	interval time.Duration
+	logger   *slog.Logger
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// reapBatch bounds the work of one script call, so a backlog never blocks Redis for long.
+const reapBatch = 100
+
+// NewReaper returns a reaper that runs every interval once started.
+func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Reaper{q: q, interval: interval, logger: logger}
+}
+
+// RunOnce handles every lapsed lease, batch by batch, and reports how many.
+func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := r.q.Reap(ctx, reapBatch)
+		total += n
+		if err != nil || n < reapBatch {
+			if total > 0 {
+				r.logger.Info("reaped lapsed leases", "jobs", total)
+			}
+			return total, err
+		}
+	}
+}
+
+// Start runs RunOnce every interval in the background until Stop.
+func (r *Reaper) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		return nil
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		t := time.NewTicker(r.interval)
+		defer t.Stop()
+		for {
+			if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+				r.logger.Error("reaper", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop ends the loop and waits for it; safe to call more than once.
+func (r *Reaper) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
