@@ -1,0 +1,99 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+type claimRequest struct {
+	GPUs        []job.GPU `json:"gpus"`
+	WaitSeconds float64   `json:"wait_seconds"`
+}
+
+func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
+	var req claimRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	cl, err := s.cfg.Queue.Claim(r.Context(), job.ClaimRequest{
+		AgentID: principal(r).Subject,
+		GPUs:    req.GPUs,
+		Wait:    time.Duration(req.WaitSeconds * float64(time.Second)),
+	})
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the agent went away while waiting
+		}
+		s.internalError(w, r, err)
+		return
+	}
+	if cl == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	cl.HeartbeatIntervalSeconds = s.cfg.Queue.HeartbeatInterval().Seconds()
+	writeJSON(w, http.StatusOK, cl)
+}
+
+func (s *Server) agentHeartbeat(w http.ResponseWriter, r *http.Request) {
+	var hb job.Heartbeat
+	if !decodeBody(w, r, &hb) {
+		return
+	}
+	rep, err := s.cfg.Queue.Heartbeat(r.Context(), pathParam(r, "id"), hb)
+	if s.agentError(w, r, err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (s *Server) agentComplete(w http.ResponseWriter, r *http.Request) {
+	s.agentFinish(w, r, s.cfg.Queue.Complete)
+}
+
+func (s *Server) agentFail(w http.ResponseWriter, r *http.Request) {
+	s.agentFinish(w, r, s.cfg.Queue.Fail)
+}
+
+func (s *Server) agentFinish(w http.ResponseWriter, r *http.Request,
+	finish func(context.Context, string, job.Outcome) (*job.Job, error)) {
+	var o job.Outcome
+	if !decodeBody(w, r, &o) {
+		return
+	}
+	j, err := finish(r.Context(), pathParam(r, "id"), o)
+	if s.agentError(w, r, err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// agentError answers a failed agent write; it reports whether there was one.
+func (s *Server) agentError(w http.ResponseWriter, r *http.Request, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, job.ErrLeaseLost):
+		writeProblem(w, r, newProblem(http.StatusConflict, "lease-lost",
+			"this lease is no longer current (it expired, or the job was claimed again or ended); stop the pipeline"))
+	case errors.Is(err, job.ErrNotFound):
+		writeProblem(w, r, newProblem(http.StatusNotFound, "job-not-found", "no such job"))
+	default:
+		s.internalError(w, r, err)
+	}
+	return true
+}
+
+// decodeBody decodes a JSON body that validation has already checked against the schema.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+		writeProblem(w, r, newProblem(http.StatusBadRequest, "malformed-body", err.Error()))
+		return false
+	}
+	return true
+}

@@ -1,0 +1,136 @@
+// Package api is the service's HTTP API as one http.Handler. The same handler serves
+// `hostedtrain dev`, the tests, and AWS Lambda (functions/api converts the events at the edge).
+//
+// Every request passes, in order: route lookup in the OpenAPI document, authentication and the
+// operation's scope, a body size limit, the content type, and kin-openapi's request validation;
+// only then does the operation's handler run. Errors are problem+json.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/openapi"
+)
+
+// Queue is what the API needs of the job store; queue.Client implements it.
+type Queue interface {
+	Ping(ctx context.Context) error
+	Submit(ctx context.Context, org string, spec jobspec.Spec) (*job.Job, error)
+	Get(ctx context.Context, id string) (*job.Job, error)
+	List(ctx context.Context, org, cursor string, limit int) ([]*job.Job, string, error)
+	Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error)
+	Cancel(ctx context.Context, id string) (*job.Job, error)
+	Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error)
+	Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error)
+	Complete(ctx context.Context, id string, o job.Outcome) (*job.Job, error)
+	Fail(ctx context.Context, id string, o job.Outcome) (*job.Job, error)
+	HeartbeatInterval() time.Duration
+}
+
+// Config wires a Server.
+type Config struct {
+	Queue    Queue
+	Verifier *auth.Verifier
+	Logger   *slog.Logger
+	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
+	MaxBodyBytes int64
+	// Ready, if set, must return nil before /healthz answers 200 (the local stack uses it to
+	// wait for its agents).
+	Ready func() error
+}
+
+func (c *Config) validate() error {
+	if c.Queue == nil || c.Verifier == nil {
+		return errors.New("api: Config needs Queue and Verifier")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	return nil
+}
+
+// Server is the API.
+type Server struct {
+	cfg      Config
+	spec     *openapi.Spec
+	handlers map[string]http.HandlerFunc // by operationId
+}
+
+// New builds the API. It fails if the OpenAPI document and the handlers disagree on which
+// operations exist.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	spec, err := openapi.Load()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, spec: spec}
+	s.handlers = map[string]http.HandlerFunc{
+		"health":          s.health,
+		"openapiDocument": s.openapiDocument,
+		"submitJob":       s.submitJob,
+		"listJobs":        s.listJobs,
+		"getJob":          s.getJob,
+		"cancelJob":       s.cancelJob,
+		"listJobEvents":   s.listJobEvents,
+		"agentClaim":      s.agentClaim,
+		"agentHeartbeat":  s.agentHeartbeat,
+		"agentComplete":   s.agentComplete,
+		"agentFail":       s.agentFail,
+	}
+	seen := map[string]bool{}
+	for path, item := range spec.Doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if s.handlers[op.OperationID] == nil {
+				return nil, fmt.Errorf("api: %s %s (%s) has no handler", method, path, op.OperationID)
+			}
+			seen[op.OperationID] = true
+		}
+	}
+	for id := range s.handlers {
+		if !seen[id] {
+			return nil, fmt.Errorf("api: handler %s is not in openapi.yaml", id)
+		}
+	}
+	return s, nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "not-ready", err.Error()))
+			return
+		}
+	}
+	if err := s.cfg.Queue.Ping(r.Context()); err != nil {
+		s.cfg.Logger.Error("health: redis", "err", err)
+		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "not-ready", "the job store does not answer"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) openapiDocument(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(openapi.YAML())
+}
+
+// internalError logs err and answers 500 without detail; it is for failures of our own
+// dependencies, never for anything a caller did.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	s.cfg.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeProblem(w, r, newProblem(http.StatusInternalServerError, "internal", "an internal error occurred; it has been logged"))
+}

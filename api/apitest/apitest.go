@@ -1,0 +1,129 @@
+// Package apitest runs the real API for tests: a private redis-server, the queue on it, and
+// the handler behind an httptest server. Every response is checked against openapi.yaml, so
+// any test that talks to the API also tests the contract.
+package apitest
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/redistest"
+	"github.com/hostedtrain/hostedtrain/openapi"
+	"github.com/hostedtrain/hostedtrain/queue"
+)
+
+// Stack is a running API with what a test needs to drive it.
+type Stack struct {
+	URL   string
+	Queue *queue.Client
+	Redis *redis.Client
+	Keys  *auth.KeySet
+	t     testing.TB
+}
+
+// Options adjust the stack.
+type Options struct {
+	Queue queue.Config
+}
+
+// Start runs the stack for t and stops it when t ends.
+func Start(t testing.TB, o Options) *Stack {
+	t.Helper()
+	rdb := redistest.Client(t)
+	if o.Queue.LeaseTTL == 0 {
+		o.Queue.LeaseTTL = 10 * time.Second
+	}
+	if o.Queue.HeartbeatInterval == 0 {
+		o.Queue.HeartbeatInterval = 200 * time.Millisecond
+	}
+	q := queue.New(rdb, o.Queue)
+	t.Cleanup(func() { _ = q.Close() })
+	keys, err := auth.NewKeySet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ValidateResponses(t, h))
+	t.Cleanup(srv.Close)
+	return &Stack{URL: srv.URL, Queue: q, Redis: rdb, Keys: keys, t: t}
+}
+
+// Token mints a token for org with the given scopes.
+func (s *Stack) Token(org string, scopes ...string) string {
+	s.t.Helper()
+	tok, err := s.Keys.Issue(auth.TokenRequest{Org: org, Scopes: scopes, TTL: time.Hour}, time.Now())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return tok
+}
+
+// AgentToken mints an agent token naming the agent.
+func (s *Stack) AgentToken(agentID string) string {
+	s.t.Helper()
+	tok, err := s.Keys.Issue(auth.TokenRequest{Subject: agentID, Org: "agents", Scopes: []string{auth.ScopeAgent}, TTL: time.Hour}, time.Now())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return tok
+}
+
+// ValidateResponses wraps h so that every response that answers a route of openapi.yaml is
+// validated against it; a mismatch fails t.
+func ValidateResponses(t testing.TB, h http.Handler) http.Handler {
+	spec, err := openapi.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &recorder{ResponseWriter: w}
+		h.ServeHTTP(rec, r)
+		if _, _, err := spec.Router.FindRoute(r); err != nil {
+			return // unknown routes answer 404/405 problems, checked by their own tests
+		}
+		status := rec.status
+		if status == 0 && rec.body.Len() == 0 && r.Context().Err() != nil {
+			return // the client went away before an answer (a claim that was waiting)
+		}
+		if status == 0 {
+			status = http.StatusOK
+		}
+		if err := openapi.ValidateResponse(r.Context(), r, status, rec.Header(), rec.body.Bytes()); err != nil {
+			t.Errorf("response to %s %s (%d) breaks openapi.yaml: %v\nbody: %s", r.Method, r.URL, status, err, rec.body.String())
+		}
+	})
+}
+
+type recorder struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.body.Write(b)
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

@@ -1,0 +1,120 @@
+// Package openapi embeds the service's contract, openapi.yaml, loads and validates it once,
+// and offers the router and validators built on it with kin-openapi.
+//
+// TOML bodies are validated against the same schemas as JSON: this package registers a body
+// decoder for application/toml that turns a job file into the JSON-shaped value the schemas
+// describe.
+package openapi
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+)
+
+//go:embed openapi.yaml
+var document []byte
+
+// MediaTOML is the media type of job files.
+const MediaTOML = "application/toml"
+
+func init() {
+	openapi3filter.RegisterBodyDecoder(MediaTOML, decodeTOMLBody)
+}
+
+func decodeTOMLBody(r io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	return jobspec.DecodeTOML(data)
+}
+
+// Spec is the loaded contract and the router built from it.
+type Spec struct {
+	Doc    *openapi3.T
+	Router routers.Router
+}
+
+var (
+	loadOnce sync.Once
+	loaded   *Spec
+	loadErr  error
+)
+
+// Load parses and validates the embedded document and builds its router, once per process.
+func Load() (*Spec, error) {
+	loadOnce.Do(func() {
+		loader := openapi3.NewLoader()
+		doc, err := loader.LoadFromData(document)
+		if err != nil {
+			loadErr = fmt.Errorf("openapi: load: %w", err)
+			return
+		}
+		if err := doc.Validate(context.Background()); err != nil {
+			loadErr = fmt.Errorf("openapi: invalid document: %w", err)
+			return
+		}
+		router, err := gorillamux.NewRouter(doc)
+		if err != nil {
+			loadErr = fmt.Errorf("openapi: router: %w", err)
+			return
+		}
+		loaded = &Spec{Doc: doc, Router: router}
+	})
+	return loaded, loadErr
+}
+
+// YAML is the document as embedded, for serving.
+func YAML() []byte { return bytes.Clone(document) }
+
+// Scope is the scope an operation demands (its x-scope extension), or "" for none.
+func Scope(op *openapi3.Operation) string {
+	s, _ := op.Extensions["x-scope"].(string)
+	return s
+}
+
+// RequestOptions are the validation options the API runs with. Authentication is done before
+// validation, by the API's own middleware, so the filter's is a no-op.
+func RequestOptions() *openapi3filter.Options {
+	return &openapi3filter.Options{
+		MultiError:         true,
+		KeepValidatedValue: true,
+		AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
+	}
+}
+
+// ValidateResponse checks a recorded response against the operation it answers; the tests
+// run it on every response they see.
+func ValidateResponse(ctx context.Context, req *http.Request, status int, header http.Header, body []byte) error {
+	s, err := Load()
+	if err != nil {
+		return err
+	}
+	route, params, err := s.Router.FindRoute(req)
+	if err != nil {
+		return fmt.Errorf("openapi: no route for %s %s: %w", req.Method, req.URL.Path, err)
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{
+			Request: req, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+		},
+		Status:  status,
+		Header:  header,
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	in.SetBodyBytes(body)
+	return openapi3filter.ValidateResponse(ctx, in)
+}
