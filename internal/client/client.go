@@ -1,0 +1,236 @@
+// Package client speaks the hostedtrain HTTP API: the user calls the CLI makes and the agent
+// calls a GPU node makes. Errors the API answers come back as *Error, which carries the
+// problem document so callers can show each field error and its line.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+// Client calls one API with one token.
+type Client struct {
+	BaseURL string
+	Token   string
+	HTTP    *http.Client
+}
+
+// New returns a client of the API at baseURL.
+func New(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 90 * time.Second}}
+}
+
+// Problem is the API's problem+json document.
+type Problem struct {
+	Type   string       `json:"type"`
+	Title  string       `json:"title"`
+	Status int          `json:"status"`
+	Detail string       `json:"detail"`
+	Errors []FieldError `json:"errors"`
+}
+
+// FieldError is one field the API found fault with.
+type FieldError struct {
+	Pointer   string `json:"pointer"`
+	Parameter string `json:"parameter"`
+	Line      int    `json:"line"`
+	Column    int    `json:"column"`
+	Message   string `json:"message"`
+}
+
+// Error is an error answer from the API.
+type Error struct {
+	Status  int
+	Problem Problem
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s", e.Status, http.StatusText(e.Status))
+	if e.Problem.Detail != "" {
+		b.WriteString(": " + e.Problem.Detail)
+	}
+	for _, f := range e.Problem.Errors {
+		b.WriteString("\n  ")
+		switch {
+		case f.Line > 0 && f.Pointer != "":
+			fmt.Fprintf(&b, "line %d: %s: ", f.Line, f.Pointer)
+		case f.Line > 0:
+			fmt.Fprintf(&b, "line %d, column %d: ", f.Line, f.Column)
+		case f.Pointer != "":
+			b.WriteString(f.Pointer + ": ")
+		case f.Parameter != "":
+			b.WriteString("parameter " + f.Parameter + ": ")
+		}
+		b.WriteString(f.Message)
+	}
+	return b.String()
+}
+
+// Unwrap maps the answers the agent acts on to the job package's sentinels.
+func (e *Error) Unwrap() error {
+	switch e.Status {
+	case http.StatusConflict:
+		if strings.HasSuffix(e.Problem.Type, "/lease-lost") {
+			return job.ErrLeaseLost
+		}
+		return job.ErrConflict
+	case http.StatusNotFound:
+		return job.ErrNotFound
+	}
+	return nil
+}
+
+// do sends a request and decodes a JSON answer into out (if not nil). A 204 leaves out alone
+// and reports false.
+func (c *Client) do(ctx context.Context, method, path, contentType string, body []byte, out any) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		e := &Error{Status: resp.StatusCode}
+		if err := json.Unmarshal(data, &e.Problem); err != nil || e.Problem.Status == 0 {
+			e.Problem = Problem{Status: resp.StatusCode, Detail: strings.TrimSpace(string(data))}
+		}
+		return false, e
+	}
+	if resp.StatusCode == http.StatusNoContent {
+		return false, nil
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return false, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return true, nil
+}
+
+func (c *Client) postJSON(ctx context.Context, path string, in, out any) (bool, error) {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return false, err
+	}
+	return c.do(ctx, http.MethodPost, path, "application/json", body, out)
+}
+
+// SubmitJob sends a job file; contentType is application/toml or application/json.
+func (c *Client) SubmitJob(ctx context.Context, body []byte, contentType string) (*job.Job, error) {
+	var j job.Job
+	if _, err := c.do(ctx, http.MethodPost, "/v1/jobs", contentType, body, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// GetJob fetches one job.
+func (c *Client) GetJob(ctx context.Context, id string) (*job.Job, error) {
+	var j job.Job
+	if _, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), "", nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// ListJobs fetches a page of jobs, newest first.
+func (c *Client) ListJobs(ctx context.Context, cursor string, limit int) ([]*job.Job, string, error) {
+	q := url.Values{}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var page struct {
+		Items      []*job.Job `json:"items"`
+		NextCursor string     `json:"next_cursor"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/jobs?"+q.Encode(), "", nil, &page); err != nil {
+		return nil, "", err
+	}
+	return page.Items, page.NextCursor, nil
+}
+
+// CancelJob asks for a job to stop.
+func (c *Client) CancelJob(ctx context.Context, id string) (*job.Job, error) {
+	var j job.Job
+	if _, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", "", nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// Events fetches the job's events after sequence number after.
+func (c *Client) Events(ctx context.Context, id string, after int64) ([]job.Event, error) {
+	var page struct {
+		Items []job.Event `json:"items"`
+	}
+	path := fmt.Sprintf("/v1/jobs/%s/events?after=%d&limit=100", url.PathEscape(id), after)
+	if _, err := c.do(ctx, http.MethodGet, path, "", nil, &page); err != nil {
+		return nil, err
+	}
+	return page.Items, nil
+}
+
+// Claim asks for the next job, waiting up to wait for one; nil when none came.
+func (c *Client) Claim(ctx context.Context, gpus []job.GPU, wait time.Duration) (*job.Claim, error) {
+	var cl job.Claim
+	req := map[string]any{"wait_seconds": wait.Seconds()}
+	if len(gpus) > 0 {
+		req["gpus"] = gpus
+	}
+	ok, err := c.postJSON(ctx, "/v1/agent/claim", req, &cl)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &cl, nil
+}
+
+// Heartbeat renews a lease and reports progress. A lost lease is job.ErrLeaseLost.
+func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error) {
+	var rep job.HeartbeatReply
+	_, err := c.postJSON(ctx, "/v1/agent/jobs/"+url.PathEscape(id)+"/heartbeat", hb, &rep)
+	return rep, err
+}
+
+// Complete reports a pipeline that finished.
+func (c *Client) Complete(ctx context.Context, id string, o job.Outcome) error {
+	_, err := c.postJSON(ctx, "/v1/agent/jobs/"+url.PathEscape(id)+"/complete", o, nil)
+	return err
+}
+
+// Fail reports a pipeline that failed or stopped on request.
+func (c *Client) Fail(ctx context.Context, id string, o job.Outcome) error {
+	if o.Reason == "" {
+		return errors.New("client: a failure needs a reason")
+	}
+	_, err := c.postJSON(ctx, "/v1/agent/jobs/"+url.PathEscape(id)+"/fail", o, nil)
+	return err
+}
