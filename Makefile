@@ -1,0 +1,54 @@
+# hostedtrain: `make demo` runs the main job on a local stack; `make test` runs every test.
+# Both install what they need on a fresh Debian machine with Go.
+
+GO      ?= go
+BIN     := bin
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+GOBIN   := $(shell $(GO) env GOPATH)/bin
+STATICCHECK_VERSION := v0.8.2
+
+.PHONY: all build demo test deps redis-server spec-validator lint fmt clean
+
+all: build
+
+## build: the CLI (hostedtrain), the agent (gpuagent) and the emulated pipeline into bin/
+build:
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
+
+## demo: start the local stack, run examples/quickstart.toml to COMPLETED, stop the stack
+demo: redis-server build
+	./scripts/demo.sh
+
+## test: every test, against real redis-server processes, with the race detector
+test: deps
+	$(GO) vet ./...
+	python3 -m openapi_spec_validator openapi/openapi.yaml
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+deps: redis-server spec-validator
+
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server with apt-get"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
+	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is still missing"; exit 1; }
+
+spec-validator:
+	@python3 -c 'import openapi_spec_validator' 2>/dev/null || { \
+	  echo "installing openapi-spec-validator"; \
+	  python3 -m pip install --quiet openapi-spec-validator || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-openapi-spec-validator >/dev/null; }; }
+
+## lint: gofmt, go vet and staticcheck
+lint:
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt would change the files above"; exit 1; }
+	$(GO) vet ./...
+	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(GOBIN)/staticcheck ./...
+
+fmt:
+	gofmt -w .
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/redisproc"
+	"github.com/hostedtrain/hostedtrain/queue"
+)
+
+type devOptions struct {
+	addr      string
+	dataDir   string
+	agents    int
+	emulator  string
+	stepTime  time.Duration
+	leaseTTL  time.Duration
+	heartbeat time.Duration
+	gpus      string
+}
+
+func newDevCmd() *cobra.Command {
+	var o devOptions
+	c := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole service on this machine: Redis, the API, the reaper and emulated GPU agents",
+		Long: `dev starts a private redis-server (AOF on, files under --data), the API on --addr, the
+reaper, and --agents GPU agents that run the EMULATED prime-rl (no GPU needed), with object
+storage in --data/objects. It writes an admin token to --data/admin.token. GET /healthz answers
+200 once everything is up. Ctrl-C or SIGTERM stops every process it started.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDev(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "where the API listens (port 0 picks a free one; see --data/api.url)")
+	f.StringVar(&o.dataDir, "data", ".hostedtrain/dev", "folder for Redis data, objects, keys and logs")
+	f.IntVar(&o.agents, "agents", 1, "emulated GPU agents to run")
+	f.StringVar(&o.emulator, "emulator", "", "the prime-rl-emulator binary (default: beside this one, then PATH)")
+	f.DurationVar(&o.stepTime, "step-time", 250*time.Millisecond, "emulated time of one training step")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 15*time.Second, "how long a lease lives without a heartbeat")
+	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "how often agents heartbeat")
+	f.StringVar(&o.gpus, "gpus", "H100:8", "GPUs each emulated agent reports, MODEL:COUNT")
+	return c
+}
+
+func findEmulator(flag string) (string, error) {
+	if flag != "" {
+		return filepath.Abs(flag)
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "prime-rl-emulator")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("prime-rl-emulator"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("prime-rl-emulator not found beside hostedtrain or on PATH: run `make build`, or pass --emulator")
+}
+
+func runDev(ctx context.Context, o devOptions, out io.Writer) error {
+	gpus, err := job.ParseGPUs(o.gpus)
+	if err != nil {
+		return err
+	}
+	emulator, err := findEmulator(o.emulator)
+	if err != nil {
+		return err
+	}
+	data, err := filepath.Abs(o.dataDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(data, "hostedtrain.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	logger := slog.New(slog.NewJSONHandler(logf, nil))
+
+	keys, err := devKeys(data)
+	if err != nil {
+		return err
+	}
+	// api.url appears once the stack is ready; scripts wait for it.
+	urlPath := filepath.Join(data, "api.url")
+	_ = os.Remove(urlPath)
+	defer os.Remove(urlPath)
+
+	// Listen first: a busy port should fail before anything starts.
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (pass --addr)", o.addr, err)
+	}
+	defer ln.Close()
+	baseURL := "http://" + ln.Addr().String()
+
+	rs, err := redisproc.Start(ctx, redisproc.Options{Dir: filepath.Join(data, "redis"), AppendOnly: true})
+	if err != nil {
+		return err
+	}
+	defer rs.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	q := queue.New(rdb, queue.Config{LeaseTTL: o.leaseTTL, HeartbeatInterval: o.heartbeat})
+	defer q.Close()
+
+	var ready atomic.Bool
+	handler, err := api.New(api.Config{
+		Queue: q, Verifier: auth.NewVerifier(keys, nil), Logger: logger.With("part", "api"),
+		Ready: func() error {
+			if !ready.Load() {
+				return errors.New("the local stack is still starting")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	reaper := queue.NewReaper(q, time.Second, logger.With("part", "reaper"))
+	if err := reaper.Start(ctx); err != nil {
+		return err
+	}
+	defer reaper.Stop()
+
+	store, err := blob.NewDir(filepath.Join(data, "objects"))
+	if err != nil {
+		return err
+	}
+	agentCtx, stopAgents := context.WithCancel(ctx)
+	var agents sync.WaitGroup
+	// Agents stop first (their pipelines with them), before the API and Redis go.
+	defer func() { stopAgents(); agents.Wait() }()
+	for i := 1; i <= o.agents; i++ {
+		name := fmt.Sprintf("dev-agent-%d", i)
+		tok, err := keys.Issue(auth.TokenRequest{Subject: name, Org: "agents", Scopes: []string{auth.ScopeAgent}, TTL: 365 * 24 * time.Hour}, time.Now())
+		if err != nil {
+			return err
+		}
+		a, err := gpuagent.New(gpuagent.Config{
+			API:     client.New(baseURL, tok),
+			Store:   store,
+			WorkDir: filepath.Join(data, "agents", name),
+			GPUs:    gpus,
+			Pipeline: gpuagent.Pipeline{
+				Name: "prime-rl", Emulated: true,
+				RL: []string{emulator, "@", "{config}", "--output-dir", "{output_dir}", "--run.name", "{run_name}",
+					"--emulate.step-time", o.stepTime.String()},
+			},
+			StopGrace:    10 * time.Second,
+			PollInterval: 250 * time.Millisecond,
+			Logger:       logger.With("part", "agent", "agent", name),
+		})
+		if err != nil {
+			return err
+		}
+		agents.Add(1)
+		go func() {
+			defer agents.Done()
+			_ = a.Run(agentCtx)
+		}()
+	}
+
+	admin, err := keys.Issue(auth.TokenRequest{Subject: "dev-admin", Org: "dev", Scopes: []string{auth.ScopeAdmin}, TTL: 30 * 24 * time.Hour}, time.Now())
+	if err != nil {
+		return err
+	}
+	tokenPath := filepath.Join(data, "admin.token")
+	if err := os.WriteFile(tokenPath, []byte(admin+"\n"), 0o600); err != nil {
+		return err
+	}
+	ready.Store(true)
+	if err := writeFileAtomic(urlPath, []byte(baseURL+"\n")); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "hostedtrain dev is up\n  API          %s (health: %s/healthz)\n  admin token  %s\n  url file     %s\n  redis        %s (data in %s)\n  agents       %d emulated (prime-rl-emulator: no GPU work is done)\n  logs         %s\nCtrl-C stops everything.\n",
+		baseURL, baseURL, tokenPath, urlPath, rs.Addr, rs.Dir, o.agents, logf.Name())
+
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(out, "hostedtrain dev: stopping")
+		return nil
+	case <-rs.Done():
+		return errors.New("redis-server exited unexpectedly; see " + filepath.Join(rs.Dir, "redis.log"))
+	case err := <-srvDone:
+		return fmt.Errorf("API server: %w", err)
+	}
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// devKeys loads the stack's signing keys, making them on first start.
+func devKeys(data string) (*auth.KeySet, error) {
+	path := filepath.Join(data, keysFile)
+	ks, err := auth.LoadKeySetFile(path)
+	if err == nil {
+		return ks, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if ks, err = auth.NewKeySet(); err != nil {
+		return nil, err
+	}
+	return ks, ks.SaveFile(path)
+}

@@ -1,0 +1,288 @@
+package main
+
+// End-to-end tests of the built binaries: `hostedtrain dev` runs Redis, the API, the reaper and
+// an emulated agent; the CLI submits and follows jobs over HTTP; SIGTERM stops everything.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hostedtrain-bin")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	for _, pkg := range []string{"./", "../prime-rl-emulator"} {
+		out, err := exec.Command("go", "build", "-o", dir+"/", pkg).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer is a buffer the child's output goroutine and the test may share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type devStack struct {
+	cmd   *exec.Cmd
+	data  string
+	url   string
+	token string
+	out   *syncBuffer
+	done  chan struct{} // closed when the process has exited
+	err   error         // its exit error, set before done closes
+}
+
+// startDev runs `hostedtrain dev` on a free port and waits until it is ready.
+func startDev(t *testing.T, stepTime string) *devStack {
+	t.Helper()
+	data := t.TempDir()
+	out := &syncBuffer{}
+	cmd := exec.Command(filepath.Join(binDir, "hostedtrain"), "dev", "--addr", "127.0.0.1:0", "--data", data,
+		"--agents", "1", "--step-time", stepTime, "--heartbeat", "200ms")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &devStack{cmd: cmd, data: data, out: out, done: make(chan struct{})}
+	go func() { d.err = cmd.Wait(); close(d.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(filepath.Join(data, "api.url")); err == nil && len(b) > 0 {
+			d.url = strings.TrimSpace(string(b))
+			break
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("hostedtrain dev exited (%v) before it was ready:\n%s", d.err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hostedtrain dev not ready after 30 s:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.token = strings.TrimSpace(string(tok))
+	return d
+}
+
+// cli runs the hostedtrain CLI against the stack.
+func (d *devStack) cli(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "hostedtrain"), args...)
+	cmd.Env = append(os.Environ(), "HOSTEDTRAIN_URL="+d.url, "HOSTEDTRAIN_TOKEN="+d.token)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (d *devStack) stop(t *testing.T) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.done:
+		if d.err != nil {
+			t.Errorf("hostedtrain dev exited with %v:\n%s", d.err, d.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("hostedtrain dev did not stop within 30 s of SIGTERM:\n%s", d.out.String())
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func TestDevRunsTheQuickstartToCompletion(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "20ms")
+	out, code := d.cli(t, "train", "submit", "../../examples/quickstart.toml", "--wait", "--poll", "100ms", "-o", "json")
+	if code != 0 {
+		t.Fatalf("submit --wait exited %d:\n%s", code, out)
+	}
+	var j job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil {
+		t.Fatalf("last line is not the job: %v\n%s", err, out)
+	}
+	if j.Status != job.Completed || j.Progress.Step != 20 || j.Progress.CheckpointStep != 20 || !j.Runtime.Emulated {
+		t.Errorf("finished job %+v", j)
+	}
+
+	table, code := d.cli(t, "train", "list")
+	if code != 0 || !strings.Contains(table, j.ID) || !strings.Contains(table, "COMPLETED") {
+		t.Errorf("train list (%d):\n%s", code, table)
+	}
+	get, code := d.cli(t, "train", "get", j.ID)
+	if code != 0 || !strings.Contains(get, "20/20") || !strings.Contains(get, "emulated") {
+		t.Errorf("train get (%d):\n%s", code, get)
+	}
+	d.stop(t)
+}
+
+func TestDevExplainsBadInput(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "20ms")
+	bad := filepath.Join(t.TempDir(), "bad.toml")
+	if err := os.WriteFile(bad, []byte("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := d.cli(t, "train", "submit", bad)
+	if code != 1 || !strings.Contains(out, "400 Bad Request") || !strings.Contains(out, "line 2") {
+		t.Errorf("bad TOML (%d):\n%s", code, out)
+	}
+	out, code = d.cli(t, "train", "get", "0190a0a0-0000-7000-8000-000000000000")
+	if code != 1 || !strings.Contains(out, "404") {
+		t.Errorf("unknown job (%d):\n%s", code, out)
+	}
+	d.stop(t)
+}
+
+// descendants lists the live processes below pid (children, grandchildren...).
+func descendants(pid int) map[int]string {
+	parent := map[int]int{}
+	cmdline := map[int]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so split after the last ')'.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[0] == "Z" {
+			continue
+		}
+		parent[p], _ = strconv.Atoi(fields[1])
+		cl, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cmdline[p] = strings.ReplaceAll(string(cl), "\x00", " ")
+	}
+	out := map[int]string{}
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out[p] = cmdline[p]
+				break
+			}
+		}
+	}
+	return out
+}
+
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
+func TestDevLeavesNothingBehindWhenStoppedMidJob(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "1s")
+	long := filepath.Join(t.TempDir(), "long.toml")
+	body := "model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = 1000\n[[env]]\nid = \"gsm8k\"\n"
+	if err := os.WriteFile(long, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := d.cli(t, "train", "submit", long, "-o", "json")
+	if code != 0 {
+		t.Fatalf("submit (%d): %s", code, out)
+	}
+	var j job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil {
+		t.Fatal(err)
+	}
+	api := client.New(d.url, d.token)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := api.GetJob(context.Background(), j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == job.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job never RUNNING: %+v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	kids := descendants(d.cmd.Process.Pid)
+	var sawRedis, sawPipeline bool
+	for _, cl := range kids {
+		sawRedis = sawRedis || strings.Contains(cl, "redis-server")
+		sawPipeline = sawPipeline || strings.Contains(cl, "prime-rl-emulator")
+	}
+	if !sawRedis || !sawPipeline {
+		t.Fatalf("expected redis-server and the pipeline among the children, got %v", kids)
+	}
+	d.stop(t)
+	for pid, cl := range kids {
+		if alive(pid) {
+			t.Errorf("left running after SIGTERM: %d %s", pid, cl)
+		}
+	}
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+func newTrainCmd() *cobra.Command {
+	c := &cobra.Command{Use: "train", Short: "Submit and manage training jobs"}
+	c.AddCommand(newSubmitCmd(), newGetCmd(), newListCmd(), newCancelCmd())
+	return c
+}
+
+// outputFlag adds -o table|json.
+func outputFlag(c *cobra.Command, p *string) {
+	c.Flags().StringVarP(p, "output", "o", "table", "output format: table or json")
+}
+
+func checkOutput(o string) error {
+	if o != "table" && o != "json" {
+		return fmt.Errorf("-o %q: want table or json", o)
+	}
+	return nil
+}
+
+func printJSON(w io.Writer, v any) {
+	b, _ := json.Marshal(v)
+	fmt.Fprintln(w, string(b))
+}
+
+func newSubmitCmd() *cobra.Command {
+	var wait bool
+	var output string
+	var pollEvery time.Duration
+	c := &cobra.Command{
+		Use:   "submit FILE",
+		Short: "Submit a job file (TOML, or JSON if it ends in .json)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			body, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			ctype := "application/toml"
+			if strings.EqualFold(filepath.Ext(args[0]), ".json") {
+				ctype = "application/json"
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			j, err := api.SubmitJob(cmd.Context(), body, ctype)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			out := cmd.OutOrStdout()
+			if !wait {
+				if output == "json" {
+					printJSON(out, j)
+				} else {
+					fmt.Fprintf(out, "submitted job %s (%s)\n", j.ID, j.Status)
+				}
+				return nil
+			}
+			if output == "table" {
+				fmt.Fprintf(out, "submitted job %s\n", j.ID)
+			}
+			final, err := follow(cmd.Context(), api, j.ID, output == "table", out, pollEvery)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				printJSON(out, final)
+			} else {
+				printSummary(out, final)
+			}
+			if final.Status != job.Completed {
+				return exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&wait, "wait", false, "follow the job to its end; exit 0 only if it COMPLETED")
+	c.Flags().DurationVar(&pollEvery, "poll", 500*time.Millisecond, "how often --wait asks for news")
+	outputFlag(c, &output)
+	return c
+}
+
+// follow prints each event of the job as it happens and its progress while it runs, and
+// returns the job once it has ended.
+func follow(ctx context.Context, api *client.Client, id string, show bool, out io.Writer, every time.Duration) (*job.Job, error) {
+	var seq int64
+	lastStep := -1
+	for {
+		evs, err := api.Events(ctx, id, seq)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range evs {
+			seq = e.Seq
+			if show {
+				line := fmt.Sprintf("  %s  %-9s %s", e.Time.Local().Format("15:04:05"), e.Status, e.Type)
+				if e.Detail != "" {
+					line += "  (" + e.Detail + ")"
+				}
+				fmt.Fprintln(out, line)
+			}
+		}
+		j, err := api.GetJob(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if show && j.Status == job.Running && j.Progress.Step != lastStep {
+			lastStep = j.Progress.Step
+			fmt.Fprintf(out, "  step %d/%d%s\n", j.Progress.Step, j.Progress.MaxSteps, metricsLine(j.Progress.Metrics))
+		}
+		if j.Status.Terminal() {
+			// The last events may have landed after our read of them.
+			if rest, err := api.Events(ctx, id, seq); err == nil && show {
+				for _, e := range rest {
+					fmt.Fprintf(out, "  %s  %-9s %s\n", e.Time.Local().Format("15:04:05"), e.Status, e.Type)
+				}
+			}
+			return j, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
+func metricsLine(m map[string]float64) string {
+	var parts []string
+	for _, k := range []string{"reward/all/mean", "entropy/mean", "loss/mean"} {
+		if v, ok := m[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.4f", shortMetric(k), v))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "  " + strings.Join(parts, "  ")
+}
+
+func shortMetric(k string) string {
+	switch k {
+	case "reward/all/mean":
+		return "reward"
+	case "entropy/mean":
+		return "entropy"
+	case "loss/mean":
+		return "loss"
+	}
+	return k
+}
+
+func printSummary(out io.Writer, j *job.Job) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "job\t%s\n", j.ID)
+	fmt.Fprintf(w, "status\t%s\n", j.Status)
+	if j.Error != "" {
+		fmt.Fprintf(w, "error\t%s\n", j.Error)
+	}
+	fmt.Fprintf(w, "model\t%s\n", j.Config.Model)
+	var envs []string
+	for _, e := range j.Config.Env {
+		envs = append(envs, e.ID)
+	}
+	fmt.Fprintf(w, "environments\t%s\n", strings.Join(envs, ", "))
+	if j.Runtime != nil && j.Runtime.Pipeline != "" {
+		p := j.Runtime.Pipeline
+		if j.Runtime.Emulated {
+			p += " (emulated: no GPU work was done)"
+		}
+		fmt.Fprintf(w, "pipeline\t%s on %s\n", p, j.Runtime.AgentID)
+	}
+	fmt.Fprintf(w, "steps\t%d/%d\n", j.Progress.Step, j.Progress.MaxSteps)
+	if v, ok := j.Progress.Metrics["reward/all/mean"]; ok {
+		fmt.Fprintf(w, "last reward\t%.4f\n", v)
+	} else {
+		fmt.Fprintf(w, "last reward\t-\n")
+	}
+	if j.Progress.Checkpoints > 0 {
+		fmt.Fprintf(w, "checkpoints\t%d kept, newest at step %d\n", j.Progress.Checkpoints, j.Progress.CheckpointStep)
+	} else {
+		fmt.Fprintf(w, "checkpoints\tnone\n")
+	}
+	fmt.Fprintf(w, "attempt\t%d of %d\n", j.Attempt, j.MaxAttempts)
+	fmt.Fprintf(w, "created\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
+	if j.StartedAt != nil && j.FinishedAt != nil {
+		fmt.Fprintf(w, "ran for\t%s\n", j.FinishedAt.Sub(*j.StartedAt).Round(100*time.Millisecond))
+	}
+	w.Flush()
+}
+
+// jobCmd is a command that acts on one job by id and shows the job it gets back.
+func jobCmd(use, short string, act func(*client.Client, context.Context, string) (*job.Job, error),
+	show func(io.Writer, *job.Job)) *cobra.Command {
+	var output string
+	c := &cobra.Command{
+		Use:   use + " ID",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			j, err := act(api, cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				printJSON(cmd.OutOrStdout(), j)
+			} else {
+				show(cmd.OutOrStdout(), j)
+			}
+			return nil
+		},
+	}
+	outputFlag(c, &output)
+	return c
+}
+
+func newGetCmd() *cobra.Command {
+	return jobCmd("get", "Show one job", (*client.Client).GetJob, printSummary)
+}
+
+func newListCmd() *cobra.Command {
+	var output, cursor string
+	var limit int
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List your jobs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			jobs, next, err := api.ListJobs(cmd.Context(), cursor, limit)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				printJSON(out, map[string]any{"items": jobs, "next_cursor": next})
+				return nil
+			}
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tSTATUS\tMODEL\tSTEP\tREWARD\tCREATED")
+			for _, j := range jobs {
+				reward := "-"
+				if v, ok := j.Progress.Metrics["reward/all/mean"]; ok {
+					reward = fmt.Sprintf("%.4f", v)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Status, j.Config.Model,
+					j.Progress.Step, j.Progress.MaxSteps, reward, j.CreatedAt.Local().Format("2006-01-02 15:04:05"))
+			}
+			w.Flush()
+			if next != "" {
+				fmt.Fprintf(out, "more: hostedtrain train list --cursor %s\n", next)
+			}
+			return nil
+		},
+	}
+	c.Flags().IntVar(&limit, "limit", 20, "jobs per page (1-100)")
+	c.Flags().StringVar(&cursor, "cursor", "", "continue after a previous page")
+	outputFlag(c, &output)
+	return c
+}
+
+func newCancelCmd() *cobra.Command {
+	return jobCmd("cancel", "Stop a job (at once if queued; through its agent if running)", (*client.Client).CancelJob,
+		func(w io.Writer, j *job.Job) {
+			if j.Status == job.Stopped {
+				fmt.Fprintf(w, "job %s STOPPED\n", j.ID)
+			} else {
+				fmt.Fprintf(w, "job %s is stopping (its agent hears on its next heartbeat)\n", j.ID)
+			}
+		})
+}

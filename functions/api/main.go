@@ -1,0 +1,51 @@
+// Command api is the hostedtrain API as an AWS Lambda function behind an API Gateway HTTP API
+// (payload v2). It is the same http.Handler that `hostedtrain dev` serves; the Lambda event is
+// converted at this edge by aws-lambda-go-api-proxy and nowhere else.
+package main
+
+import (
+	"context"
+	"log"
+	"log/slog"
+	"net/http"
+	"os"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
+
+	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/functions/internal/lambdaenv"
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/queue"
+)
+
+func main() {
+	h, err := newHandler(os.Getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lambda.Start(lambdaHandler(h))
+}
+
+// newHandler builds the API from the function's environment.
+func newHandler(getenv lambdaenv.Getenv, logger *slog.Logger) (http.Handler, error) {
+	rdb, err := lambdaenv.Redis(getenv)
+	if err != nil {
+		return nil, err
+	}
+	qc, err := lambdaenv.Queue(getenv)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := lambdaenv.Keys(getenv)
+	if err != nil {
+		return nil, err
+	}
+	return api.New(api.Config{Queue: queue.New(rdb, qc), Verifier: auth.NewVerifier(keys, nil), Logger: logger})
+}
+
+// lambdaHandler converts API Gateway HTTP API events to requests of h and back.
+func lambdaHandler(h http.Handler) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return httpadapter.NewV2(h).ProxyWithContext
+}

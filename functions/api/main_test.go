@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/redistest"
+)
+
+func loadEvent(t *testing.T, name, token string) events.APIGatewayV2HTTPRequest {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(b, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ev.Headers["authorization"]; ok {
+		ev.Headers["authorization"] = "Bearer " + token
+	}
+	return ev
+}
+
+func TestLambdaServesTheAPI(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	keys, err := auth.NewKeySet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"HOSTEDTRAIN_REDIS_URL": "redis://" + rs.Addr + "/0",
+		"HOSTEDTRAIN_JWT_KEYS":  keys.String(),
+	}
+	h, err := newHandler(func(k string) string { return env[k] }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := lambdaHandler(h)
+	tok, err := keys.Issue(auth.TokenRequest{Org: "acme", Scopes: []string{auth.ScopeJobsRead, auth.ScopeJobsWrite}, TTL: time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	resp, err := handle(ctx, loadEvent(t, "healthz.json", ""))
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(resp.Body, `"ok"`) {
+		t.Fatalf("healthz: %d %q %v", resp.StatusCode, resp.Body, err)
+	}
+
+	resp, err = handle(ctx, loadEvent(t, "submit-job.json", tok))
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("submit: %d %s %v", resp.StatusCode, resp.Body, err)
+	}
+	var j job.Job
+	if err := json.Unmarshal([]byte(resp.Body), &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Status != job.Queued || j.Org != "acme" || j.Config.MaxSteps != 20 || resp.Headers["Location"] != "/v1/jobs/"+j.ID {
+		t.Errorf("submitted %+v, headers %v", j, resp.Headers)
+	}
+
+	resp, err = handle(ctx, loadEvent(t, "list-jobs.json", tok))
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(resp.Body, j.ID) {
+		t.Fatalf("list: %d %s %v", resp.StatusCode, resp.Body, err)
+	}
+
+	resp, err = handle(ctx, loadEvent(t, "list-jobs.json", "forged"))
+	if err != nil || resp.StatusCode != http.StatusUnauthorized || resp.Headers["Content-Type"] != "application/problem+json" {
+		t.Errorf("forged token: %d %v %v", resp.StatusCode, resp.Headers, err)
+	}
+}
