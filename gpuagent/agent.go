@@ -223,6 +223,8 @@ func (r *run) execute(ctx context.Context) result {
 	}
 	r.setRunning()
 	r.log.Info("pipeline started", "argv", argv)
+	// Say so now rather than at the next tick: a short pipeline may end before it.
+	r.beat(ctx)
 
 	tick := time.NewTicker(a.cfg.PollInterval)
 	defer tick.Stop()

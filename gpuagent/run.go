@@ -73,10 +73,16 @@ func (r *run) committed(step int) {
 	r.mu.Unlock()
 }
 
-// acknowledged drops the steps a heartbeat has reported.
+// acknowledged drops the steps a heartbeat has reported. Steps are committed in ascending
+// order, so everything up to the newest one sent is known to the service — even when two
+// heartbeats overlap.
 func (r *run) acknowledged(sent []int) {
+	if len(sent) == 0 {
+		return
+	}
+	top := sent[len(sent)-1]
 	r.mu.Lock()
-	r.unreported = r.unreported[len(sent):]
+	r.unreported = slices.DeleteFunc(r.unreported, func(s int) bool { return s <= top })
 	r.mu.Unlock()
 }
 
@@ -110,27 +116,11 @@ func (r *run) heartbeatInterval() time.Duration {
 // heartbeats renews the lease until ctx ends. A failed heartbeat (the API unreachable) is
 // retried at the next tick while the pipeline keeps running; a 409 means the lease is lost.
 func (r *run) heartbeats(ctx context.Context) {
-	p := r.agent.cfg.Pipeline
-	rt := &job.Runtime{Pipeline: p.Name, Emulated: p.Emulated}
 	t := time.NewTicker(r.heartbeatInterval())
 	defer t.Stop()
 	for {
-		running, prog, fresh := r.snapshot()
-		rep, err := r.agent.cfg.API.Heartbeat(ctx, r.claim.Job.ID, job.Heartbeat{
-			Token: r.claim.Lease.Token, Running: running, Progress: &prog, Runtime: rt, Checkpoints: fresh,
-		})
-		if err == nil {
-			r.acknowledged(fresh)
-		}
-		switch {
-		case errors.Is(err, job.ErrLeaseLost):
-			r.log.Warn("lease lost; stopping the pipeline")
-			r.lostOnce.Do(func() { close(r.lost) })
+		if lost := r.beat(ctx); lost {
 			return
-		case err != nil && ctx.Err() == nil:
-			r.log.Warn("heartbeat failed; the pipeline keeps running", "err", err)
-		case err == nil && rep.Action == job.Stop:
-			r.stopOnce.Do(func() { close(r.stopped) })
 		}
 		select {
 		case <-ctx.Done():
@@ -138,6 +128,32 @@ func (r *run) heartbeats(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// beat sends one heartbeat and acts on the answer; it reports whether the lease is lost.
+func (r *run) beat(ctx context.Context) bool {
+	p := r.agent.cfg.Pipeline
+	running, prog, fresh := r.snapshot()
+	rep, err := r.agent.cfg.API.Heartbeat(ctx, r.claim.Job.ID, job.Heartbeat{
+		Token: r.claim.Lease.Token, Running: running, Progress: &prog, Checkpoints: fresh,
+		Runtime: &job.Runtime{Pipeline: p.Name, Emulated: p.Emulated},
+	})
+	switch {
+	case errors.Is(err, job.ErrLeaseLost):
+		r.log.Warn("lease lost; stopping the pipeline")
+		r.lostOnce.Do(func() { close(r.lost) })
+		return true
+	case err != nil:
+		if ctx.Err() == nil {
+			r.log.Warn("heartbeat failed; the pipeline keeps running", "err", err)
+		}
+	default:
+		r.acknowledged(fresh)
+		if rep.Action == job.Stop {
+			r.stopOnce.Do(func() { close(r.stopped) })
+		}
+	}
+	return false
 }
 
 // poll reads new metrics (and stores them) and queues checkpoints that are complete.
