@@ -19,6 +19,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
@@ -93,23 +94,18 @@ func (b bundle) submit(t *testing.T, toml string) *job.Job {
 	return j
 }
 
-// waitFor polls the job until cond holds (the API has no push yet); it fails after a minute.
+// waitFor polls the job until cond holds (the API has no push yet).
 func (b bundle) waitFor(t *testing.T, id string, what string, cond func(*job.Job) bool) *job.Job {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		j, err := b.user.GetJob(context.Background(), id)
-		if err != nil {
+	var j *job.Job
+	testwait.Until(t, time.Minute, "job "+what, func() bool {
+		var err error
+		if j, err = b.user.GetJob(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if cond(j) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job never %s; last seen %+v", what, j)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return cond(j)
+	})
+	return j
 }
 
 func terminal(j *job.Job) bool { return j.Status.Terminal() }
@@ -240,20 +236,13 @@ func TestALostJobResumesFromItsCheckpointOnAnotherAgent(t *testing.T) {
 	stopA() // the node vanishes: no report, the lease lapses
 
 	// The reaper's turn: wait for the lease to lapse and requeue the job.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.Until(t, time.Minute, "the lease to lapse", func() bool {
 		n, err := b.stack.Queue.Reap(context.Background(), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the lease never lapsed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return n > 0
+	})
 	requeued, err := b.user.GetJob(context.Background(), j.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/redistest"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
 
 // fakeClock is a clock the test moves by hand.
@@ -373,17 +374,13 @@ func TestWaitingClaimWakesOnSubmit(t *testing.T) {
 		got <- cl
 		errc <- err
 	}()
-	// Wait until the claim is subscribed and waiting, then submit.
-	for {
+	testwait.Until(t, 10*time.Second, "the claim to subscribe", func() bool {
 		n, err := b.rdb.PubSubNumSub(b.ctx, b.q.keys.wake()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n[b.q.keys.wake()] > 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n[b.q.keys.wake()] > 0
+	})
 	j := b.submit(t, "acme", "wake")
 	cl := <-got
 	if err := <-errc; err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
 
 var binDir string
@@ -91,22 +92,18 @@ func startDev(t *testing.T, stepTime string) *devStack {
 			_ = cmd.Process.Kill()
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Until(t, 30*time.Second, "hostedtrain dev to write api.url", func() bool {
 		if b, err := os.ReadFile(filepath.Join(data, "api.url")); err == nil && len(b) > 0 {
 			d.url = strings.TrimSpace(string(b))
-			break
+			return true
 		}
 		select {
 		case <-d.done:
 			t.Fatalf("hostedtrain dev exited (%v) before it was ready:\n%s", d.err, out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hostedtrain dev not ready after 30 s:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
 	if err != nil {
 		t.Fatal(err)
@@ -256,20 +253,13 @@ func TestDevLeavesNothingBehindWhenStoppedMidJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := client.New(d.url, d.token)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Until(t, 30*time.Second, "the job to run", func() bool {
 		got, err := api.GetJob(context.Background(), j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Status == job.Running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job never RUNNING: %+v", got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got.Status == job.Running
+	})
 	kids := descendants(d.cmd.Process.Pid)
 	var sawRedis, sawPipeline bool
 	for _, cl := range kids {
