@@ -36,6 +36,20 @@ func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	if cl.SealedSecrets != "" {
+		if err := s.openSecrets(cl); err != nil {
+			// The job cannot run without them, and never will under this key ring: fail it
+			// with the reason rather than let every agent trip on it.
+			s.cfg.Logger.Error("claim: secrets do not open", "job", cl.Job.ID, "err", err)
+			_, ferr := s.cfg.Queue.Fail(r.Context(), cl.Job.ID, job.Outcome{Token: cl.Lease.Token,
+				Reason: "the job's secrets cannot be decrypted: the key that sealed them is no longer configured; submit the job again"})
+			if ferr != nil {
+				s.cfg.Logger.Error("claim: fail job", "job", cl.Job.ID, "err", ferr)
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
 	cl.HeartbeatIntervalSeconds = s.cfg.Queue.HeartbeatInterval().Seconds()
 	writeJSON(w, http.StatusOK, cl)
 }
@@ -96,4 +110,13 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// openSecrets decrypts a claimed job's secrets for the agent that now holds its lease.
+func (s *Server) openSecrets(cl *job.Claim) error {
+	plain, err := s.cfg.Secrets.Open(cl.SealedSecrets, cl.Job.ID)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(plain, &cl.Secrets)
 }

@@ -17,13 +17,15 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/openapi"
 )
 
 // Queue is what the API needs of the job store; queue.Client implements it.
 type Queue interface {
 	Ping(ctx context.Context) error
-	Submit(ctx context.Context, org string, spec jobspec.Spec) (*job.Job, error)
+	Submit(ctx context.Context, sub job.Submission) (*job.Job, error)
+	RunsAhead(ctx context.Context, spec jobspec.Spec) (int, error)
 	Get(ctx context.Context, id string) (*job.Job, error)
 	List(ctx context.Context, org, cursor string, limit int) ([]*job.Job, string, error)
 	Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error)
@@ -39,7 +41,9 @@ type Queue interface {
 type Config struct {
 	Queue    Queue
 	Verifier *auth.Verifier
-	Logger   *slog.Logger
+	// Secrets seals job secrets at rest and opens them for the agent that claims the job.
+	Secrets *seal.Keyring
+	Logger  *slog.Logger
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64
 	// Ready, if set, must return nil before /healthz answers 200 (the local stack uses it to
@@ -48,8 +52,8 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if c.Queue == nil || c.Verifier == nil {
-		return errors.New("api: Config needs Queue and Verifier")
+	if c.Queue == nil || c.Verifier == nil || c.Secrets == nil {
+		return errors.New("api: Config needs Queue, Verifier and Secrets")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -64,6 +68,7 @@ func (c *Config) validate() error {
 type Server struct {
 	cfg      Config
 	spec     *openapi.Spec
+	hints    hints
 	handlers map[string]http.HandlerFunc // by operationId
 }
 
@@ -77,11 +82,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, spec: spec}
+	s := &Server{cfg: cfg, spec: spec, hints: hints{kinds: spec.KindSchemas()}}
 	s.handlers = map[string]http.HandlerFunc{
 		"health":          s.health,
 		"openapiDocument": s.openapiDocument,
 		"submitJob":       s.submitJob,
+		"previewJob":      s.previewJob,
 		"listJobs":        s.listJobs,
 		"getJob":          s.getJob,
 		"cancelJob":       s.cancelJob,

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -9,25 +11,117 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
-func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
+// admitted is a job file that passed the schema and the rules.
+type admitted struct {
+	spec     jobspec.Spec
+	secrets  map[string]string
+	warnings []FieldError
+}
+
+// admit normalizes the validated job file and checks the rules the schema cannot say; it
+// answers the request itself when the job is refused.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*admitted, bool) {
 	v, _ := validatedBody(r)
 	m, ok := v.(map[string]any)
 	if !ok {
 		writeProblem(w, r, newProblem(http.StatusBadRequest, "invalid-job", "the job must be a TOML document or a JSON object"))
-		return
+		return nil, false
 	}
-	spec, err := jobspec.FromValue(m)
+	b := requestBody(r)
+	if q := r.URL.Query().Get("kind"); q != "" && m["kind"] != q {
+		fe := FieldError{Pointer: "/kind", Message: fmt.Sprintf("this file says kind = %q, but it was submitted as a %s job; "+
+			"drop the kind line or submit it with the matching command", m["kind"], q)}
+		b.place(&fe)
+		writeProblem(w, r, invalidJob([]FieldError{fe}, b))
+		return nil, false
+	}
+	res, err := jobspec.Normalize(m)
 	if err != nil {
 		writeProblem(w, r, newProblem(http.StatusUnprocessableEntity, "invalid-job", err.Error()))
+		return nil, false
+	}
+	if len(res.Errors) > 0 {
+		writeProblem(w, r, invalidJob(placed(res.Errors, b), b))
+		return nil, false
+	}
+	return &admitted{spec: res.Spec, secrets: res.Secrets, warnings: placed(res.Warnings, b)}, true
+}
+
+func placed(issues []jobspec.Issue, b *body) []FieldError {
+	out := make([]FieldError, 0, len(issues))
+	for _, is := range issues {
+		fe := FieldError{Pointer: is.Pointer, Message: is.Message}
+		b.place(&fe)
+		out = append(out, fe)
+	}
+	return out
+}
+
+// submitted is the answer to a submit: the job and what will surprise about it.
+type submitted struct {
+	*job.Job
+	Warnings []FieldError `json:"warnings,omitempty"`
+}
+
+func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
-	j, err := s.cfg.Queue.Submit(r.Context(), principal(r).Org, spec)
+	id, err := job.NewID()
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec}
+	if len(a.secrets) > 0 {
+		plain, _ := json.Marshal(a.secrets)
+		if sub.SealedSecrets, err = s.cfg.Secrets.Seal(plain, id); err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+	}
+	j, err := s.cfg.Queue.Submit(r.Context(), sub)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/v1/jobs/"+j.ID)
-	writeJSON(w, http.StatusCreated, j)
+	writeJSON(w, http.StatusCreated, submitted{Job: j, Warnings: a.warnings})
+}
+
+type preview struct {
+	Config   jobspec.Spec `json:"config"`
+	Warnings []FieldError `json:"warnings"`
+	GPUs     previewGPUs  `json:"gpus"`
+	Queue    previewQueue `json:"queue"`
+}
+
+type previewGPUs struct {
+	Count int    `json:"count"`
+	Type  string `json:"type"`
+}
+
+type previewQueue struct {
+	RunsAhead int `json:"runs_ahead"`
+}
+
+func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	ahead, err := s.cfg.Queue.RunsAhead(r.Context(), a.spec)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, preview{
+		Config:   a.spec,
+		Warnings: a.warnings,
+		GPUs:     previewGPUs{Count: a.spec.Resources.GPUs, Type: a.spec.Resources.GPUType},
+		Queue:    previewQueue{RunsAhead: ahead},
+	})
 }
 
 type jobList struct {

@@ -17,6 +17,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/openapi"
 )
 
@@ -25,6 +26,7 @@ type ctxKey int
 const (
 	principalKey ctxKey = iota
 	paramsKey
+	bodyKey
 )
 
 func principal(r *http.Request) auth.Principal {
@@ -35,6 +37,12 @@ func principal(r *http.Request) auth.Principal {
 func pathParam(r *http.Request, name string) string {
 	m, _ := r.Context().Value(paramsKey).(map[string]string)
 	return m[name]
+}
+
+// requestBody is the body as read, for placing rule errors at their lines.
+func requestBody(r *http.Request) *body {
+	b, _ := r.Context().Value(bodyKey).(*body)
+	return b
 }
 
 // validatedBody returns the body value kin-openapi decoded and validated (TOML or JSON alike).
@@ -110,16 +118,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(ctx)
 
-	body, prob := s.readBody(r, route)
+	raw, prob := s.readBody(r, route)
 	if prob != nil {
 		writeProblem(w, r, prob)
 		return
 	}
+	b := &body{raw: raw, mediaType: r.Header.Get("Content-Type")}
+	r = r.WithContext(context.WithValue(r.Context(), bodyKey, b))
+	if route.Operation.Parameters.GetByInAndName("query", "kind") != nil {
+		kind := r.URL.Query().Get("kind")
+		if kind == "" {
+			kind = jobspec.KindRL
+		}
+		r.Header.Set(openapi.KindHeader, kind)
+	}
 	in := &openapi3filter.RequestValidationInput{
 		Request: r, PathParams: params, Route: route, Options: openapi.RequestOptions(),
 	}
-	if err := openapi3filter.ValidateRequest(ctx, in); err != nil {
-		writeProblem(w, r, validationProblem(err, body, r.Header.Get("Content-Type")))
+	if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
+		writeProblem(w, r, validationProblem(err, b, s.hints))
 		return
 	}
 	s.handlers[route.Operation.OperationID](w, r)

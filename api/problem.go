@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -65,12 +67,53 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-var unsupportedProperty = regexp.MustCompile(`^property "([^"]+)" is unsupported$`)
+var (
+	unsupportedProperty = regexp.MustCompile(`^property "([^"]+)" is unsupported$`)
+	missingProperty     = regexp.MustCompile(`^property "([^"]+)" is missing$`)
+)
+
+// body is a request body as read, for placing field errors in it.
+type body struct {
+	raw       []byte
+	mediaType string
+	pos       jobspec.Positions
+}
+
+func (b *body) toml() bool { return strings.Contains(b.mediaType, "toml") }
+
+// place sets the line and column of fe from its pointer, where the document says.
+func (b *body) place(fe *FieldError) {
+	if b == nil || fe.Pointer == "" || len(b.raw) == 0 {
+		return
+	}
+	if b.pos == nil {
+		if b.toml() {
+			b.pos = jobspec.TOMLPositions(b.raw)
+		} else {
+			b.pos = jobspec.JSONPositions(b.raw)
+		}
+	}
+	if p, ok := b.pos.Find(fe.Pointer); ok {
+		fe.Line, fe.Column = p.Line, p.Column
+	}
+}
+
+func (b *body) format() string {
+	if b != nil && b.toml() {
+		return "TOML"
+	}
+	return "JSON"
+}
+
+// hints knows the job schemas, to tell a user which kind a stray key belongs to.
+type hints struct {
+	kinds map[string]*openapi3.Schema
+}
 
 // validationProblem turns a kin-openapi request validation error into a problem: 400 for a
 // body that does not parse or a bad parameter, 422 for a body that parses but breaks the
 // schema.
-func validationProblem(err error, body []byte, mediaType string) *Problem {
+func validationProblem(err error, b *body, h hints) *Problem {
 	var syn *jobspec.SyntaxError
 	if errors.As(err, &syn) {
 		p := newProblem(http.StatusBadRequest, "malformed-body", syn.Error())
@@ -92,26 +135,27 @@ func validationProblem(err error, body []byte, mediaType string) *Problem {
 	}
 	var parseErr *openapi3filter.ParseError
 	if errors.As(reqErr.Err, &parseErr) {
-		return jsonSyntaxProblem(parseErr, body)
+		return jsonSyntaxProblem(parseErr, b)
 	}
-	fields := schemaErrors(reqErr.Err)
+	fields := h.schemaErrors(reqErr.Err)
 	if len(fields) == 0 {
 		return newProblem(http.StatusBadRequest, "invalid-request", reqErr.Error())
 	}
+	for i := range fields {
+		b.place(&fields[i])
+	}
+	return invalidJob(fields, b)
+}
+
+// invalidJob is the 422 for a job that parses but breaks the schema or a rule.
+func invalidJob(fields []FieldError, b *body) *Problem {
 	p := newProblem(http.StatusUnprocessableEntity, "invalid-job",
-		fmt.Sprintf("the %s body does not match the schema: %d problem(s)", bodyFormat(mediaType), len(fields)))
+		fmt.Sprintf("the %s job does not validate: %d problem(s)", b.format(), len(fields)))
 	p.Errors = fields
 	return p
 }
 
-func bodyFormat(mediaType string) string {
-	if strings.Contains(mediaType, "toml") {
-		return "TOML"
-	}
-	return "JSON"
-}
-
-func jsonSyntaxProblem(pe *openapi3filter.ParseError, body []byte) *Problem {
+func jsonSyntaxProblem(pe *openapi3filter.ParseError, b *body) *Problem {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	fe := FieldError{Message: pe.Error()}
@@ -122,8 +166,8 @@ func jsonSyntaxProblem(pe *openapi3filter.ParseError, body []byte) *Problem {
 	case errors.As(pe, &typ):
 		offset, fe.Message = typ.Offset, typ.Error()
 	}
-	if offset >= 0 {
-		fe.Line, fe.Column = lineColumn(body, offset)
+	if offset >= 0 && b != nil {
+		fe.Line, fe.Column = lineColumn(b.raw, offset)
 	}
 	p := newProblem(http.StatusBadRequest, "malformed-body", "JSON syntax error: "+fe.Message)
 	p.Errors = []FieldError{fe}
@@ -131,13 +175,11 @@ func jsonSyntaxProblem(pe *openapi3filter.ParseError, body []byte) *Problem {
 }
 
 // lineColumn converts a byte offset into a 1-based line and column.
-func lineColumn(body []byte, offset int64) (int, int) {
-	if offset > int64(len(body)) {
-		offset = int64(len(body))
-	}
+func lineColumn(raw []byte, offset int64) (int, int) {
+	offset = min(offset, int64(len(raw)))
 	line, col := 1, 1
-	for _, b := range body[:offset] {
-		if b == '\n' {
+	for _, c := range raw[:offset] {
+		if c == '\n' {
 			line, col = line+1, 1
 		} else {
 			col++
@@ -146,37 +188,196 @@ func lineColumn(body []byte, offset int64) (int, int) {
 	return line, col
 }
 
-// schemaErrors flattens kin-openapi's schema errors into field errors, sorted by pointer.
-func schemaErrors(err error) []FieldError {
+// schemaErrors flattens kin-openapi's schema errors into field errors a person can act on,
+// sorted by pointer.
+func (h hints) schemaErrors(err error) []FieldError {
 	var out []FieldError
-	var walk func(error)
-	walk = func(err error) {
-		var multi openapi3.MultiError
-		if errors.As(err, &multi) {
-			for _, e := range multi {
-				walk(e)
-			}
-			return
-		}
-		var se *openapi3.SchemaError
-		if errors.As(err, &se) {
-			out = append(out, fieldError(se))
-		}
-	}
-	walk(err)
+	h.collect(err, &out)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Pointer < out[j].Pointer })
 	return out
 }
 
-func fieldError(se *openapi3.SchemaError) FieldError {
+func (h hints) collect(err error, out *[]FieldError) {
+	// A SchemaError unwraps to its cause, which for oneOf is the branches' MultiError: look
+	// at the error's own type before unwrapping.
+	se, ok := err.(*openapi3.SchemaError)
+	if !ok {
+		if multi, isMulti := err.(openapi3.MultiError); isMulti {
+			for _, e := range multi {
+				h.collect(e, out)
+			}
+			return
+		}
+		if !errors.As(err, &se) {
+			return
+		}
+	}
+	ptr := pointer(se.JSONPointer())
+	switch se.SchemaField {
+	case "oneOf":
+		branches := oneOfBranches(se)
+		if len(branches) == 1 { // a discriminator picked the branch: its errors are the story
+			h.collect(branches[0], out)
+			return
+		}
+		// The branches that failed for more than the value's type are the ones the user meant.
+		var meant []error
+		for _, b := range branches {
+			if !typeMismatchAt(b, ptr) {
+				meant = append(meant, b)
+			}
+		}
+		if len(meant) == 1 {
+			h.collect(meant[0], out)
+			return
+		}
+		*out = append(*out, FieldError{Pointer: ptr, Message: "must be " + describeOneOf(se.Schema)})
+	case "discriminator":
+		*out = append(*out, FieldError{Pointer: ptr + "/kind", Message: `kind must be "rl", "gepa" or "eval"`})
+	default:
+		*out = append(*out, h.fieldError(se))
+	}
+}
+
+func oneOfBranches(se *openapi3.SchemaError) []error {
+	var branches openapi3.MultiError
+	if se.Origin != nil && errors.As(se.Origin, &branches) {
+		return branches
+	}
+	return nil
+}
+
+// typeMismatchAt reports whether a oneOf branch failed only because the value at ptr has
+// another type than the branch wants.
+func typeMismatchAt(err error, ptr string) bool {
+	if multi, ok := err.(openapi3.MultiError); ok {
+		if len(multi) != 1 {
+			return false
+		}
+		err = multi[0]
+	}
+	se, ok := err.(*openapi3.SchemaError)
+	return ok && se.SchemaField == "type" && pointer(se.JSONPointer()) == ptr
+}
+
+func describeOneOf(s *openapi3.Schema) string {
+	var kinds []string
+	for _, ref := range s.OneOf {
+		if ref.Value == nil || ref.Value.Type == nil {
+			continue
+		}
+		switch {
+		case ref.Value.Type.Is("array"):
+			kinds = append(kinds, "a list")
+		case ref.Value.Type.Is("object"):
+			kinds = append(kinds, "a table")
+		case ref.Value.Type.Is("string"):
+			kinds = append(kinds, "a string")
+		default:
+			kinds = append(kinds, "a "+ref.Value.Type.Slice()[0])
+		}
+	}
+	if len(kinds) == 0 {
+		return "one of the allowed forms"
+	}
+	return strings.Join(kinds, " or ")
+}
+
+func (h hints) fieldError(se *openapi3.SchemaError) FieldError {
 	path := se.JSONPointer()
 	msg := se.Reason
-	if m := unsupportedProperty.FindStringSubmatch(se.Reason); m != nil {
-		// kin-openapi points at the object; the user wants the key it does not know.
-		path = append(path, m[1])
-		msg = fmt.Sprintf("unknown key %q", m[1])
+	switch {
+	case unsupportedProperty.MatchString(se.Reason):
+		key := unsupportedProperty.FindStringSubmatch(se.Reason)[1]
+		msg = h.unknownKey(key, len(path) == 0, se.Schema)
+		path = append(path, key)
+	case missingProperty.MatchString(se.Reason):
+		key := missingProperty.FindStringSubmatch(se.Reason)[1]
+		msg = fmt.Sprintf("missing required key %q", key)
+		if len(path) == 0 || path[len(path)-1] != key {
+			path = append(path, key)
+		}
+	case se.SchemaField == "pattern":
+		if m, ok := se.Schema.Extensions["x-message"].(string); ok {
+			msg = m
+		}
 	}
 	return FieldError{Pointer: pointer(path), Message: msg}
+}
+
+// unknownKey says what a key the schema does not know might have meant: a near spelling of a
+// known key, or the kind of job it belongs to.
+func (h hints) unknownKey(key string, topLevel bool, s *openapi3.Schema) string {
+	msg := fmt.Sprintf("unknown key %q", key)
+	if s != nil {
+		if best := closest(key, slices.Collect(maps.Keys(s.Properties))); best != "" {
+			return msg + "; did you mean " + best + "?"
+		}
+	}
+	if topLevel {
+		var owners []string
+		for kind, ks := range h.kinds {
+			if _, ok := ks.Properties[key]; ok {
+				owners = append(owners, kind)
+			}
+		}
+		sort.Strings(owners)
+		if len(owners) > 0 {
+			how := map[string]string{"rl": "hostedtrain train submit", "gepa": "hostedtrain gepa submit", "eval": "hostedtrain eval submit"}
+			return fmt.Sprintf("%s: it is a setting of %s jobs; submit such a file with `%s` (or set kind = %q)",
+				msg, strings.Join(owners, " and "), how[owners[0]], owners[0])
+		}
+	}
+	return msg
+}
+
+// closest is the known key nearest to key in spelling, or "" if none is near enough to be
+// what the user meant.
+func closest(key string, known []string) string {
+	sort.Strings(known)
+	best, bestD := "", len(key)
+	for _, k := range known {
+		d := editDistance(strings.ToLower(key), k)
+		if d < bestD {
+			best, bestD = k, d
+		}
+	}
+	limit := max(1, len(key)/4)
+	if bestD <= limit {
+		return best
+	}
+	for _, k := range known { // a prefix of a known key: "rollouts" for rollouts_per_example
+		if len(key) >= 4 && strings.HasPrefix(k, strings.ToLower(key)) {
+			return k
+		}
+	}
+	return ""
+}
+
+// editDistance is the Damerau-Levenshtein (optimal string alignment) distance.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
 }
 
 func schemaMessage(err error) string {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
 // API is what the agent needs of the service; client.Client implements it.
@@ -170,6 +171,9 @@ type result struct {
 func (r *run) execute(ctx context.Context) result {
 	a := r.agent
 	spec := r.claim.Job.Config
+	if spec.Kind != jobspec.KindRL {
+		return result{reason: fmt.Sprintf("agent has no %s pipeline configured; it runs rl jobs", spec.Kind)}
+	}
 	if err := os.MkdirAll(r.outputDir(), 0o755); err != nil {
 		return result{reason: "work dir: " + err.Error()}
 	}
@@ -292,7 +296,12 @@ func (r *run) installEnvs(ctx context.Context) error {
 	return nil
 }
 
-// env is what the pipeline gets on top of the agent's environment.
+// env is what the pipeline gets on top of the agent's environment: the job's secrets go here
+// and nowhere else (not the config file, not the command line, not the logs).
 func (r *run) env() []string {
-	return []string{"HOSTEDTRAIN_JOB_ID=" + r.claim.Job.ID}
+	env := []string{"HOSTEDTRAIN_JOB_ID=" + r.claim.Job.ID}
+	for k, v := range r.claim.Secrets {
+		env = append(env, k+"="+v)
+	}
+	return env
 }

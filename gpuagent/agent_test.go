@@ -87,11 +87,11 @@ func (b bundle) startAgent(t *testing.T, name string, emulatorFlags ...string) (
 
 func (b bundle) submit(t *testing.T, toml string) *job.Job {
 	t.Helper()
-	j, err := b.user.SubmitJob(context.Background(), []byte(toml), "application/toml")
+	s, err := b.user.SubmitJob(context.Background(), []byte(toml), "application/toml", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return j
+	return &s.Job
 }
 
 // waitFor polls the job until cond holds (the API has no push yet).

@@ -56,7 +56,17 @@ type rlSource struct {
 }
 
 type rlTrainer struct {
-	Optim *rlOptim `toml:"optim,omitempty"`
+	Optim *rlOptim        `toml:"optim,omitempty"`
+	Model *rlTrainerModel `toml:"model,omitempty"`
+}
+
+type rlTrainerModel struct {
+	LoRA *rlLoRA `toml:"lora,omitempty"`
+}
+
+type rlLoRA struct {
+	Rank  int `toml:"rank"`
+	Alpha int `toml:"alpha"`
 }
 
 type rlOptim struct {
@@ -93,11 +103,14 @@ func renderRLConfig(jobID string, s jobspec.Spec, gpus int) ([]byte, error) {
 			BatchSize: s.BatchSize,
 			GroupSize: s.RolloutsPerExample,
 		},
-		Ckpt: rlCkpt{Interval: s.Checkpoints.Interval, KeepLast: localCheckpointsKept},
+		Ckpt: rlCkpt{KeepLast: localCheckpointsKept},
 	}
-	if s.Sampling != (jobspec.Sampling{}) {
+	if s.Checkpoints != nil {
+		f.Ckpt.Interval = s.Checkpoints.Interval
+	}
+	if sp := s.Sampling; sp != nil {
 		f.Orchestrator.Train.Sampling = &rlSampling{
-			Temperature: s.Sampling.Temperature, TopP: s.Sampling.TopP, MaxCompletionTokens: s.Sampling.MaxTokens,
+			Temperature: sp.Temperature, TopP: sp.TopP, MaxCompletionTokens: sp.MaxTokens,
 		}
 	}
 	for _, e := range s.Env {
@@ -105,8 +118,14 @@ func renderRLConfig(jobID string, s jobspec.Spec, gpus int) ([]byte, error) {
 			Name: sourceName(e.ID), ID: e.ID, Ratio: e.Weight, Args: e.Args,
 		})
 	}
-	if s.LearningRate > 0 {
-		f.Trainer = &rlTrainer{Optim: &rlOptim{LR: s.LearningRate}}
+	if s.LearningRate > 0 || s.LoRA != nil {
+		f.Trainer = &rlTrainer{}
+		if s.LearningRate > 0 {
+			f.Trainer.Optim = &rlOptim{LR: s.LearningRate}
+		}
+		if s.LoRA != nil {
+			f.Trainer.Model = &rlTrainerModel{LoRA: &rlLoRA{Rank: s.LoRA.Rank, Alpha: s.LoRA.Alpha}}
+		}
 	}
 	if s.Wandb != nil {
 		f.Monitors = &rlMonitors{Wandb: rlWandb{Entity: s.Wandb.Entity, Project: s.Wandb.Project, Name: s.Wandb.Name}}

@@ -29,16 +29,44 @@ var document []byte
 // MediaTOML is the media type of job files.
 const MediaTOML = "application/toml"
 
+// KindHeader carries, from the API's middleware to the body decoders, the kind that a job
+// file takes when it does not say: the `kind` query parameter, else rl. The discriminator of
+// JobSubmission needs `kind` in the value; users' files rarely write it. The middleware sets
+// this header on job-file requests only, overwriting any value a client sent.
+const KindHeader = "Hostedtrain-Default-Kind"
+
 func init() {
 	openapi3filter.RegisterBodyDecoder(MediaTOML, decodeTOMLBody)
+	openapi3filter.RegisterBodyDecoder("application/json", decodeJSONBody)
 }
 
-func decodeTOMLBody(r io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+func decodeTOMLBody(r io.Reader, h http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
 	}
-	return jobspec.DecodeTOML(data)
+	v, err := jobspec.DecodeTOML(data)
+	if err != nil {
+		return nil, err
+	}
+	withKind(v, h)
+	return v, nil
+}
+
+func decodeJSONBody(r io.Reader, h http.Header, s *openapi3.SchemaRef, enc openapi3filter.EncodingFn) (any, error) {
+	v, err := openapi3filter.JSONBodyDecoder(r, h, s, enc)
+	if m, ok := v.(map[string]any); ok && err == nil {
+		withKind(m, h)
+	}
+	return v, err
+}
+
+func withKind(v map[string]any, h http.Header) {
+	if k := h.Get(KindHeader); k != "" {
+		if _, ok := v["kind"]; !ok {
+			v["kind"] = k
+		}
+	}
 }
 
 // Spec is the loaded contract and the router built from it.
@@ -74,6 +102,17 @@ func Load() (*Spec, error) {
 		loaded = &Spec{Doc: doc, Router: router}
 	})
 	return loaded, loadErr
+}
+
+// KindSchemas are the job schemas by kind, for telling users which kind a key belongs to.
+func (s *Spec) KindSchemas() map[string]*openapi3.Schema {
+	out := map[string]*openapi3.Schema{}
+	for kind, name := range map[string]string{jobspec.KindRL: "RLJob", jobspec.KindGEPA: "GEPAJob", jobspec.KindEval: "EvalJob"} {
+		if ref := s.Doc.Components.Schemas[name]; ref != nil {
+			out[kind] = ref.Value
+		}
+	}
+	return out
 }
 
 // YAML is the document as embedded, for serving.

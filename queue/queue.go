@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
@@ -118,21 +117,25 @@ func (c *Client) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() 
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
-// Submit stores a new job for org and queues it.
-func (c *Client) Submit(ctx context.Context, org string, spec jobspec.Spec) (*job.Job, error) {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return nil, fmt.Errorf("queue: new id: %w", err)
+// Submit stores a new job and queues it. An empty ID gets a new one.
+func (c *Client) Submit(ctx context.Context, sub job.Submission) (*job.Job, error) {
+	if sub.ID == "" {
+		id, err := job.NewID()
+		if err != nil {
+			return nil, err
+		}
+		sub.ID = id
 	}
-	cfg, err := json.Marshal(spec)
+	cfg, err := json.Marshal(sub.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("queue: encode config: %w", err)
 	}
-	prog, _ := json.Marshal(job.Progress{MaxSteps: spec.MaxSteps})
-	jid := id.String()
+	prog, _ := json.Marshal(job.Progress{MaxSteps: sub.Spec.MaxSteps})
+	jid := sub.ID
 	res, err := submitScript.Run(ctx, c.rdb,
-		[]string{c.keys.job(jid), c.keys.events(jid), c.keys.outbox(), c.keys.orgJobs(org), c.keys.queued()},
-		jid, org, spec.Kind, spec.Name, cfg, ms(c.cfg.Now()), c.cfg.MaxAttempts, prog, c.keys.wake(),
+		[]string{c.keys.job(jid), c.keys.events(jid), c.keys.outbox(), c.keys.orgJobs(sub.Org), c.keys.queued()},
+		jid, sub.Org, sub.Spec.Kind, sub.Spec.Name, cfg, ms(c.cfg.Now()), c.cfg.MaxAttempts, prog, c.keys.wake(),
+		sub.SealedSecrets,
 	).Result()
 	if err != nil {
 		return nil, scriptErr("submit", err)
@@ -285,13 +288,17 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest) (*job.Clai
 	if !ok || len(arr) != 2 {
 		return nil, fmt.Errorf("queue: claim: unexpected reply %T", res)
 	}
-	j, err := parseJob(arr[1])
+	m, err := flatMap(arr[1])
+	if err != nil {
+		return nil, err
+	}
+	j, err := jobFromMap(m)
 	if err != nil {
 		return nil, err
 	}
 	token, _ := arr[0].(string)
 	fence, _ := strconv.ParseInt(strings.SplitN(token, ".", 2)[0], 10, 64)
-	return &job.Claim{Job: j, Lease: job.Lease{
+	return &job.Claim{Job: j, SealedSecrets: m["secrets"], Lease: job.Lease{
 		Token: token, Fence: fence, ExpiresAt: c.cfg.Now().Add(c.cfg.LeaseTTL).UTC().Truncate(time.Millisecond),
 	}}, nil
 }
@@ -405,6 +412,14 @@ func scriptErr(op string, err error) error {
 
 // parseJob reads a job from the flat field/value array HGETALL returns inside a script.
 func parseJob(res any) (*job.Job, error) {
+	m, err := flatMap(res)
+	if err != nil {
+		return nil, err
+	}
+	return jobFromMap(m)
+}
+
+func flatMap(res any) (map[string]string, error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr)%2 != 0 {
 		return nil, fmt.Errorf("queue: unexpected job reply %T", res)
@@ -415,7 +430,16 @@ func parseJob(res any) (*job.Job, error) {
 		v, _ := arr[i+1].(string)
 		m[k] = v
 	}
-	return jobFromMap(m)
+	return m, nil
+}
+
+// RunsAhead is how many queued jobs would run before a job submitted now.
+func (c *Client) RunsAhead(ctx context.Context, _ jobspec.Spec) (int, error) {
+	n, err := c.rdb.ZCard(ctx, c.keys.queued()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("queue: runs ahead: %w", err)
+	}
+	return int(n), nil
 }
 
 func jobFromMap(m map[string]string) (*job.Job, error) {

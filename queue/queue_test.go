@@ -57,7 +57,7 @@ func spec(name string) jobspec.Spec {
 
 func (b bundle) submit(t *testing.T, org, name string) *job.Job {
 	t.Helper()
-	j, err := b.q.Submit(b.ctx, org, spec(name))
+	j, err := b.q.Submit(b.ctx, job.Submission{Org: org, Spec: spec(name)})
 	if err != nil {
 		t.Fatalf("submit: %v", err)
 	}

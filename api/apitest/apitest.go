@@ -15,6 +15,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/redistest"
+	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/openapi"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
@@ -49,7 +50,15 @@ func Start(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil)})
+	entry, err := seal.NewKey("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := seal.Parse(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/redisproc"
+	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
@@ -108,6 +109,10 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	secrets, err := seal.LoadOrCreateFile(filepath.Join(data, "secrets.key"))
+	if err != nil {
+		return err
+	}
 	// api.url appears once the stack is ready; scripts wait for it.
 	urlPath := filepath.Join(data, "api.url")
 	_ = os.Remove(urlPath)
@@ -133,7 +138,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 
 	var ready atomic.Bool
 	handler, err := api.New(api.Config{
-		Queue: q, Verifier: auth.NewVerifier(keys, nil), Logger: logger.With("part", "api"),
+		Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Logger: logger.With("part", "api"),
 		Ready: func() error {
 			if !ready.Load() {
 				return errors.New("the local stack is still starting")

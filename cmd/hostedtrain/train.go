@@ -1,12 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,7 +18,8 @@ import (
 
 func newTrainCmd() *cobra.Command {
 	c := &cobra.Command{Use: "train", Short: "Submit and manage training jobs"}
-	c.AddCommand(newSubmitCmd(), newGetCmd(), newListCmd(), newCancelCmd())
+	c.AddCommand(newFileSubmitCmd("rl", "Submit an RL training job file (TOML, or JSON if it ends in .json)"),
+		newGetCmd(), newListCmd(), newCancelCmd())
 	return c
 }
 
@@ -40,65 +40,101 @@ func printJSON(w io.Writer, v any) {
 	fmt.Fprintln(w, string(b))
 }
 
-func newSubmitCmd() *cobra.Command {
-	var wait bool
-	var output string
-	var pollEvery time.Duration
+// submitOptions are the flags every submit command shares.
+type submitOptions struct {
+	wait   bool
+	dryRun bool
+	output string
+	poll   time.Duration
+	env    []string
+}
+
+func (o *submitOptions) register(c *cobra.Command) {
+	c.Flags().BoolVar(&o.wait, "wait", false, "follow the job to its end; exit 0 only if it COMPLETED")
+	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "validate and show the job as it would run, the GPUs it needs and its place in the queue; queue nothing")
+	c.Flags().DurationVar(&o.poll, "poll", 500*time.Millisecond, "how often --wait asks for news")
+	c.Flags().StringArrayVarP(&o.env, "env", "e", nil, "a secret for the run: KEY=VALUE, or KEY to take it from this environment (repeatable)")
+	outputFlag(c, &o.output)
+}
+
+// newFileSubmitCmd is `train submit`, `gepa submit` and `eval submit`: a job file of kind.
+func newFileSubmitCmd(kind, short string) *cobra.Command {
+	var o submitOptions
 	c := &cobra.Command{
 		Use:   "submit FILE",
-		Short: "Submit a job file (TOML, or JSON if it ends in .json)",
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
+			if err := checkOutput(o.output); err != nil {
 				return err
 			}
-			body, err := os.ReadFile(args[0])
+			b, err := readJobFile(args[0], o.env)
 			if err != nil {
 				return err
 			}
-			ctype := "application/toml"
-			if strings.EqualFold(filepath.Ext(args[0]), ".json") {
-				ctype = "application/json"
-			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			j, err := api.SubmitJob(cmd.Context(), body, ctype)
-			if err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
-			}
-			out := cmd.OutOrStdout()
-			if !wait {
-				if output == "json" {
-					printJSON(out, j)
-				} else {
-					fmt.Fprintf(out, "submitted job %s (%s)\n", j.ID, j.Status)
-				}
-				return nil
-			}
-			if output == "table" {
-				fmt.Fprintf(out, "submitted job %s\n", j.ID)
-			}
-			final, err := follow(cmd.Context(), api, j.ID, output == "table", out, pollEvery)
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				printJSON(out, final)
-			} else {
-				printSummary(out, final)
-			}
-			if final.Status != job.Completed {
-				return exitError{code: 1}
-			}
-			return nil
+			return submit(cmd, kind, args[0], b, o)
 		},
 	}
-	c.Flags().BoolVar(&wait, "wait", false, "follow the job to its end; exit 0 only if it COMPLETED")
-	c.Flags().DurationVar(&pollEvery, "poll", 500*time.Millisecond, "how often --wait asks for news")
-	outputFlag(c, &output)
+	o.register(c)
 	return c
+}
+
+// submit previews the job (showing its warnings before anything is queued), then submits it
+// and, with --wait, follows it.
+func submit(cmd *cobra.Command, kind, name string, b *jobBody, o submitOptions) error {
+	api, err := apiClient()
+	if err != nil {
+		return err
+	}
+	ctx, out, errOut := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	prev, err := api.PreviewJob(ctx, b.data, b.contentType, kind)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	for _, w := range prev.Warnings {
+		fmt.Fprintf(errOut, "warning: %s\n", w)
+	}
+	if o.dryRun {
+		if o.output == "json" {
+			printJSON(out, prev)
+			return nil
+		}
+		var cfg bytes.Buffer
+		_ = json.Indent(&cfg, prev.Config, "", "  ")
+		fmt.Fprintf(out, "%s is valid; it would run as:\n%s\n", name, cfg.String())
+		fmt.Fprintf(out, "needs %d×%s; %d job(s) would run before it\n", prev.GPUs.Count, prev.GPUs.Type, prev.Queue.RunsAhead)
+		return nil
+	}
+	sub, err := api.SubmitJob(ctx, b.data, b.contentType, kind)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	j := &sub.Job
+	if o.output == "table" {
+		fmt.Fprintf(out, "submitted %s job %s (%s)\n", j.Kind, j.ID, j.Status)
+		if len(b.secretNames) > 0 {
+			fmt.Fprintf(out, "  secrets sent: %s (their values are never shown again)\n", strings.Join(b.secretNames, ", "))
+		}
+	}
+	if !o.wait {
+		if o.output == "json" {
+			printJSON(out, sub)
+		}
+		return nil
+	}
+	final, err := follow(ctx, api, j.ID, o.output == "table", out, o.poll)
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		printJSON(out, final)
+	} else {
+		printSummary(out, final)
+	}
+	if final.Status != job.Completed {
+		return exitError{code: 1}
+	}
+	return nil
 }
 
 // follow prints each event of the job as it happens and its progress while it runs, and

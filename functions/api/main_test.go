@@ -15,6 +15,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/redistest"
+	"github.com/hostedtrain/hostedtrain/internal/seal"
 )
 
 func loadEvent(t *testing.T, name, token string) events.APIGatewayV2HTTPRequest {
@@ -40,9 +41,14 @@ func TestLambdaServesTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sealKey, err := seal.NewKey("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{
-		"HOSTEDTRAIN_REDIS_URL": "redis://" + rs.Addr + "/0",
-		"HOSTEDTRAIN_JWT_KEYS":  keys.String(),
+		"HOSTEDTRAIN_REDIS_URL":    "redis://" + rs.Addr + "/0",
+		"HOSTEDTRAIN_JWT_KEYS":     keys.String(),
+		"HOSTEDTRAIN_SECRETS_KEYS": sealKey,
 	}
 	h, err := newHandler(func(k string) string { return env[k] }, nil)
 	if err != nil {

@@ -62,20 +62,24 @@ func (e *Error) Error() string {
 		b.WriteString(": " + e.Problem.Detail)
 	}
 	for _, f := range e.Problem.Errors {
-		b.WriteString("\n  ")
-		switch {
-		case f.Line > 0 && f.Pointer != "":
-			fmt.Fprintf(&b, "line %d: %s: ", f.Line, f.Pointer)
-		case f.Line > 0:
-			fmt.Fprintf(&b, "line %d, column %d: ", f.Line, f.Column)
-		case f.Pointer != "":
-			b.WriteString(f.Pointer + ": ")
-		case f.Parameter != "":
-			b.WriteString("parameter " + f.Parameter + ": ")
-		}
-		b.WriteString(f.Message)
+		b.WriteString("\n  " + f.String())
 	}
 	return b.String()
+}
+
+// String places the message: "line 3 (/sampling/max_token): unknown key ...".
+func (f FieldError) String() string {
+	switch {
+	case f.Line > 0 && f.Pointer != "":
+		return fmt.Sprintf("line %d (%s): %s", f.Line, f.Pointer, f.Message)
+	case f.Line > 0:
+		return fmt.Sprintf("line %d, column %d: %s", f.Line, f.Column, f.Message)
+	case f.Pointer != "":
+		return f.Pointer + ": " + f.Message
+	case f.Parameter != "":
+		return "parameter " + f.Parameter + ": " + f.Message
+	}
+	return f.Message
 }
 
 // Unwrap maps the answers the agent acts on to the job package's sentinels.
@@ -141,13 +145,49 @@ func (c *Client) postJSON(ctx context.Context, path string, in, out any) (bool, 
 	return c.do(ctx, http.MethodPost, path, "application/json", body, out)
 }
 
-// SubmitJob sends a job file; contentType is application/toml or application/json.
-func (c *Client) SubmitJob(ctx context.Context, body []byte, contentType string) (*job.Job, error) {
-	var j job.Job
-	if _, err := c.do(ctx, http.MethodPost, "/v1/jobs", contentType, body, &j); err != nil {
+// Submitted is the answer to a submit: the job and what will surprise about it.
+type Submitted struct {
+	job.Job
+	Warnings []FieldError `json:"warnings"`
+}
+
+// Preview is a job as it would run, without queueing it.
+type Preview struct {
+	Config   json.RawMessage `json:"config"`
+	Warnings []FieldError    `json:"warnings"`
+	GPUs     struct {
+		Count int    `json:"count"`
+		Type  string `json:"type"`
+	} `json:"gpus"`
+	Queue struct {
+		RunsAhead int `json:"runs_ahead"`
+	} `json:"queue"`
+}
+
+func jobPath(base, kind string) string {
+	if kind == "" {
+		return base
+	}
+	return base + "?kind=" + url.QueryEscape(kind)
+}
+
+// SubmitJob sends a job file; contentType is application/toml or application/json, and kind
+// is what a file that does not say is taken for ("" for rl).
+func (c *Client) SubmitJob(ctx context.Context, body []byte, contentType, kind string) (*Submitted, error) {
+	var s Submitted
+	if _, err := c.do(ctx, http.MethodPost, jobPath("/v1/jobs", kind), contentType, body, &s); err != nil {
 		return nil, err
 	}
-	return &j, nil
+	return &s, nil
+}
+
+// PreviewJob validates and normalizes a job file without queueing it.
+func (c *Client) PreviewJob(ctx context.Context, body []byte, contentType, kind string) (*Preview, error) {
+	var p Preview
+	if _, err := c.do(ctx, http.MethodPost, jobPath("/v1/jobs/preview", kind), contentType, body, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // GetJob fetches one job.

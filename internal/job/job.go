@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
@@ -106,11 +108,33 @@ type GPU struct {
 	Count int    `json:"count"`
 }
 
-// Claim is a job handed to an agent with its lease (and, on the wire, how often to heartbeat).
+// Claim is a job handed to an agent with its lease (and, on the wire, how often to heartbeat
+// and the job's secrets, decrypted for the lease holder alone).
 type Claim struct {
-	Job                      *Job    `json:"job"`
-	Lease                    Lease   `json:"lease"`
-	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds"`
+	Job                      *Job              `json:"job"`
+	Lease                    Lease             `json:"lease"`
+	HeartbeatIntervalSeconds float64           `json:"heartbeat_interval_seconds"`
+	Secrets                  map[string]string `json:"secrets,omitempty"`
+	// SealedSecrets is the stored, encrypted form; it never leaves the service.
+	SealedSecrets string `json:"-"`
+}
+
+// Submission is a validated, normalized job to store and queue.
+type Submission struct {
+	ID   string
+	Org  string
+	Spec jobspec.Spec
+	// SealedSecrets are the job's secrets, encrypted by the API (seal package); "" for none.
+	SealedSecrets string
+}
+
+// NewID returns a new job id: a UUIDv7, so ids sort by creation time.
+func NewID() (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("job: new id: %w", err)
+	}
+	return id.String(), nil
 }
 
 // Heartbeat is an agent's periodic report on a job it holds.

@@ -1,15 +1,20 @@
 // Package jobspec turns the job files users write (the hosted TOML of `prime train`, its
-// self-hosted prime-rl form, or the same object as JSON) into one normalized Spec.
+// self-hosted prime-rl form, GEPA and eval files, or the same objects as JSON) into one
+// normalized Spec, and checks the rules a schema cannot say.
 //
 // Schema validation happens before this package sees a value: the OpenAPI document is the
-// contract for types, ranges and unknown keys. This package maps the aliases users bring
-// (`model_name`, a single `[env]` table, `[checkpointing]`) onto the one shape and fills
-// defaults, so that what the API echoes back is what will run.
+// contract for types, ranges and unknown keys. Normalize maps the aliases users bring
+// (`model_name`, a single `[env]` table, `env_id`, `[checkpointing]`) onto one shape and
+// fills defaults, so that what the API echoes back is what will run.
 package jobspec
 
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
 )
 
 // Job kinds.
@@ -19,44 +24,141 @@ const (
 	KindEval = "eval"
 )
 
-// Defaults taken from the public `prime` CLI, so a file means the same thing here and there.
+// Defaults. The rl ones are the public `prime` CLI's, so a file means the same here and there;
+// the GEPA ones are `prime gepa run`'s (seed 004); the eval ones are `prime eval run`'s.
 const (
 	DefaultMaxSteps           = 100
 	DefaultBatchSize          = 128
 	DefaultRolloutsPerExample = 8
 	DefaultCheckpointInterval = 50
 	DefaultKeepCloud          = 5
+	DefaultLoRARank           = 32
+	DefaultLoRAAlpha          = 64
+
+	DefaultGEPAMaxCalls      = 500
+	DefaultGEPANumTrain      = 100
+	DefaultGEPANumVal        = 50
+	DefaultGEPAMinibatchSize = 3
+
+	DefaultEvalNumExamples        = 5
+	DefaultEvalRolloutsPerExample = 3
+
+	DefaultGPUType = "H100"
 )
 
-// Spec is the normalized job: every alias resolved, every default filled in.
+// Spec is the normalized job: every alias resolved, every default filled in. Fields that do
+// not apply to the job's kind are left empty.
 type Spec struct {
-	Kind               string      `json:"kind"`
-	Name               string      `json:"name,omitempty"`
-	Model              string      `json:"model"`
-	MaxSteps           int         `json:"max_steps"`
-	BatchSize          int         `json:"batch_size"`
-	RolloutsPerExample int         `json:"rollouts_per_example"`
-	LearningRate       float64     `json:"learning_rate,omitempty"`
-	Sampling           Sampling    `json:"sampling"`
-	Env                []Env       `json:"env"`
-	Wandb              *Wandb      `json:"wandb,omitempty"`
-	Checkpoints        Checkpoints `json:"checkpoints"`
+	Kind      string    `json:"kind"`
+	Name      string    `json:"name,omitempty"`
+	Model     string    `json:"model"`
+	Env       []Env     `json:"env"`
+	Resources Resources `json:"resources"`
+	// Secrets are the names of the job's secrets; their values never appear in a Spec.
+	Secrets []string `json:"secrets,omitempty"`
 	// EnvFiles are the secret files the job named; the CLI reads them, the server never does.
 	EnvFiles []string `json:"env_files,omitempty"`
+
+	// rl
+	Loss                string               `json:"loss,omitempty"`
+	Teacher             string               `json:"teacher,omitempty"`
+	MaxSteps            int                  `json:"max_steps,omitempty"`
+	BatchSize           int                  `json:"batch_size,omitempty"`
+	RolloutsPerExample  int                  `json:"rollouts_per_example,omitempty"`
+	MaxInflightRollouts int                  `json:"max_inflight_rollouts,omitempty"`
+	OversamplingFactor  float64              `json:"oversampling_factor,omitempty"`
+	LearningRate        float64              `json:"learning_rate,omitempty"`
+	LoRA                *LoRA                `json:"lora,omitempty"`
+	DifficultyFiltering *DifficultyFiltering `json:"difficulty_filtering,omitempty"`
+	Parallelism         *Parallelism         `json:"parallelism,omitempty"`
+	CheckpointID        string               `json:"checkpoint_id,omitempty"`
+	Sampling            *Sampling            `json:"sampling,omitempty"`
+	Eval                *OnlineEval          `json:"eval,omitempty"`
+	Val                 *Val                 `json:"val,omitempty"`
+	PreBatchFilters     []Filter             `json:"pre_batch_filters,omitempty"`
+	PostBatchFilters    []Filter             `json:"post_batch_filters,omitempty"`
+	Wandb               *Wandb               `json:"wandb,omitempty"`
+	Checkpoints         *Checkpoints         `json:"checkpoints,omitempty"`
+	Adapters            *Adapters            `json:"adapters,omitempty"`
+
+	// gepa
+	GEPA *GEPA `json:"gepa,omitempty"`
+	// eval
+	Evaluation *Evaluation `json:"evaluation,omitempty"`
 }
 
-// Sampling holds the rollout sampling parameters.
-type Sampling struct {
-	MaxTokens   int      `json:"max_tokens,omitempty"`
-	Temperature *float64 `json:"temperature,omitempty"`
-	TopP        *float64 `json:"top_p,omitempty"`
-}
-
-// Env is one Environments Hub environment to train on.
+// Env is one Environments Hub environment; a pinned version is part of ID (`owner/name@1.0`).
 type Env struct {
-	ID     string         `json:"id"`
-	Args   map[string]any `json:"args,omitempty"`
-	Weight float64        `json:"weight"`
+	ID         string         `json:"id"`
+	Name       string         `json:"name,omitempty"`
+	Args       map[string]any `json:"args,omitempty"`
+	Weight     float64        `json:"weight"`
+	MaxRetries *int           `json:"max_retries,omitempty"`
+}
+
+// Resources is what a job needs from one node.
+type Resources struct {
+	GPUs    int    `json:"gpus"`
+	GPUType string `json:"gpu_type"`
+}
+
+// Sampling holds rollout sampling parameters.
+type Sampling struct {
+	MaxTokens       int            `json:"max_tokens,omitempty"`
+	Temperature     *float64       `json:"temperature,omitempty"`
+	TopP            *float64       `json:"top_p,omitempty"`
+	TempScheduler   *TempScheduler `json:"temp_scheduler,omitempty"`
+	ExtraBody       map[string]any `json:"extra_body,omitempty"`
+	EnableThinking  *bool          `json:"enable_thinking,omitempty"`
+	ReasoningEffort string         `json:"reasoning_effort,omitempty"`
+}
+
+// TempScheduler anneals the sampling temperature over the run.
+type TempScheduler struct {
+	Type             string   `json:"type"`
+	StartTemperature *float64 `json:"start_temperature,omitempty"`
+	EndTemperature   *float64 `json:"end_temperature,omitempty"`
+	TotalSteps       int      `json:"total_steps,omitempty"`
+}
+
+// LoRA trains low-rank adapters instead of the full weights.
+type LoRA struct {
+	Rank  int `json:"rank"`
+	Alpha int `json:"alpha"`
+}
+
+// DifficultyFiltering skips groups whose reward variance is below Threshold.
+type DifficultyFiltering struct {
+	Threshold float64 `json:"threshold"`
+}
+
+// Parallelism splits the model across GPUs.
+type Parallelism struct {
+	TensorParallelSize   int `json:"tensor_parallel_size"`
+	PipelineParallelSize int `json:"pipeline_parallel_size"`
+}
+
+// OnlineEval evaluates during an RL run (prime's [eval]).
+type OnlineEval struct {
+	Interval           int       `json:"interval,omitempty"`
+	NumExamples        int       `json:"num_examples,omitempty"`
+	RolloutsPerExample int       `json:"rollouts_per_example,omitempty"`
+	SkipFirstStep      bool      `json:"skip_first_step,omitempty"`
+	Sampling           *Sampling `json:"sampling,omitempty"`
+	Env                []Env     `json:"env,omitempty"`
+}
+
+// Val is prime's [val].
+type Val struct {
+	NumExamples        int `json:"num_examples,omitempty"`
+	RolloutsPerExample int `json:"rollouts_per_example,omitempty"`
+	Interval           int `json:"interval,omitempty"`
+}
+
+// Filter drops or flags rollouts before or after a batch.
+type Filter struct {
+	Type    string `json:"type"`
+	Enforce *bool  `json:"enforce,omitempty"`
 }
 
 // Wandb says where the run logs to Weights & Biases.
@@ -66,85 +168,540 @@ type Wandb struct {
 	Name    string `json:"name,omitempty"`
 }
 
-// Checkpoints says how often the trainer saves and how many saved steps the service keeps.
+// Checkpoints says how often the trainer saves and how many the service keeps.
 type Checkpoints struct {
 	Interval int `json:"interval"`
 	// KeepCloud is how many of the newest checkpoints stay in object storage; -1 keeps all.
 	KeepCloud int `json:"keep_cloud"`
 }
 
-// FromValue normalizes a schema-valid job value (decoded from TOML or JSON) into a Spec.
-// The value is not modified.
-func FromValue(v map[string]any) (Spec, error) {
-	m := make(map[string]any, len(v))
-	for k, e := range v {
-		m[k] = e
-	}
-	rename(m, "model_name", "model")
-	if envs, ok := m["env"].(map[string]any); ok { // a single [env] table
-		m["env"] = []any{envs}
-	}
-	if f, ok := m["env_file"]; ok {
-		delete(m, "env_file")
-		switch f := f.(type) {
-		case string:
-			m["env_files"] = []any{f}
-		default:
-			m["env_files"] = f
-		}
-	}
-	if c, ok := m["checkpointing"].(map[string]any); ok {
-		delete(m, "checkpointing")
-		ck := map[string]any{}
-		if x, ok := c["save_every_n_steps"]; ok {
-			ck["interval"] = x
-		}
-		if x, ok := c["keep_n_checkpoints"]; ok {
-			ck["keep_cloud"] = x
-		}
-		m["checkpoints"] = ck
-	}
+// Adapters is prime's [adapters]: how often LoRA adapters are exported and how many kept.
+type Adapters struct {
+	Interval int `json:"interval,omitempty"`
+	KeepLast int `json:"keep_last,omitempty"`
+}
 
-	raw, err := json.Marshal(m)
+// GEPA holds a prompt optimization's settings.
+type GEPA struct {
+	ReflectionModel string   `json:"reflection_model"`
+	MaxCalls        int      `json:"max_calls"`
+	NumTrain        int      `json:"num_train"`
+	NumVal          int      `json:"num_val"`
+	MinibatchSize   int      `json:"minibatch_size"`
+	PerfectScore    *float64 `json:"perfect_score,omitempty"`
+	StateColumns    []string `json:"state_columns,omitempty"`
+}
+
+// Evaluation holds an eval job's settings.
+type Evaluation struct {
+	NumExamples        int  `json:"num_examples"`
+	RolloutsPerExample int  `json:"rollouts_per_example"`
+	SaveResults        bool `json:"save_results,omitempty"`
+}
+
+// Issue is one thing wrong with, or surprising about, a job file: a JSON pointer into the
+// file as written (so it can be turned into a line) and a message a person understands.
+type Issue struct {
+	Pointer string `json:"pointer"`
+	Message string `json:"message"`
+}
+
+// Result is a normalized job and what the rules found.
+type Result struct {
+	Spec    Spec
+	Secrets map[string]string
+	// Errors refuse the job; Warnings let it run but will be shown.
+	Errors   []Issue
+	Warnings []Issue
+}
+
+// input is a job file as written, after schema validation.
+type input struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+
+	Model     string            `json:"model"`
+	ModelName string            `json:"model_name"`
+	EnvID     string            `json:"env_id"`
+	Args      map[string]any    `json:"args"`
+	Env       json.RawMessage   `json:"env"`
+	EnvFile   json.RawMessage   `json:"env_file"`
+	EnvFiles  []string          `json:"env_files"`
+	Secrets   map[string]string `json:"secrets"`
+
+	Loss                   string              `json:"loss"`
+	Teacher                string              `json:"teacher"`
+	MaxSteps               *int                `json:"max_steps"`
+	BatchSize              *int                `json:"batch_size"`
+	RolloutsPerExample     *int                `json:"rollouts_per_example"`
+	MaxInflightRollouts    int                 `json:"max_inflight_rollouts"`
+	OversamplingFactor     float64             `json:"oversampling_factor"`
+	LearningRate           float64             `json:"learning_rate"`
+	UseLoRA                *bool               `json:"use_lora"`
+	LoRARank               int                 `json:"lora_rank"`
+	LoRAAlpha              int                 `json:"lora_alpha"`
+	UseDifficultyFiltering *bool               `json:"use_difficulty_filtering"`
+	DifficultyThreshold    *float64            `json:"difficulty_threshold"`
+	NumGPUs                int                 `json:"num_gpus"`
+	TensorParallelSize     int                 `json:"tensor_parallel_size"`
+	PipelineParallelSize   int                 `json:"pipeline_parallel_size"`
+	CheckpointID           string              `json:"checkpoint_id"`
+	Sampling               *Sampling           `json:"sampling"`
+	Eval                   *OnlineEval         `json:"eval"`
+	Val                    *Val                `json:"val"`
+	PreBatchFilters        []Filter            `json:"pre_batch_filters"`
+	PostBatchFilters       []Filter            `json:"post_batch_filters"`
+	Wandb                  *Wandb              `json:"wandb"`
+	Checkpoints            *checkpointsInput   `json:"checkpoints"`
+	Checkpointing          *checkpointingInput `json:"checkpointing"`
+	Adapters               *Adapters           `json:"adapters"`
+
+	ReflectionModel string   `json:"reflection_model"`
+	MaxCalls        int      `json:"max_calls"`
+	NumTrain        int      `json:"num_train"`
+	NumVal          int      `json:"num_val"`
+	MinibatchSize   int      `json:"minibatch_size"`
+	PerfectScore    *float64 `json:"perfect_score"`
+	StateColumns    []string `json:"state_columns"`
+
+	NumExamples *int `json:"num_examples"`
+	SaveResults bool `json:"save_results"`
+}
+
+type checkpointsInput struct {
+	Interval  int  `json:"interval"`
+	KeepCloud *int `json:"keep_cloud"`
+}
+
+type checkpointingInput struct {
+	SaveEveryNSteps  int  `json:"save_every_n_steps"`
+	KeepNCheckpoints *int `json:"keep_n_checkpoints"`
+}
+
+type envInput struct {
+	ID         string         `json:"id"`
+	Name       string         `json:"name"`
+	Args       map[string]any `json:"args"`
+	Weight     float64        `json:"weight"`
+	MaxRetries *int           `json:"max_retries"`
+	Version    string         `json:"version"`
+}
+
+// normalizer carries the issues found while normalizing one file.
+type normalizer struct {
+	res *Result
+}
+
+func (n *normalizer) fail(ptr, format string, args ...any) {
+	n.res.Errors = append(n.res.Errors, Issue{Pointer: ptr, Message: fmt.Sprintf(format, args...)})
+}
+
+func (n *normalizer) warn(ptr, format string, args ...any) {
+	n.res.Warnings = append(n.res.Warnings, Issue{Pointer: ptr, Message: fmt.Sprintf(format, args...)})
+}
+
+// Normalize turns a schema-valid job value (decoded from TOML or JSON, `kind` set) into a
+// Spec and its secrets, and checks the rules the schema cannot say. The value is not modified.
+// The error is for values the schema should have refused; rule violations are Result.Errors.
+func Normalize(v map[string]any) (Result, error) {
+	raw, err := json.Marshal(v)
 	if err != nil {
-		return Spec{}, fmt.Errorf("jobspec: encode: %w", err)
+		return Result{}, fmt.Errorf("jobspec: encode: %w", err)
 	}
-	s := Spec{Checkpoints: Checkpoints{KeepCloud: DefaultKeepCloud}}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return Spec{}, fmt.Errorf("jobspec: decode: %w", err)
+	var in input
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return Result{}, fmt.Errorf("jobspec: decode: %w", err)
 	}
-	s.fillDefaults()
-	return s, nil
-}
-
-func rename(m map[string]any, from, to string) {
-	if x, ok := m[from]; ok {
-		delete(m, from)
-		if _, taken := m[to]; !taken {
-			m[to] = x
-		}
-	}
-}
-
-func (s *Spec) fillDefaults() {
+	res := Result{Secrets: in.Secrets}
+	n := &normalizer{res: &res}
+	s := &res.Spec
+	s.Kind = in.Kind
 	if s.Kind == "" {
 		s.Kind = KindRL
 	}
-	if s.MaxSteps == 0 {
-		s.MaxSteps = DefaultMaxSteps
+	s.Name = in.Name
+	s.Model = in.Model
+	n.secrets(in, s)
+	if err := n.envFiles(in, s); err != nil {
+		return Result{}, err
 	}
-	if s.BatchSize == 0 {
-		s.BatchSize = DefaultBatchSize
+
+	switch s.Kind {
+	case KindRL:
+		if err := n.rl(in, s); err != nil {
+			return Result{}, err
+		}
+	case KindGEPA:
+		n.envFromID(in, s)
+		s.GEPA = &GEPA{
+			ReflectionModel: or(in.ReflectionModel, s.Model),
+			MaxCalls:        orInt(in.MaxCalls, DefaultGEPAMaxCalls),
+			NumTrain:        orInt(in.NumTrain, DefaultGEPANumTrain),
+			NumVal:          orInt(in.NumVal, DefaultGEPANumVal),
+			MinibatchSize:   orInt(in.MinibatchSize, DefaultGEPAMinibatchSize),
+			PerfectScore:    in.PerfectScore,
+			StateColumns:    in.StateColumns,
+		}
+		s.Resources = Resources{GPUs: servingGPUs(s.Model), GPUType: DefaultGPUType}
+	case KindEval:
+		n.envFromID(in, s)
+		s.Evaluation = &Evaluation{
+			NumExamples:        DefaultEvalNumExamples,
+			RolloutsPerExample: DefaultEvalRolloutsPerExample,
+			SaveResults:        in.SaveResults,
+		}
+		if in.NumExamples != nil {
+			s.Evaluation.NumExamples = *in.NumExamples
+		}
+		if in.RolloutsPerExample != nil {
+			s.Evaluation.RolloutsPerExample = *in.RolloutsPerExample
+		}
+		s.Sampling = in.Sampling
+		n.sampling("/sampling", s.Sampling)
+		s.Resources = Resources{GPUs: servingGPUs(s.Model), GPUType: DefaultGPUType}
+	default:
+		return Result{}, fmt.Errorf("jobspec: unknown kind %q", s.Kind)
 	}
-	if s.RolloutsPerExample == 0 {
-		s.RolloutsPerExample = DefaultRolloutsPerExample
+	if s.Model == "" {
+		n.fail("/model", `a job needs a model: add model = "Qwen/Qwen3-4B-Instruct-2507" (or another Hugging Face id)`)
 	}
-	for i := range s.Env {
-		if s.Env[i].Weight == 0 {
-			s.Env[i].Weight = 1
+	if in.Wandb != nil && (in.Wandb.Project != "" || in.Wandb.Entity != "") && in.Secrets["WANDB_API_KEY"] == "" {
+		n.warn("/wandb", "there is no WANDB_API_KEY among the secrets, so this run will not log to W&B; "+
+			"add WANDB_API_KEY to an env_file or pass -e WANDB_API_KEY")
+	}
+	return res, nil
+}
+
+func (n *normalizer) rl(in input, s *Spec) error {
+	switch {
+	case in.Model != "" && in.ModelName != "":
+		n.fail("/model_name", "set model or model_name, not both (model_name is the prime-rl spelling of model)")
+	case in.Model == "":
+		s.Model = in.ModelName
+	}
+	envs, err := n.envList(in.Env, "/env")
+	if err != nil {
+		return err
+	}
+	s.Env = envs
+	if len(envs) == 0 {
+		n.fail("/env", `a job needs at least one environment: add an [[env]] table with id = "owner/name"`)
+	}
+
+	s.Loss = or(in.Loss, "rl")
+	s.Teacher = in.Teacher
+	if s.Teacher != "" && s.Loss != "sft" {
+		n.fail("/teacher", `teacher is for distillation: it applies only with loss = "sft"`)
+	}
+	s.MaxSteps = deref(in.MaxSteps, DefaultMaxSteps)
+	s.BatchSize = deref(in.BatchSize, DefaultBatchSize)
+	s.RolloutsPerExample = deref(in.RolloutsPerExample, DefaultRolloutsPerExample)
+	if s.BatchSize%s.RolloutsPerExample != 0 {
+		n.fail(ptrOr(in.BatchSize != nil, "/batch_size", "/rollouts_per_example"),
+			"batch_size (%d) must be a multiple of rollouts_per_example (%d): each example's rollouts form one group of a batch; try batch_size = %d",
+			s.BatchSize, s.RolloutsPerExample, roundUp(s.BatchSize, s.RolloutsPerExample))
+	}
+	s.MaxInflightRollouts = in.MaxInflightRollouts
+	s.OversamplingFactor = in.OversamplingFactor
+	if in.MaxInflightRollouts > 0 {
+		if in.MaxInflightRollouts < s.RolloutsPerExample {
+			n.fail("/max_inflight_rollouts", "max_inflight_rollouts (%d) must be at least rollouts_per_example (%d), or no group could ever complete",
+				in.MaxInflightRollouts, s.RolloutsPerExample)
+		}
+		if in.OversamplingFactor > 0 {
+			n.fail("/oversampling_factor", "set max_inflight_rollouts or oversampling_factor, not both: both bound the rollouts in flight")
 		}
 	}
-	if s.Checkpoints.Interval == 0 {
-		s.Checkpoints.Interval = min(DefaultCheckpointInterval, s.MaxSteps)
+	s.LearningRate = in.LearningRate
+	s.CheckpointID = in.CheckpointID
+
+	loraFields := in.LoRARank > 0 || in.LoRAAlpha > 0
+	switch {
+	case in.UseLoRA != nil && !*in.UseLoRA:
+		if loraFields {
+			n.warn(ptrOr(in.LoRARank > 0, "/lora_rank", "/lora_alpha"), "use_lora = false, so lora_rank and lora_alpha are ignored and the full model is trained")
+		}
+	case (in.UseLoRA != nil && *in.UseLoRA) || loraFields:
+		s.LoRA = &LoRA{Rank: orInt(in.LoRARank, DefaultLoRARank), Alpha: orInt(in.LoRAAlpha, DefaultLoRAAlpha)}
 	}
+	switch {
+	case in.UseDifficultyFiltering != nil && *in.UseDifficultyFiltering:
+		s.DifficultyFiltering = &DifficultyFiltering{}
+		if in.DifficultyThreshold != nil {
+			s.DifficultyFiltering.Threshold = *in.DifficultyThreshold
+		}
+	case in.DifficultyThreshold != nil:
+		n.warn("/difficulty_threshold", "difficulty_threshold has no effect unless use_difficulty_filtering = true")
+	}
+
+	gpus := in.NumGPUs
+	if gpus == 0 {
+		gpus = trainingGPUs(s.Model)
+	}
+	s.Resources = Resources{GPUs: gpus, GPUType: DefaultGPUType}
+	if in.TensorParallelSize > 0 || in.PipelineParallelSize > 0 {
+		p := &Parallelism{TensorParallelSize: orInt(in.TensorParallelSize, 1), PipelineParallelSize: orInt(in.PipelineParallelSize, 1)}
+		s.Parallelism = p
+		switch {
+		case gpus%p.TensorParallelSize != 0:
+			n.fail("/tensor_parallel_size", "tensor_parallel_size (%d) must divide the job's GPUs (%d)%s",
+				p.TensorParallelSize, gpus, gpuSource(in.NumGPUs))
+		case p.TensorParallelSize*p.PipelineParallelSize > gpus:
+			n.fail("/pipeline_parallel_size", "tensor_parallel_size × pipeline_parallel_size (%d × %d) is more than the job's GPUs (%d)%s",
+				p.TensorParallelSize, p.PipelineParallelSize, gpus, gpuSource(in.NumGPUs))
+		}
+	}
+
+	s.Sampling = in.Sampling
+	n.sampling("/sampling", s.Sampling)
+	if ts := samplingScheduler(s.Sampling); ts != nil && ts.TotalSteps > s.MaxSteps {
+		n.warn("/sampling/temp_scheduler/total_steps", "temp_scheduler.total_steps (%d) is beyond max_steps (%d): the schedule will not finish", ts.TotalSteps, s.MaxSteps)
+	}
+	if in.Eval != nil {
+		ev := *in.Eval
+		envs, err := n.envList(mustJSON(in.Eval.Env), "/eval/env")
+		if err != nil {
+			return err
+		}
+		ev.Env = envs
+		s.Eval = &ev
+		n.sampling("/eval/sampling", ev.Sampling)
+		if ev.Interval > s.MaxSteps {
+			n.warn("/eval/interval", "eval.interval (%d) is beyond max_steps (%d): no evaluation will run during training", ev.Interval, s.MaxSteps)
+		}
+	}
+	s.Val = in.Val
+	s.PreBatchFilters = in.PreBatchFilters
+	s.PostBatchFilters = in.PostBatchFilters
+	s.Wandb = in.Wandb
+	s.Adapters = in.Adapters
+
+	ck := Checkpoints{Interval: min(DefaultCheckpointInterval, s.MaxSteps), KeepCloud: DefaultKeepCloud}
+	switch {
+	case in.Checkpoints != nil && in.Checkpointing != nil:
+		n.fail("/checkpointing", "set [checkpoints] or [checkpointing], not both ([checkpointing] is the prime-rl spelling)")
+	case in.Checkpoints != nil:
+		ck.Interval = orInt(in.Checkpoints.Interval, ck.Interval)
+		ck.KeepCloud = deref(in.Checkpoints.KeepCloud, ck.KeepCloud)
+	case in.Checkpointing != nil:
+		ck.Interval = orInt(in.Checkpointing.SaveEveryNSteps, ck.Interval)
+		ck.KeepCloud = deref(in.Checkpointing.KeepNCheckpoints, ck.KeepCloud)
+	}
+	if ck.KeepCloud == 0 {
+		n.fail(ptrOr(in.Checkpointing != nil, "/checkpointing/keep_n_checkpoints", "/checkpoints/keep_cloud"),
+			"keeping 0 checkpoints would leave nothing to resume from or download; use -1 to keep all, or a positive number")
+	}
+	if ck.Interval > s.MaxSteps {
+		n.warn(ptrOr(in.Checkpointing != nil, "/checkpointing/save_every_n_steps", "/checkpoints/interval"),
+			"the checkpoint interval (%d) is beyond max_steps (%d): an interrupted run would restart from step 0", ck.Interval, s.MaxSteps)
+	}
+	s.Checkpoints = &ck
+	return nil
+}
+
+func (n *normalizer) sampling(ptr string, sp *Sampling) {
+	if sp == nil {
+		return
+	}
+	if sp.EnableThinking != nil && sp.ReasoningEffort != "" {
+		n.fail(ptr+"/reasoning_effort", "set enable_thinking or reasoning_effort, not both: reasoning_effort already turns thinking on at a level")
+	}
+}
+
+func samplingScheduler(sp *Sampling) *TempScheduler {
+	if sp == nil {
+		return nil
+	}
+	return sp.TempScheduler
+}
+
+// envList reads `[[env]]` (a list) or a single `[env]` table, at ptr.
+func (n *normalizer) envList(raw json.RawMessage, ptr string) ([]Env, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var list []envInput
+	var ptrs []string
+	if raw[0] == '{' {
+		var one envInput
+		if err := json.Unmarshal(raw, &one); err != nil {
+			return nil, fmt.Errorf("jobspec: env: %w", err)
+		}
+		list, ptrs = []envInput{one}, []string{ptr}
+	} else {
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("jobspec: env: %w", err)
+		}
+		for i := range list {
+			ptrs = append(ptrs, ptr+"/"+strconv.Itoa(i))
+		}
+	}
+	out := make([]Env, 0, len(list))
+	for i, e := range list {
+		id := n.envID(ptrs[i]+"/id", e.ID)
+		if e.Version != "" {
+			base, pinned, hasPin := strings.Cut(id, "@")
+			if hasPin && pinned != e.Version {
+				n.fail(ptrs[i]+"/version", "version %q disagrees with the version in id %q; keep one", e.Version, e.ID)
+			}
+			id = base + "@" + e.Version
+		}
+		w := e.Weight
+		if w == 0 {
+			w = 1
+		}
+		out = append(out, Env{ID: id, Name: e.Name, Args: e.Args, Weight: w, MaxRetries: e.MaxRetries})
+	}
+	return out, nil
+}
+
+// envFromID reads the `env_id` (and `args`) of GEPA and eval files.
+func (n *normalizer) envFromID(in input, s *Spec) {
+	if in.EnvID == "" {
+		n.fail("/env_id", `a job needs an environment: add env_id = "owner/name"`)
+		return
+	}
+	s.Env = []Env{{ID: n.envID("/env_id", in.EnvID), Args: in.Args, Weight: 1}}
+}
+
+// envID checks what the schema's pattern cannot: an id must never be able to name a path.
+func (n *normalizer) envID(ptr, id string) string {
+	if strings.Contains(id, "..") {
+		n.fail(ptr, "an environment id must not contain `..`: it is `name` or `owner/name`, optionally `@version`")
+	}
+	return id
+}
+
+var secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (n *normalizer) secrets(in input, s *Spec) {
+	for name := range in.Secrets {
+		if !secretName.MatchString(name) || len(name) > 128 {
+			// The name, not the value: values never appear in messages.
+			n.fail("/secrets/"+escapePointer(name), "a secret's name is an environment variable name (letters, digits and _, not starting with a digit); %q is not", name)
+			continue
+		}
+		s.Secrets = append(s.Secrets, name)
+	}
+	sort.Strings(s.Secrets)
+}
+
+func (n *normalizer) envFiles(in input, s *Spec) error {
+	if len(in.EnvFile) > 0 && string(in.EnvFile) != "null" {
+		if in.EnvFile[0] == '"' {
+			var one string
+			if err := json.Unmarshal(in.EnvFile, &one); err != nil {
+				return fmt.Errorf("jobspec: env_file: %w", err)
+			}
+			s.EnvFiles = append(s.EnvFiles, one)
+		} else {
+			var list []string
+			if err := json.Unmarshal(in.EnvFile, &list); err != nil {
+				return fmt.Errorf("jobspec: env_file: %w", err)
+			}
+			s.EnvFiles = append(s.EnvFiles, list...)
+		}
+	}
+	s.EnvFiles = append(s.EnvFiles, in.EnvFiles...)
+	if len(s.EnvFiles) > 0 && len(in.Secrets) == 0 {
+		n.warn(ptrOr(len(in.EnvFile) > 0, "/env_file", "/env_files"),
+			"the server never reads env files, and no secrets came with the job: submit it with `hostedtrain train submit`, which reads them, or send their contents as secrets")
+	}
+	return nil
+}
+
+func escapePointer(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func orInt(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func deref(p *int, def int) int {
+	if p != nil {
+		return *p
+	}
+	return def
+}
+
+func ptrOr(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
+}
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+func mustJSON(v any) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func gpuSource(explicit int) string {
+	if explicit > 0 {
+		return ""
+	}
+	return " (the default for this model; set num_gpus to choose)"
+}
+
+var paramCount = regexp.MustCompile(`(?i)(\d+(?:\.\d+)?)B\b`)
+
+// trainingGPUs is how many GPUs an RL run of model gets by default on one node: vLLM and the
+// trainer each need at least one; larger models get the whole node.
+func trainingGPUs(model string) int {
+	b := modelBillions(model)
+	switch {
+	case b == 0:
+		return 8 // unknown size: be generous rather than fail to fit
+	case b <= 8:
+		return 2
+	default:
+		return 8
+	}
+}
+
+// servingGPUs is what GEPA and eval jobs need: one GPU to serve an open model with vLLM,
+// none when the model is reached through a provider's API.
+func servingGPUs(model string) int {
+	if isAPIModel(model) {
+		return 0
+	}
+	return 1
+}
+
+var apiModelPrefixes = []string{"openai/", "google/", "anthropic/", "gpt-", "o1", "o3", "o4", "claude", "gemini"}
+
+func isAPIModel(model string) bool {
+	m := strings.ToLower(model)
+	for _, p := range apiModelPrefixes {
+		if strings.HasPrefix(m, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func modelBillions(model string) float64 {
+	// "Qwen3-30B-A3B": the total, not the active, parameters decide the memory.
+	m := paramCount.FindStringSubmatch(model)
+	if m == nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(m[1], 64)
+	return f
 }

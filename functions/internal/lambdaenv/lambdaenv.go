@@ -5,6 +5,7 @@
 //	HOSTEDTRAIN_REDIS_CLUSTER  "true" for a cluster-mode endpoint
 //	HOSTEDTRAIN_REDIS_PREFIX   key prefix and hash tag (default "ht")
 //	HOSTEDTRAIN_JWT_KEYS       kid=base64key[,kid=base64key]; the first signs
+//	HOSTEDTRAIN_SECRETS_KEYS   kid=base64key[,...] 32-byte AES keys for job secrets; the first seals
 //	HOSTEDTRAIN_LEASE_TTL      lease lifetime, a Go duration (default 60s)
 //	HOSTEDTRAIN_MAX_CLAIM_WAIT cap on a claim's long poll (default 20s; billed under Lambda)
 package lambdaenv
@@ -17,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
@@ -63,6 +65,15 @@ func Keys(getenv Getenv) (*auth.KeySet, error) {
 		return nil, errors.New("HOSTEDTRAIN_JWT_KEYS is not set")
 	}
 	return auth.ParseKeySet(v)
+}
+
+// Secrets is the key ring that seals job secrets.
+func Secrets(getenv Getenv) (*seal.Keyring, error) {
+	v := getenv("HOSTEDTRAIN_SECRETS_KEYS")
+	if v == "" {
+		return nil, errors.New("HOSTEDTRAIN_SECRETS_KEYS is not set")
+	}
+	return seal.Parse(v)
 }
 
 func duration(getenv Getenv, name string) (time.Duration, error) {

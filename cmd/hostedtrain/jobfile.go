@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/joho/godotenv"
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+)
+
+// jobBody is a job ready to send: the file as the user wrote it (so the API's line numbers are
+// the file's), with the secrets the CLI gathered added at the end.
+type jobBody struct {
+	data        []byte
+	contentType string
+	secretNames []string
+}
+
+// readJobFile reads a job file and gathers its secrets: the env files it names (`env_file`,
+// `env_files`, resolved relative to the job file) and then the -e flags, which win. The
+// server never opens a path; the values travel in the body's `secrets`.
+func readJobFile(path string, envFlags []string) (*jobBody, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	isJSON := strings.EqualFold(filepath.Ext(path), ".json")
+	var doc map[string]any
+	if isJSON {
+		err = json.Unmarshal(data, &doc)
+	} else {
+		doc, err = jobspec.DecodeTOML(data)
+	}
+	if err != nil {
+		// Let the API say what is wrong, with the line; there is nothing to gather.
+		return &jobBody{data: data, contentType: contentType(isJSON)}, nil
+	}
+	secrets := map[string]string{}
+	for _, f := range envFileNames(doc) {
+		p := f
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(path), f)
+		}
+		vals, err := godotenv.Read(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s names env file %q: %w", path, f, err)
+		}
+		for k, v := range vals {
+			secrets[k] = v
+		}
+	}
+	if err := applyEnvFlags(secrets, envFlags); err != nil {
+		return nil, err
+	}
+	b := &jobBody{data: data, contentType: contentType(isJSON)}
+	if len(secrets) == 0 {
+		return b, nil
+	}
+	if _, ok := doc["secrets"]; ok {
+		return nil, fmt.Errorf("%s has its own secrets and also names env files or -e flags: keep secrets in one place", path)
+	}
+	for k := range secrets {
+		b.secretNames = append(b.secretNames, k)
+	}
+	sort.Strings(b.secretNames)
+	if isJSON {
+		b.data, err = addJSONSecrets(data, doc, secrets)
+	} else {
+		b.data, err = addTOMLSecrets(data, secrets)
+	}
+	return b, err
+}
+
+func contentType(isJSON bool) string {
+	if isJSON {
+		return "application/json"
+	}
+	return "application/toml"
+}
+
+// applyEnvFlags reads -e KEY=VALUE, or -e KEY to take KEY from this environment.
+func applyEnvFlags(secrets map[string]string, flags []string) error {
+	for _, f := range flags {
+		k, v, hasValue := strings.Cut(f, "=")
+		if k == "" {
+			return fmt.Errorf("-e %q: want KEY=VALUE or KEY", f)
+		}
+		if !hasValue {
+			var ok bool
+			if v, ok = os.LookupEnv(k); !ok {
+				return fmt.Errorf("-e %s: %s is not set in this environment; pass -e %s=VALUE", k, k, k)
+			}
+		}
+		secrets[k] = v
+	}
+	return nil
+}
+
+// envFileNames lists the env files a decoded job names.
+func envFileNames(doc map[string]any) []string {
+	var out []string
+	add := func(v any) {
+		switch v := v.(type) {
+		case string:
+			out = append(out, v)
+		case []any:
+			for _, e := range v {
+				if s, ok := e.(string); ok {
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	add(doc["env_file"])
+	add(doc["env_files"])
+	return out
+}
+
+// addTOMLSecrets appends a [secrets] table: a table header ends whatever table the file ended
+// in, and every line the user wrote keeps its number.
+func addTOMLSecrets(data []byte, secrets map[string]string) ([]byte, error) {
+	table, err := toml.Marshal(map[string]map[string]string{"secrets": secrets})
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.Write(data)
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		b.WriteByte('\n')
+	}
+	b.WriteString("\n# added by hostedtrain: the values of env files and -e flags\n")
+	b.Write(table)
+	return b.Bytes(), nil
+}
+
+// addJSONSecrets adds "secrets" just before the object's closing brace, so the user's lines
+// keep their numbers.
+func addJSONSecrets(data []byte, doc map[string]any, secrets map[string]string) ([]byte, error) {
+	end := bytes.LastIndexByte(data, '}')
+	if end < 0 {
+		return nil, errors.New("the JSON job is not an object")
+	}
+	val, err := json.Marshal(secrets)
+	if err != nil {
+		return nil, err
+	}
+	sep := ","
+	if len(doc) == 0 {
+		sep = ""
+	}
+	out := append([]byte{}, data[:end]...)
+	out = append(out, []byte(sep+`"secrets":`)...)
+	out = append(out, val...)
+	return append(out, data[end:]...), nil
+}
