@@ -7,7 +7,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build demo test deps redis-server spec-validator lint fmt clean
+.PHONY: all build demo test deps redis-server spec-validator lint fmt clean fuzz bench-jobs
 
 all: build
 
@@ -19,11 +19,22 @@ build:
 demo: redis-server build
 	./scripts/demo.sh
 
-## test: every test, against real redis-server processes, with the race detector
+## test: every test, against real redis-server processes, with the race detector, and a
+## short run of the job-file fuzzer
 test: deps
 	$(GO) vet ./...
 	python3 -m openapi_spec_validator openapi/openapi.yaml
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -run '^$$' -fuzz FuzzJobAdmission -fuzztime 15s ./api
+
+## fuzz: a longer run of the job-file fuzzer (FUZZTIME, default 5m)
+FUZZTIME ?= 5m
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzJobAdmission -fuzztime $(FUZZTIME) ./api
+
+## bench-jobs: decode + validate + normalize of every fixture, on one core
+bench-jobs:
+	$(GO) test -run '^$$' -bench BenchmarkJobAdmission -benchmem -cpu 1 -count 5 ./api
 
 deps: redis-server spec-validator
 

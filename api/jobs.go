@@ -18,33 +18,28 @@ type admitted struct {
 	warnings []FieldError
 }
 
-// admit normalizes the validated job file and checks the rules the schema cannot say; it
-// answers the request itself when the job is refused.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*admitted, bool) {
+// admit normalizes a validated job file and checks the rules the schema cannot say.
+func admit(r *http.Request) (*admitted, *Problem) {
 	v, _ := validatedBody(r)
 	m, ok := v.(map[string]any)
 	if !ok {
-		writeProblem(w, r, newProblem(http.StatusBadRequest, "invalid-job", "the job must be a TOML document or a JSON object"))
-		return nil, false
+		return nil, newProblem(http.StatusBadRequest, "invalid-job", "the job must be a TOML document or a JSON object")
 	}
 	b := requestBody(r)
 	if q := r.URL.Query().Get("kind"); q != "" && m["kind"] != q {
 		fe := FieldError{Pointer: "/kind", Message: fmt.Sprintf("this file says kind = %q, but it was submitted as a %s job; "+
 			"drop the kind line or submit it with the matching command", m["kind"], q)}
 		b.place(&fe)
-		writeProblem(w, r, invalidJob([]FieldError{fe}, b))
-		return nil, false
+		return nil, invalidJob([]FieldError{fe}, b)
 	}
 	res, err := jobspec.Normalize(m)
 	if err != nil {
-		writeProblem(w, r, newProblem(http.StatusUnprocessableEntity, "invalid-job", err.Error()))
-		return nil, false
+		return nil, newProblem(http.StatusUnprocessableEntity, "invalid-job", err.Error())
 	}
 	if len(res.Errors) > 0 {
-		writeProblem(w, r, invalidJob(placed(res.Errors, b), b))
-		return nil, false
+		return nil, invalidJob(placed(res.Errors, b), b)
 	}
-	return &admitted{spec: res.Spec, secrets: res.Secrets, warnings: placed(res.Warnings, b)}, true
+	return &admitted{spec: res.Spec, secrets: res.Secrets, warnings: placed(res.Warnings, b)}, nil
 }
 
 func placed(issues []jobspec.Issue, b *body) []FieldError {
@@ -64,8 +59,9 @@ type submitted struct {
 }
 
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.admit(w, r)
-	if !ok {
+	a, prob := admit(r)
+	if prob != nil {
+		writeProblem(w, r, prob)
 		return
 	}
 	id, err := job.NewID()
@@ -107,8 +103,9 @@ type previewQueue struct {
 }
 
 func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.admit(w, r)
-	if !ok {
+	a, prob := admit(r)
+	if prob != nil {
+		writeProblem(w, r, prob)
 		return
 	}
 	ahead, err := s.cfg.Queue.RunsAhead(r.Context(), a.spec)

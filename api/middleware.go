@@ -118,10 +118,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(ctx)
 
-	raw, prob := s.readBody(r, route)
+	r, prob := s.validate(r, route, params)
 	if prob != nil {
 		writeProblem(w, r, prob)
 		return
+	}
+	s.handlers[route.Operation.OperationID](w, r)
+}
+
+// validate reads the body and runs kin-openapi's request validation; the request it returns
+// carries the body for handlers (and for placing their errors at lines).
+func (s *Server) validate(r *http.Request, route *routers.Route, params map[string]string) (*http.Request, *Problem) {
+	raw, prob := s.readBody(r, route)
+	if prob != nil {
+		return r, prob
 	}
 	b := &body{raw: raw, mediaType: r.Header.Get("Content-Type")}
 	r = r.WithContext(context.WithValue(r.Context(), bodyKey, b))
@@ -136,10 +146,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		Request: r, PathParams: params, Route: route, Options: openapi.RequestOptions(),
 	}
 	if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
-		writeProblem(w, r, validationProblem(err, b, s.hints))
-		return
+		return r, validationProblem(err, b, s.hints)
 	}
-	s.handlers[route.Operation.OperationID](w, r)
+	return r, nil
 }
 
 func (s *Server) authenticate(r *http.Request, scope string) (auth.Principal, *Problem) {

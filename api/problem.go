@@ -396,7 +396,7 @@ func pointer(path []string) string {
 	var b strings.Builder
 	for _, p := range path {
 		b.WriteByte('/')
-		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(p))
+		b.WriteString(jobspec.EscapePointer(p))
 	}
 	return b.String()
 }

@@ -57,10 +57,20 @@ func setup(t *testing.T, qc queue.Config) bundle {
 	return bundle{stack: s, user: client.New(s.URL, s.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite)), store: store}
 }
 
+// emulatorArgv is the emulated pipeline's command with extra flags.
+func emulatorArgv(flags ...string) []string {
+	return append([]string{emulator, "@", "{config}", "--output-dir", "{output_dir}", "--run.name", "{run_name}"}, flags...)
+}
+
 // startAgent runs an agent with the emulated pipeline until the test ends or stop is called.
 func (b bundle) startAgent(t *testing.T, name string, emulatorFlags ...string) (stop func()) {
 	t.Helper()
-	argv := append([]string{emulator, "@", "{config}", "--output-dir", "{output_dir}", "--run.name", "{run_name}"}, emulatorFlags...)
+	return b.startAgentWith(t, name, emulatorArgv(emulatorFlags...))
+}
+
+// startAgentWith runs an agent whose rl command is argv.
+func (b bundle) startAgentWith(t *testing.T, name string, argv []string) (stop func()) {
+	t.Helper()
 	a, err := gpuagent.New(gpuagent.Config{
 		API:          client.New(b.stack.URL, b.stack.AgentToken(name)),
 		Store:        b.store,
@@ -281,5 +291,23 @@ func TestAStaleAgentCannotFinishAJob(t *testing.T) {
 	err = agent.Complete(context.Background(), j.ID, job.Outcome{Token: "999.bogus"})
 	if !errors.Is(err, job.ErrLeaseLost) {
 		t.Fatalf("completion with a stale token: %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestSecretsReachThePipelineEnvironment(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	seen := filepath.Join(t.TempDir(), "seen")
+	// A wrapper records what the pipeline sees, then runs the emulator.
+	argv := append([]string{"sh", "-c", `printf %s "$OPENAI_API_KEY" > ` + seen + `; exec "$0" "$@"`},
+		emulatorArgv("--emulate.step-time", "10ms")...)
+	b.startAgentWith(t, "agent-s", argv)
+	j := b.submit(t, smallJob+"[secrets]\nOPENAI_API_KEY = \"sk-for-the-judge\"\n")
+	if done := b.waitFor(t, j.ID, "ended", terminal); done.Status != job.Completed {
+		t.Fatalf("status %s (%s)", done.Status, done.Error)
+	}
+	got, err := os.ReadFile(seen)
+	if err != nil || string(got) != "sk-for-the-judge" {
+		t.Errorf("the pipeline saw OPENAI_API_KEY=%q (%v)", got, err)
 	}
 }

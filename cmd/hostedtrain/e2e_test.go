@@ -276,3 +276,106 @@ func TestDevLeavesNothingBehindWhenStoppedMidJob(t *testing.T) {
 		}
 	}
 }
+
+func TestCLISendsSecretsFromEnvFilesAndFlags(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "20ms")
+	dir := t.TempDir()
+	jobFile := "model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = 2\n[[env]]\nid = \"gsm8k\"\n" +
+		"[wandb]\nproject = \"p\"\nenv_file = [\"keys/secrets.env\"]\n"
+	if err := os.MkdirAll(filepath.Join(dir, "keys"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "job.toml"), jobFile)
+	writeFile(t, filepath.Join(dir, "keys", "secrets.env"), "# judge keys\nOPENAI_API_KEY=sk-from-file\nexport ANTHROPIC_API_KEY=\"sk-ant-file\"\n")
+
+	// Warnings come before anything is queued: no WANDB_API_KEY yet.
+	out, code := d.cli(t, "train", "submit", filepath.Join(dir, "job.toml"), "--dry-run")
+	if code != 0 || !strings.Contains(out, "warning: line 5 (/wandb): there is no WANDB_API_KEY") ||
+		!strings.Contains(out, `"secrets": [`) || !strings.Contains(out, "needs 2×H100") {
+		t.Errorf("dry run (%d):\n%s", code, out)
+	}
+	if strings.Contains(out, "sk-from-file") {
+		t.Errorf("dry run shows a secret value:\n%s", out)
+	}
+	if list, _ := d.cli(t, "train", "list", "-o", "json"); strings.Contains(list, "gsm8k") {
+		t.Errorf("--dry-run queued a job: %s", list)
+	}
+
+	cmd := exec.Command(filepath.Join(binDir, "hostedtrain"), "train", "submit", filepath.Join(dir, "job.toml"),
+		"-e", "WANDB_API_KEY", "-e", "OPENAI_API_KEY=sk-from-flag", "-o", "json")
+	cmd.Env = append(os.Environ(), "HOSTEDTRAIN_URL="+d.url, "HOSTEDTRAIN_TOKEN="+d.token, "WANDB_API_KEY=wandb-from-env")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("submit: %v\n%s", err, b)
+	}
+	if strings.Contains(string(b), "warning") || strings.Contains(string(b), "sk-from") {
+		t.Errorf("submit output:\n%s", b)
+	}
+	var j job.Job
+	if err := json.Unmarshal([]byte(lastLine(string(b))), &j); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(j.Config.Secrets, ","); got != "ANTHROPIC_API_KEY,OPENAI_API_KEY,WANDB_API_KEY" {
+		t.Errorf("secret names %q", got)
+	}
+
+	out, code = d.cli(t, "train", "submit", filepath.Join(dir, "job.toml"), "-e", "NOT_SET_ANYWHERE_XYZ")
+	if code != 1 || !strings.Contains(out, "NOT_SET_ANYWHERE_XYZ is not set") {
+		t.Errorf("-e of an unset variable (%d): %s", code, out)
+	}
+	writeFile(t, filepath.Join(dir, "missing.toml"), "model = \"m\"\nenv_file = \"nope.env\"\n[[env]]\nid = \"a\"\n")
+	out, code = d.cli(t, "train", "submit", filepath.Join(dir, "missing.toml"))
+	if code != 1 || !strings.Contains(out, `names env file "nope.env"`) {
+		t.Errorf("missing env file (%d): %s", code, out)
+	}
+	d.stop(t)
+}
+
+func TestCLISubmitsGEPAAndEvalJobs(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "20ms")
+	fixtures := filepath.Join("..", "..", "testdata", "jobs")
+	cases := []struct {
+		args []string
+		kind string
+	}{
+		{[]string{"gepa", "submit", filepath.Join(fixtures, "gepa.toml"), "-o", "json"}, "gepa"},
+		{[]string{"eval", "submit", filepath.Join(fixtures, "eval.toml"), "-o", "json"}, "eval"},
+		{[]string{"eval", "run", "my-env", "-m", "Qwen/Qwen3-4B-Instruct-2507", "-n", "100", "-r", "5", "-o", "json"}, "eval"},
+		{[]string{"gepa", "run", "wordle", "-m", "google/gemini-3-flash-preview", "-B", "1000", "--state-columns", "a,b", "-o", "json"}, "gepa"},
+	}
+	for _, c := range cases {
+		out, code := d.cli(t, c.args...)
+		if code != 0 {
+			t.Errorf("%v (%d): %s", c.args, code, out)
+			continue
+		}
+		var j job.Job
+		if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil {
+			t.Fatalf("%v: %v\n%s", c.args, err, out)
+		}
+		if j.Kind != c.kind || j.Config.Kind != c.kind {
+			t.Errorf("%v: kind %q", c.args, j.Kind)
+		}
+		if c.args[1] == "run" && c.kind == "eval" && (j.Config.Evaluation.NumExamples != 100 || j.Config.Evaluation.RolloutsPerExample != 5) {
+			t.Errorf("eval run flags: %+v", j.Config.Evaluation)
+		}
+		if c.args[1] == "run" && c.kind == "gepa" && (j.Config.GEPA.MaxCalls != 1000 || len(j.Config.GEPA.StateColumns) != 2) {
+			t.Errorf("gepa run flags: %+v", j.Config.GEPA)
+		}
+	}
+	// A GEPA file through `train submit` is refused with the way out.
+	out, code := d.cli(t, "train", "submit", filepath.Join(fixtures, "gepa.toml"))
+	if code != 1 || !strings.Contains(out, "hostedtrain gepa submit") {
+		t.Errorf("gepa file as rl (%d): %s", code, out)
+	}
+	d.stop(t)
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

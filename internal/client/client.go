@@ -148,7 +148,7 @@ func (c *Client) postJSON(ctx context.Context, path string, in, out any) (bool, 
 // Submitted is the answer to a submit: the job and what will surprise about it.
 type Submitted struct {
 	job.Job
-	Warnings []FieldError `json:"warnings"`
+	Warnings []FieldError `json:"warnings,omitempty"`
 }
 
 // Preview is a job as it would run, without queueing it.

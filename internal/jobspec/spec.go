@@ -610,9 +610,18 @@ func (n *normalizer) envFiles(in input, s *Spec) error {
 	return nil
 }
 
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// escapePointer escapes a key for a JSON pointer (RFC 6901).
 func escapePointer(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+	if !strings.ContainsAny(s, "~/") {
+		return s
+	}
+	return pointerEscaper.Replace(s)
 }
+
+// EscapePointer escapes a key for use as one segment of a JSON pointer (RFC 6901).
+func EscapePointer(s string) string { return escapePointer(s) }
 
 func or(a, b string) string {
 	if a != "" {

@@ -1,0 +1,119 @@
+package api
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hostedtrain/hostedtrain/openapi"
+)
+
+// admission runs what the API does with a job file before anything is stored: route, body
+// limit, content type, kin-openapi validation (TOML or JSON against the schema), normalization
+// and the rules. It needs neither Redis nor a network.
+type admission struct {
+	s *Server
+}
+
+func newAdmission(tb testing.TB) admission {
+	tb.Helper()
+	spec, err := openapi.Load()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return admission{s: &Server{cfg: Config{MaxBodyBytes: 1 << 20}, spec: spec, hints: hints{kinds: spec.KindSchemas()}}}
+}
+
+func (a admission) run(kind, ctype string, body []byte) (*admitted, *Problem) {
+	url := "/v1/jobs/preview"
+	if kind != "" {
+		url += "?kind=" + kind
+	}
+	r := httptest.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	r.Header.Set("Content-Type", ctype)
+	route, params, err := a.s.spec.Router.FindRoute(r)
+	if err != nil {
+		panic(err)
+	}
+	r, prob := a.s.validate(r, route, params)
+	if prob != nil {
+		return nil, prob
+	}
+	return admit(r)
+}
+
+func fixtureFiles(tb testing.TB) map[string][]byte {
+	tb.Helper()
+	paths, err := filepath.Glob(filepath.Join("..", "testdata", "jobs", "*.toml"))
+	if err != nil || len(paths) == 0 {
+		tb.Fatalf("fixtures: %v", err)
+	}
+	out := map[string][]byte{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[filepath.Base(p)] = b
+	}
+	return out
+}
+
+func fixtureKind(name string) string {
+	switch {
+	case strings.HasPrefix(name, "gepa"):
+		return "gepa"
+	case strings.HasPrefix(name, "eval"):
+		return "eval"
+	}
+	return "rl"
+}
+
+// BenchmarkJobAdmission measures decode + validate + normalize of each fixture; run it with
+// `make bench-jobs` (one core). The aim is under 200 µs a job.
+func BenchmarkJobAdmission(b *testing.B) {
+	a := newAdmission(b)
+	for name, body := range fixtureFiles(b) {
+		kind := fixtureKind(name)
+		b.Run(strings.TrimSuffix(name, ".toml"), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, prob := a.run(kind, "application/toml", body); prob != nil {
+					b.Fatalf("%s refused: %+v", name, prob)
+				}
+			}
+		})
+	}
+}
+
+// FuzzJobAdmission feeds arbitrary bytes, as TOML and as JSON, through admission: it must
+// never panic, and must answer either a job or a 4xx problem.
+func FuzzJobAdmission(f *testing.F) {
+	a := newAdmission(f)
+	for _, body := range fixtureFiles(f) {
+		f.Add(body, false)
+	}
+	f.Add([]byte(`{"model":"m","env":[{"id":"gsm8k"}],"secrets":{"K":"v"}}`), true)
+	f.Add([]byte("model = \"m\"\n[[env]]\nid = \"a\"\n[env.args]\nx = [1, {y = 2}]\n"), false)
+	f.Fuzz(func(t *testing.T, body []byte, isJSON bool) {
+		ctype := "application/toml"
+		if isJSON {
+			ctype = "application/json"
+		}
+		for _, kind := range []string{"", "gepa", "eval"} {
+			adm, prob := a.run(kind, ctype, body)
+			switch {
+			case prob != nil && (prob.Status < 400 || prob.Status > 499):
+				t.Fatalf("status %d for %q", prob.Status, body)
+			case prob == nil && adm == nil:
+				t.Fatalf("neither a job nor a problem for %q", body)
+			case prob == nil && adm.spec.Model == "":
+				t.Fatalf("admitted a job without a model: %q", body)
+			}
+		}
+	})
+}

@@ -1,0 +1,272 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+)
+
+// submitted is the answer to a submit.
+type submitted struct {
+	job.Job
+	Warnings []api.FieldError `json:"warnings"`
+}
+
+func (b bundle) submitKind(t *testing.T, kind, ctype string, body []byte) reply {
+	t.Helper()
+	url := b.s.URL + "/v1/jobs"
+	if kind != "" {
+		url += "?kind=" + kind
+	}
+	return call(t, "POST", url, b.writer, ctype, body)
+}
+
+func TestEveryFixtureIsAcceptedAndNormalized(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := []struct {
+		file, kind string
+		check      func(t *testing.T, s jobspec.Spec)
+	}{
+		{"hosted-basic.toml", "", func(t *testing.T, s jobspec.Spec) {
+			want(t, s.MaxSteps == 500 && s.BatchSize == 256 && s.Sampling.MaxTokens == 512 && s.Env[0].Args["difficulty"] == "medium", s)
+		}},
+		{"hosted-reference.toml", "", func(t *testing.T, s jobspec.Spec) {
+			want(t, *s.Sampling.Temperature == 1 && len(s.EnvFiles) == 1 && s.EnvFiles[0] == "secrets.env" && s.Wandb.Name == "qwen3-30b-alphabet-sort", s)
+		}},
+		{"multi-task.toml", "", func(t *testing.T, s jobspec.Spec) {
+			want(t, len(s.Env) == 3 && s.Env[2].Weight == 0.5 && s.Resources.GPUs == 2, s)
+		}},
+		{"self-hosted-style.toml", "", func(t *testing.T, s jobspec.Spec) {
+			want(t, s.Model == "Qwen/Qwen3-30B-A3B-Instruct-2507" && len(s.Env) == 1 && s.Env[0].ID == "wiki-search" &&
+				*s.Checkpoints == jobspec.Checkpoints{Interval: 50, KeepCloud: 10} &&
+				*s.LoRA == jobspec.LoRA{Rank: 64, Alpha: 128} && s.DifficultyFiltering.Threshold == 0.3 &&
+				s.Parallelism.TensorParallelSize == 4 && s.Resources.GPUs == 8 && *s.Sampling.TopP == 0.9, s)
+		}},
+		{"small-qwen.toml", "", func(t *testing.T, s jobspec.Spec) {
+			want(t, s.Env[0].ID == "primeintellect/alphabet-sort@0.1.5" && s.Checkpoints.Interval == 100 && s.LearningRate == 1e-6, s)
+		}},
+		{"prime-cli-full.toml", "", func(t *testing.T, s jobspec.Spec) {
+			want(t, s.Name == "alphabet-sort-lora" && s.MaxInflightRollouts == 16 && s.LoRA.Alpha == 64 &&
+				s.Sampling.TempScheduler.Type == "cosine" && !*s.Sampling.EnableThinking &&
+				s.Eval.Interval == 50 && s.Eval.Env[0].ID == "primeintellect/alphabet-sort" &&
+				s.Checkpoints.KeepCloud == 3 && s.Wandb.Entity == "my-team" && s.EnvFiles[0] == "secrets.env", s)
+		}},
+		{"gepa.toml", "gepa", func(t *testing.T, s jobspec.Spec) {
+			want(t, s.Kind == "gepa" && s.Env[0].ID == "my-env" && s.GEPA.ReflectionModel == "google/gemini-3-exp-ultra-preview" &&
+				s.GEPA.MaxCalls == 1000 && s.GEPA.MinibatchSize == 5 && *s.GEPA.PerfectScore == 1 &&
+				len(s.GEPA.StateColumns) == 2 && s.Resources.GPUs == 0 && s.MaxSteps == 0, s)
+		}},
+		{"eval.toml", "eval", func(t *testing.T, s jobspec.Spec) {
+			want(t, s.Kind == "eval" && s.Env[0].ID == "my-env" && s.Evaluation.NumExamples == 100 &&
+				s.Evaluation.RolloutsPerExample == 5 && s.Resources.GPUs == 1 && s.Checkpoints == nil, s)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			r := b.submitKind(t, c.kind, "application/toml", fixture(t, c.file))
+			if r.status != http.StatusCreated {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			var j submitted
+			r.decode(t, &j)
+			c.check(t, j.Config)
+		})
+	}
+}
+
+func want(t *testing.T, ok bool, s jobspec.Spec) {
+	t.Helper()
+	if !ok {
+		b, _ := json.MarshalIndent(s, "", "  ")
+		t.Errorf("normalized job is not as expected:\n%s", b)
+	}
+}
+
+// fieldWant is one field error a bad job must get.
+type fieldWant struct {
+	pointer  string
+	line     int
+	contains string
+}
+
+func TestBadJobsGetTheirOwnErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const env = "\n[[env]]\nid = \"gsm8k\"\n"
+	cases := []struct {
+		name   string
+		kind   string
+		ctype  string
+		body   string
+		status int
+		errors []fieldWant
+	}{
+		{"TOML that does not parse", "", "application/toml", "model = \"m\"\nmax_steps = [\n", 400,
+			[]fieldWant{{"", 2, "array is incomplete"}}},
+		{"JSON that does not parse", "", "application/json", "{\n  \"model\": \"m\",\n  \"env\": [,]\n}", 400,
+			[]fieldWant{{"", 3, "invalid character ','"}}},
+		{"unknown key, near a known one", "", "application/toml", "model = \"m\"\n[sampling]\nmax_token = 5" + env, 422,
+			[]fieldWant{{"/sampling/max_token", 3, "did you mean max_tokens?"}}},
+		{"unknown key, a prefix of a known one", "", "application/toml", "model = \"m\"\nrollouts = 4" + env, 422,
+			[]fieldWant{{"/rollouts", 2, "did you mean rollouts_per_example?"}}},
+		{"a GEPA key in an rl job", "", "application/toml", "model = \"m\"\nnum_train = 5" + env, 422,
+			[]fieldWant{{"/num_train", 2, "setting of gepa jobs; submit such a file with `hostedtrain gepa submit`"}}},
+		{"an rl key in an eval job", "eval", "application/toml", "env_id = \"e\"\nmodel = \"m\"\nmax_steps = 4\n", 422,
+			[]fieldWant{{"/max_steps", 3, "setting of rl jobs"}}},
+		{"wrong type", "", "application/toml", "model = \"m\"\nmax_steps = \"many\"" + env, 422,
+			[]fieldWant{{"/max_steps", 2, "must be an integer"}}},
+		{"out of range", "", "application/toml", "model = \"m\"\n[sampling]\ntemperature = 9.0" + env, 422,
+			[]fieldWant{{"/sampling/temperature", 3, "at most 2"}}},
+		{"bad enum", "", "application/toml", "model = \"m\"\n[sampling]\nreasoning_effort = \"max\"" + env, 422,
+			[]fieldWant{{"/sampling/reasoning_effort", 3, "allowed values"}}},
+		{"too long", "", "application/toml", "model = \"m\"\nname = \"" + strings.Repeat("x", 129) + "\"" + env, 422,
+			[]fieldWant{{"/name", 2, "maximum string length is 128"}}},
+		{"env is neither a list nor a table", "", "application/toml", "model = \"m\"\nenv = \"gsm8k\"\n", 422,
+			[]fieldWant{{"/env", 2, "must be a list or a table"}}},
+		{"env without an id", "", "application/toml", "model = \"m\"\n[[env]]\nweight = 2\n", 422,
+			[]fieldWant{{"/env/0/id", 2, `missing required key "id"`}}},
+		{"env id that could reach a shell", "", "application/toml", "model = \"m\"\n[[env]]\nid = \"a/b;rm -rf ~\"\n", 422,
+			[]fieldWant{{"/env/0/id", 3, "an environment id is `name` or `owner/name`"}}},
+		{"env id that could reach a path", "", "application/toml", "model = \"m\"\n[[env]]\nid = \"../../etc/passwd\"\n", 422,
+			[]fieldWant{{"/env/0/id", 3, "an environment id is"}}},
+		{"env id with dots", "", "application/toml", "model = \"m\"\n[[env]]\nid = \"owner/a..b\"\n", 422,
+			[]fieldWant{{"/env/0/id", 3, "must not contain `..`"}}},
+		{"version twice, disagreeing", "", "application/toml", "model = \"m\"\n[[env]]\nid = \"a/b@1.0\"\nversion = \"2.0\"\n", 422,
+			[]fieldWant{{"/env/0/version", 4, "disagrees"}}},
+		{"no environment", "", "application/toml", "model = \"m\"\nmax_steps = 3\n", 422,
+			[]fieldWant{{"/env", 0, "at least one environment"}}},
+		{"no environment in a GEPA job", "gepa", "application/toml", "model = \"m\"\n", 422,
+			[]fieldWant{{"/env_id", 0, "needs an environment"}}},
+		{"no model", "", "application/toml", "max_steps = 3" + env, 422,
+			[]fieldWant{{"/model", 0, "a job needs a model"}}},
+		{"model and model_name", "", "application/toml", "model = \"a\"\nmodel_name = \"b\"" + env, 422,
+			[]fieldWant{{"/model_name", 2, "not both"}}},
+		{"batch not a multiple of the group", "", "application/toml", "model = \"m\"\nbatch_size = 100\nrollouts_per_example = 8" + env, 422,
+			[]fieldWant{{"/batch_size", 2, "must be a multiple of rollouts_per_example (8): "}}},
+		{"inflight below the group", "", "application/toml", "model = \"m\"\nmax_inflight_rollouts = 4" + env, 422,
+			[]fieldWant{{"/max_inflight_rollouts", 2, "at least rollouts_per_example (8)"}}},
+		{"inflight with oversampling", "", "application/toml", "model = \"m\"\nmax_inflight_rollouts = 16\noversampling_factor = 2.0" + env, 422,
+			[]fieldWant{{"/oversampling_factor", 3, "not both"}}},
+		{"thinking and reasoning effort", "", "application/toml", "model = \"m\"\n[sampling]\nenable_thinking = true\nreasoning_effort = \"high\"" + env, 422,
+			[]fieldWant{{"/sampling/reasoning_effort", 4, "not both"}}},
+		{"tensor parallelism that does not divide", "", "application/toml", "model = \"m\"\nnum_gpus = 6\ntensor_parallel_size = 4" + env, 422,
+			[]fieldWant{{"/tensor_parallel_size", 3, "must divide the job's GPUs (6)"}}},
+		{"parallelism beyond the GPUs", "", "application/toml", "model = \"m\"\nnum_gpus = 4\ntensor_parallel_size = 2\npipeline_parallel_size = 4" + env, 422,
+			[]fieldWant{{"/pipeline_parallel_size", 4, "more than the job's GPUs (4)"}}},
+		{"teacher without sft", "", "application/toml", "model = \"m\"\nteacher = \"t\"" + env, 422,
+			[]fieldWant{{"/teacher", 2, `only with loss = "sft"`}}},
+		{"both checkpoint tables", "", "application/toml", "model = \"m\"\n[checkpoints]\ninterval = 5\n[checkpointing]\nsave_every_n_steps = 5" + env, 422,
+			[]fieldWant{{"/checkpointing", 4, "not both"}}},
+		{"keep no checkpoints", "", "application/toml", "model = \"m\"\n[checkpoints]\nkeep_cloud = 0" + env, 422,
+			[]fieldWant{{"/checkpoints/keep_cloud", 3, "nothing to resume from"}}},
+		{"bad secret name", "", "application/toml", "model = \"m\"" + env + "[secrets]\n\"BAD-NAME\" = \"sk-value\"\n", 422,
+			[]fieldWant{{"/secrets/BAD-NAME", 5, "environment variable name"}}},
+		{"unknown kind", "", "application/toml", "kind = \"ppo\"\nmodel = \"m\"" + env, 422,
+			[]fieldWant{{"/kind", 1, `kind must be "rl", "gepa" or "eval"`}}},
+		{"kind that disagrees with the command", "gepa", "application/toml", "kind = \"rl\"\nmodel = \"m\"" + env, 422,
+			[]fieldWant{{"/kind", 1, "submitted as a gepa job"}}},
+		{"JSON errors have lines too", "", "application/json", "{\n  \"model\": \"m\",\n  \"max_stepz\": 3,\n  \"env\": [{\"id\": \"gsm8k\"}]\n}", 422,
+			[]fieldWant{{"/max_stepz", 3, "did you mean max_steps?"}}},
+		{"a bad kind parameter", "ppo", "application/toml", "model = \"m\"" + env, 400, nil},
+		{"another content type", "", "text/yaml", "model: m\n", 415, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := b.submitKind(t, c.kind, c.ctype, []byte(c.body))
+			if r.status != c.status {
+				t.Fatalf("status %d, want %d: %s", r.status, c.status, r.body)
+			}
+			p := r.problem(t)
+			if len(p.Errors) != len(c.errors) && c.errors != nil {
+				t.Errorf("got %d errors, want %d: %+v", len(p.Errors), len(c.errors), p.Errors)
+			}
+			for i, w := range c.errors {
+				if i >= len(p.Errors) {
+					break
+				}
+				got := p.Errors[i]
+				if got.Pointer != w.pointer || got.Line != w.line || !strings.Contains(got.Message, w.contains) {
+					t.Errorf("error %d: got %s line %d %q; want %s line %d containing %q",
+						i, got.Pointer, got.Line, got.Message, w.pointer, w.line, w.contains)
+				}
+			}
+		})
+	}
+	if n := b.jobCount(t); n != 0 {
+		t.Errorf("%d jobs stored after only bad requests, want 0", n)
+	}
+}
+
+func TestWarningsDoNotStopAJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := "model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = 20\nuse_lora = false\nlora_rank = 8\n" +
+		"[checkpoints]\ninterval = 50\n[[env]]\nid = \"gsm8k\"\n[wandb]\nproject = \"p\"\n"
+	r := b.submitKind(t, "", "application/toml", []byte(body))
+	if r.status != http.StatusCreated {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var j submitted
+	r.decode(t, &j)
+	got := map[string]int{}
+	for _, w := range j.Warnings {
+		got[w.Pointer] = w.Line
+	}
+	wantWarnings := map[string]int{"/lora_rank": 4, "/checkpoints/interval": 6, "/wandb": 9}
+	if fmt.Sprint(got) != fmt.Sprint(wantWarnings) {
+		t.Errorf("warnings %+v, want pointers and lines %v", j.Warnings, wantWarnings)
+	}
+	if j.Config.LoRA != nil {
+		t.Errorf("use_lora = false still gave LoRA %+v", j.Config.LoRA)
+	}
+	// With WANDB_API_KEY among the secrets, the W&B warning goes away.
+	r = b.submitKind(t, "", "application/toml", []byte(body+"[secrets]\nWANDB_API_KEY = \"k\"\n"))
+	r.decode(t, &j)
+	for _, w := range j.Warnings {
+		if w.Pointer == "/wandb" {
+			t.Errorf("W&B warning with the key present: %+v", w)
+		}
+	}
+}
+
+func TestPreviewQueuesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 2 {
+		if r := b.submitKind(t, "", "application/toml", fixture(t, "multi-task.toml")); r.status != http.StatusCreated {
+			t.Fatalf("submit: %d", r.status)
+		}
+	}
+	r := call(t, "POST", b.s.URL+"/v1/jobs/preview?kind=gepa", b.writer, "application/toml", fixture(t, "gepa.toml"))
+	if r.status != http.StatusOK {
+		t.Fatalf("preview: %d %s", r.status, r.body)
+	}
+	var p struct {
+		Config   jobspec.Spec
+		Warnings []api.FieldError
+		GPUs     struct {
+			Count int
+			Type  string
+		}
+		Queue struct {
+			RunsAhead int `json:"runs_ahead"`
+		}
+	}
+	r.decode(t, &p)
+	if p.Config.Kind != "gepa" || p.GPUs.Count != 0 || p.GPUs.Type != "H100" || p.Queue.RunsAhead != 2 || p.Warnings == nil {
+		t.Errorf("preview %+v", p)
+	}
+	if n := b.jobCount(t); n != 2 {
+		t.Errorf("%d jobs after a preview, want the 2 submitted", n)
+	}
+	if r := call(t, "POST", b.s.URL+"/v1/jobs/preview", b.writer, "application/toml", []byte("model = \"m\"\n")); r.status != http.StatusUnprocessableEntity {
+		t.Errorf("preview of a bad job: %d, want 422", r.status)
+	}
+}
