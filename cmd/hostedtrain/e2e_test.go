@@ -365,6 +365,30 @@ func TestCLISubmitsGEPAAndEvalJobs(t *testing.T) {
 			t.Errorf("gepa run flags: %+v", j.Config.GEPA)
 		}
 	}
+	// Every fixture goes through the command its kind takes; the ones naming secrets.env send
+	// its keys, so W&B has its key and there is no warning.
+	files, _ := filepath.Glob(filepath.Join(fixtures, "*.toml"))
+	for _, f := range files {
+		cmd := "train"
+		switch filepath.Base(f) {
+		case "gepa.toml":
+			cmd = "gepa"
+		case "eval.toml":
+			cmd = "eval"
+		}
+		out, code := d.cli(t, cmd, "submit", f, "-o", "json")
+		if code != 0 {
+			t.Errorf("%s submit %s (%d): %s", cmd, f, code, out)
+			continue
+		}
+		var j job.Job
+		if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil {
+			t.Fatalf("%s: %v\n%s", f, err, out)
+		}
+		if len(j.Config.EnvFiles) > 0 && (len(j.Config.Secrets) != 3 || strings.Contains(out, "warning")) {
+			t.Errorf("%s: secrets %v, output %s", f, j.Config.Secrets, out)
+		}
+	}
 	// A GEPA file through `train submit` is refused with the way out.
 	out, code := d.cli(t, "train", "submit", filepath.Join(fixtures, "gepa.toml"))
 	if code != 1 || !strings.Contains(out, "hostedtrain gepa submit") {
