@@ -74,17 +74,25 @@ func (s *Server) agentFail(w http.ResponseWriter, r *http.Request) {
 	s.agentFinish(w, r, s.cfg.Queue.Fail)
 }
 
+func (s *Server) agentRelease(w http.ResponseWriter, r *http.Request) {
+	s.agentFinish(w, r, s.cfg.Queue.Release)
+}
+
+type finishReply struct {
+	Status job.Status `json:"status"`
+}
+
 func (s *Server) agentFinish(w http.ResponseWriter, r *http.Request,
-	finish func(context.Context, string, job.Outcome) (*job.Job, error)) {
+	finish func(context.Context, string, job.Outcome) (job.Status, error)) {
 	var o job.Outcome
 	if !decodeBody(w, r, &o) {
 		return
 	}
-	j, err := finish(r.Context(), pathParam(r, "id"), o)
+	st, err := finish(r.Context(), pathParam(r, "id"), o)
 	if s.agentError(w, r, err) {
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, finishReply{Status: st})
 }
 
 // agentError answers a failed agent write; it reports whether there was one.

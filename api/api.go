@@ -24,16 +24,21 @@ import (
 // Queue is what the API needs of the job store; queue.Client implements it.
 type Queue interface {
 	Ping(ctx context.Context) error
-	Submit(ctx context.Context, sub job.Submission) (*job.Job, error)
-	RunsAhead(ctx context.Context, spec jobspec.Spec) (int, error)
+	Submit(ctx context.Context, sub job.Submission, idempotencyKey, fingerprint string) (*job.Job, bool, error)
+	RunsAhead(ctx context.Context, org string, spec jobspec.Spec) (job.Position, error)
+	Position(ctx context.Context, id string) (job.Position, bool, error)
 	Get(ctx context.Context, id string) (*job.Job, error)
 	List(ctx context.Context, org, cursor string, limit int) ([]*job.Job, string, error)
 	Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error)
 	Cancel(ctx context.Context, id string) (*job.Job, error)
+	Restart(ctx context.Context, id string) (*job.Job, error)
 	Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error)
 	Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error)
-	Complete(ctx context.Context, id string, o job.Outcome) (*job.Job, error)
-	Fail(ctx context.Context, id string, o job.Outcome) (*job.Job, error)
+	Complete(ctx context.Context, id string, o job.Outcome) (job.Status, error)
+	Fail(ctx context.Context, id string, o job.Outcome) (job.Status, error)
+	Release(ctx context.Context, id string, o job.Outcome) (job.Status, error)
+	GetOrg(ctx context.Context, org string) (job.OrgStatus, error)
+	SetOrg(ctx context.Context, org string, s job.OrgSettings) error
 	HeartbeatInterval() time.Duration
 }
 
@@ -91,11 +96,15 @@ func New(cfg Config) (*Server, error) {
 		"listJobs":        s.listJobs,
 		"getJob":          s.getJob,
 		"cancelJob":       s.cancelJob,
+		"restartJob":      s.restartJob,
 		"listJobEvents":   s.listJobEvents,
 		"agentClaim":      s.agentClaim,
 		"agentHeartbeat":  s.agentHeartbeat,
 		"agentComplete":   s.agentComplete,
 		"agentFail":       s.agentFail,
+		"agentRelease":    s.agentRelease,
+		"getOrg":          s.getOrg,
+		"setOrg":          s.setOrg,
 	}
 	seen := map[string]bool{}
 	for path, item := range spec.Doc.Paths.Map() {

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,13 +79,40 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	j, err := s.cfg.Queue.Submit(r.Context(), sub)
-	if err != nil {
+	key := r.Header.Get("Idempotency-Key")
+	j, replayed, err := s.cfg.Queue.Submit(r.Context(), sub, key, fingerprint(r))
+	var limit *job.LimitError
+	var conflict *job.IdempotencyConflictError
+	switch {
+	case errors.As(err, &limit):
+		p := newProblem(http.StatusTooManyRequests, "limit-"+limit.Limit, fmt.Sprintf(
+			"organization %s already has %d jobs %s, its limit: wait for some to start, or stop some (hostedtrain train cancel)",
+			limit.Org, limit.Current, limit.Limit))
+		writeProblem(w, r, p)
+		return
+	case errors.As(err, &conflict):
+		writeProblem(w, r, newProblem(http.StatusConflict, "idempotency-key-reused", fmt.Sprintf(
+			"this Idempotency-Key was used for job %s with another body; use a new key for a new job", conflict.JobID)))
+		return
+	case err != nil:
 		s.internalError(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/v1/jobs/"+j.ID)
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, http.StatusCreated, submitted{Job: j})
+		return
+	}
 	writeJSON(w, http.StatusCreated, submitted{Job: j, Warnings: a.warnings})
+}
+
+// fingerprint identifies a submission's content for idempotency: its kind and its body.
+func fingerprint(r *http.Request) string {
+	h := sha256.New()
+	h.Write([]byte(r.URL.Query().Get("kind") + "\n" + r.Header.Get("Content-Type") + "\n"))
+	h.Write(requestBody(r).raw)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 type preview struct {
@@ -99,7 +128,8 @@ type previewGPUs struct {
 }
 
 type previewQueue struct {
-	RunsAhead int `json:"runs_ahead"`
+	RunsAhead int    `json:"runs_ahead"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
@@ -108,7 +138,7 @@ func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, prob)
 		return
 	}
-	ahead, err := s.cfg.Queue.RunsAhead(r.Context(), a.spec)
+	pos, err := s.cfg.Queue.RunsAhead(r.Context(), principal(r).Org, a.spec)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -117,7 +147,7 @@ func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
 		Config:   a.spec,
 		Warnings: a.warnings,
 		GPUs:     previewGPUs{Count: a.spec.Resources.GPUs, Type: a.spec.Resources.GPUType},
-		Queue:    previewQueue{RunsAhead: ahead},
+		Queue:    previewQueue{RunsAhead: pos.RunsAhead, Reason: pos.Reason},
 	})
 }
 
@@ -156,9 +186,21 @@ func (s *Server) ownJob(w http.ResponseWriter, r *http.Request) (*job.Job, bool)
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
-	if j, ok := s.ownJob(w, r); ok {
-		writeJSON(w, http.StatusOK, j)
+	j, ok := s.ownJob(w, r)
+	if !ok {
+		return
 	}
+	if j.Status == job.Queued {
+		pos, queued, err := s.cfg.Queue.Position(r.Context(), j.ID)
+		if err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+		if queued {
+			j.RunsAhead, j.QueueReason = &pos.RunsAhead, pos.Reason
+		}
+	}
+	writeJSON(w, http.StatusOK, j)
 }
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
@@ -171,6 +213,27 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, job.ErrConflict):
 		writeProblem(w, r, newProblem(http.StatusConflict, "job-finished",
 			"job "+j.ID+" already ended ("+string(j.Status)+"); there is nothing to stop"))
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, after)
+	}
+}
+
+func (s *Server) restartJob(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.ownJob(w, r)
+	if !ok {
+		return
+	}
+	after, err := s.cfg.Queue.Restart(r.Context(), j.ID)
+	switch {
+	case errors.Is(err, job.ErrConflict):
+		why := "it is waiting in the queue already"
+		if j.Status == job.Completed {
+			why = "it completed; submit a new job to train further"
+		}
+		writeProblem(w, r, newProblem(http.StatusConflict, "cannot-restart",
+			"job "+j.ID+" is "+string(j.Status)+" and cannot be restarted: "+why))
 	case err != nil:
 		s.internalError(w, r, err)
 	default:

@@ -72,7 +72,7 @@ func TestSecretsAreNamedButNeverShown(t *testing.T) {
 	}
 
 	// The agent that claims the job gets them.
-	r = call(t, "POST", b.s.URL+"/v1/agent/claim", b.agent, "application/json", []byte(`{}`))
+	r = call(t, "POST", b.s.URL+"/v1/agent/claim", b.agent, "application/json", []byte(`{"gpus":[{"model":"H100","count":8}]}`))
 	if r.status != http.StatusOK {
 		t.Fatalf("claim: %d %s", r.status, r.body)
 	}
@@ -116,7 +116,7 @@ func TestSecretsUnderARetiredKeyFailTheJobWithTheReason(t *testing.T) {
 	}
 	srv := httptest.NewServer(apitest.ValidateResponses(t, h))
 	defer srv.Close()
-	if r := call(t, "POST", srv.URL+"/v1/agent/claim", b.agent, "application/json", []byte(`{}`)); r.status != http.StatusNoContent {
+	if r := call(t, "POST", srv.URL+"/v1/agent/claim", b.agent, "application/json", []byte(`{"gpus":[{"model":"H100","count":8}]}`)); r.status != http.StatusNoContent {
 		t.Fatalf("claim: %d %s", r.status, r.body)
 	}
 	var got job.Job

@@ -239,7 +239,7 @@ func TestStopReachesTheRunningPipeline(t *testing.T) {
 
 func TestALostJobResumesFromItsCheckpointOnAnotherAgent(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond})
+	b := setup(t, queue.Config{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RetryBackoff: 50 * time.Millisecond})
 	stopA := b.startAgent(t, "agent-a", "--emulate.step-time", "100ms")
 	j := b.submit(t, strings.Replace(smallJob, "max_steps = 6", "max_steps = 12", 1))
 	b.waitFor(t, j.ID, "checkpointed twice", func(j *job.Job) bool { return j.Progress.CheckpointStep >= 4 })
@@ -284,7 +284,7 @@ func TestAStaleAgentCannotFinishAJob(t *testing.T) {
 	b := setup(t, queue.Config{})
 	j := b.submit(t, smallJob)
 	agent := client.New(b.stack.URL, b.stack.AgentToken("agent-x"))
-	cl, err := agent.Claim(context.Background(), nil, 0)
+	cl, err := agent.Claim(context.Background(), []job.GPU{{Model: "H100", Count: 8}}, 0)
 	if err != nil || cl == nil {
 		t.Fatalf("claim: %v %v", cl, err)
 	}

@@ -1,7 +1,12 @@
-// Package queue keeps jobs, the queue, leases and events in Redis. Every state change is one
-// Lua script — one round trip, atomic — that also appends the change to the job's event stream
-// and to the webhook outbox, so a job is never in two states or none and no change goes
+// Package queue keeps jobs, the fair queue, leases and events in Redis. Every state change is
+// one Lua script — one round trip, atomic — that also appends the change to the job's event
+// stream and to the webhook outbox, so a job is never in two states or none and no change goes
 // unrecorded.
+//
+// Scheduling: each organization has one queue per GPU class (model and count); organizations
+// are served in weighted fair order of their decayed GPU-seconds, each skipped while at its
+// running limit; within one, the best job (priority, then age) among the class heads that fit
+// the claiming agent's free GPUs runs next.
 package queue
 
 import (
@@ -10,8 +15,9 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"math"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -33,10 +39,16 @@ var (
 	heartbeatLua string
 	//go:embed lua/finish.lua
 	finishLua string
+	//go:embed lua/release.lua
+	releaseLua string
 	//go:embed lua/cancel.lua
 	cancelLua string
+	//go:embed lua/restart.lua
+	restartLua string
 	//go:embed lua/reap.lua
 	reapLua string
+	//go:embed lua/position.lua
+	positionLua string
 )
 
 func script(src string) *redis.Script { return redis.NewScript(prelude + "\n" + src) }
@@ -46,8 +58,11 @@ var (
 	claimScript     = script(claimLua)
 	heartbeatScript = script(heartbeatLua)
 	finishScript    = script(finishLua)
+	releaseScript   = script(releaseLua)
 	cancelScript    = script(cancelLua)
+	restartScript   = script(restartLua)
 	reapScript      = script(reapLua)
+	positionScript  = script(positionLua)
 )
 
 // Config configures a Client. Zero fields take the defaults of withDefaults.
@@ -60,28 +75,53 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// MaxAttempts is how many leases a job may lose before it fails. Default 3.
 	MaxAttempts int
+	// RetryBackoff is the wait before the second attempt; it doubles with each further one, up
+	// to RetryBackoffMax, with ±20% jitter. Defaults 10 s and 10 min.
+	RetryBackoff, RetryBackoffMax time.Duration
 	// MaxClaimWait caps how long a claim may wait for work. Default 20 s.
 	MaxClaimWait time.Duration
+	// UsageHalfLife is how fast past GPU use stops counting against an organization's share.
+	// Default 24 h.
+	UsageHalfLife time.Duration
+	// ClaimQuantum is the GPU time charged to an organization when one of its jobs is claimed
+	// (and refunded if the job ends sooner), so a burst of claims is shared fairly before any
+	// heartbeat has charged the real use. Default 60 s.
+	ClaimQuantum time.Duration
+	// StopGrace is how long the agent of a stopped job has to confirm before the job is
+	// STOPPED regardless. Default 5 min.
+	StopGrace time.Duration
+	// DefaultTimeLimit bounds a run whose job sets no time_limit; 0 for none.
+	DefaultTimeLimit time.Duration
+	// MaxRunning and MaxQueued are the per-organization limits unless an organization has its
+	// own; 0 for none.
+	MaxRunning, MaxQueued int
+	// IdempotencyTTL is how long an Idempotency-Key is remembered. Default 24 h.
+	IdempotencyTTL time.Duration
 	// Now is the clock; tests replace it. Default time.Now.
 	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
 	if c.Prefix == "" {
 		c.Prefix = "ht"
 	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 60 * time.Second
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = c.LeaseTTL / 4
-	}
+	def(&c.LeaseTTL, 60*time.Second)
+	def(&c.HeartbeatInterval, c.LeaseTTL/4)
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 3
 	}
-	if c.MaxClaimWait == 0 {
-		c.MaxClaimWait = 20 * time.Second
-	}
+	def(&c.RetryBackoff, 10*time.Second)
+	def(&c.RetryBackoffMax, 10*time.Minute)
+	def(&c.MaxClaimWait, 20*time.Second)
+	def(&c.UsageHalfLife, 24*time.Hour)
+	def(&c.ClaimQuantum, 60*time.Second)
+	def(&c.StopGrace, 5*time.Minute)
+	def(&c.IdempotencyTTL, 24*time.Hour)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -93,6 +133,7 @@ type Client struct {
 	rdb    redis.UniversalClient
 	cfg    Config
 	keys   keys
+	tau    int64 // usage decay time constant, ms
 	wakeup *notifier
 }
 
@@ -100,7 +141,11 @@ type Client struct {
 func New(rdb redis.UniversalClient, cfg Config) *Client {
 	cfg = cfg.withDefaults()
 	k := newKeys(cfg.Prefix)
-	return &Client{rdb: rdb, cfg: cfg, keys: k, wakeup: newNotifier(rdb, k.wake())}
+	return &Client{
+		rdb: rdb, cfg: cfg, keys: k,
+		tau:    int64(float64(cfg.UsageHalfLife.Milliseconds()) / math.Ln2),
+		wakeup: newNotifier(rdb, k.wake()),
+	}
 }
 
 // Close stops the wake-up subscription; the Redis client is the caller's to close.
@@ -117,30 +162,63 @@ func (c *Client) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() 
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
-// Submit stores a new job and queues it. An empty ID gets a new one.
-func (c *Client) Submit(ctx context.Context, sub job.Submission) (*job.Job, error) {
+// run calls a script with the arguments every script takes first: prefix, now, tau.
+func (c *Client) run(ctx context.Context, s *redis.Script, route string, args ...any) *redis.Cmd {
+	return s.Run(ctx, c.rdb, []string{route}, append([]any{c.keys.prefix, ms(c.cfg.Now()), c.tau}, args...)...)
+}
+
+// Submit stores a new job and queues it. An empty ID gets a new one. With idempotencyKey set,
+// a repeat of the same fingerprint returns the job first created under that key (replayed is
+// true); another fingerprint is an *job.IdempotencyConflictError. Past the organization's
+// queued limit it is a *job.LimitError.
+func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey, fingerprint string) (j *job.Job, replayed bool, err error) {
 	if sub.ID == "" {
-		id, err := job.NewID()
-		if err != nil {
-			return nil, err
+		if sub.ID, err = job.NewID(); err != nil {
+			return nil, false, err
 		}
-		sub.ID = id
 	}
 	cfg, err := json.Marshal(sub.Spec)
 	if err != nil {
-		return nil, fmt.Errorf("queue: encode config: %w", err)
+		return nil, false, fmt.Errorf("queue: encode config: %w", err)
 	}
-	prog, _ := json.Marshal(job.Progress{MaxSteps: sub.Spec.MaxSteps})
-	jid := sub.ID
-	res, err := submitScript.Run(ctx, c.rdb,
-		[]string{c.keys.job(jid), c.keys.events(jid), c.keys.outbox(), c.keys.orgJobs(sub.Org), c.keys.queued()},
-		jid, sub.Org, sub.Spec.Kind, sub.Spec.Name, cfg, ms(c.cfg.Now()), c.cfg.MaxAttempts, prog, c.keys.wake(),
-		sub.SealedSecrets,
-	).Result()
+	now := c.cfg.Now()
+	prog := job.Progress{MaxSteps: sub.Spec.MaxSteps}
+	progJSON, _ := json.Marshal(prog)
+	limit := sub.Spec.TimeLimitDuration()
+	if limit == 0 {
+		limit = c.cfg.DefaultTimeLimit
+	}
+	res, err := c.run(ctx, submitScript, c.keys.job(sub.ID),
+		sub.ID, sub.Org, sub.Spec.Kind, sub.Spec.Name, cfg, c.cfg.MaxAttempts, progJSON, sub.SealedSecrets,
+		sub.Spec.Priority, sub.Spec.Class(), sub.Spec.Resources.GPUs, limit.Milliseconds(), c.cfg.MaxQueued,
+		idempotencyKey, fingerprint, c.cfg.IdempotencyTTL.Milliseconds(),
+	).StringSlice()
 	if err != nil {
-		return nil, scriptErr("submit", err)
+		return nil, false, c.submitErr(sub.Org, err)
 	}
-	return parseJob(res)
+	if res[0] == "replayed" {
+		j, err := c.Get(ctx, res[1])
+		return j, true, err
+	}
+	t := now.UTC().Truncate(time.Millisecond)
+	return &job.Job{
+		ID: sub.ID, Org: sub.Org, Kind: sub.Spec.Kind, Name: sub.Spec.Name, Status: job.Queued,
+		Config: sub.Spec, Attempt: 1, MaxAttempts: c.cfg.MaxAttempts, Progress: prog,
+		CreatedAt: t, UpdatedAt: t,
+	}, false, nil
+}
+
+func (c *Client) submitErr(org string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "ERR ")
+	if f := strings.Fields(msg); len(f) == 3 && f[0] == "LIMIT_QUEUED" {
+		cur, _ := strconv.Atoi(f[1])
+		max, _ := strconv.Atoi(f[2])
+		return &job.LimitError{Org: org, Limit: "queued", Current: cur, Max: max}
+	}
+	if id, ok := strings.CutPrefix(msg, "IDEMPOTENCY_CONFLICT "); ok {
+		return &job.IdempotencyConflictError{JobID: id}
+	}
+	return scriptErr("submit", err)
 }
 
 // Get returns a job.
@@ -228,18 +306,25 @@ func eventFromValues(id string, v map[string]any) job.Event {
 
 // Cancel stops a job: at once if it is queued, through its agent if one holds it.
 func (c *Client) Cancel(ctx context.Context, id string) (*job.Job, error) {
-	res, err := cancelScript.Run(ctx, c.rdb,
-		[]string{c.keys.job(id), c.keys.events(id), c.keys.outbox(), c.keys.queued()},
-		ms(c.cfg.Now()),
-	).Result()
+	res, err := c.run(ctx, cancelScript, c.keys.job(id), id, c.cfg.StopGrace.Milliseconds()).Result()
 	if err != nil {
 		return nil, scriptErr("cancel", err)
 	}
 	return parseJob(res)
 }
 
-// Claim hands the next job to an agent. When nothing is queued it waits up to req.Wait (capped
-// by MaxClaimWait) for a submit, and returns nil, nil if none came.
+// Restart runs a FAILED or STOPPED job again from its newest checkpoint; a RUNNING or PENDING
+// one is stopped first and then queued again.
+func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
+	res, err := c.run(ctx, restartScript, c.keys.job(id), id, c.cfg.StopGrace.Milliseconds()).Result()
+	if err != nil {
+		return nil, scriptErr("restart", err)
+	}
+	return parseJob(res)
+}
+
+// Claim hands the next job that fits req.GPUs to an agent. When nothing fits it waits up to
+// req.Wait (capped by MaxClaimWait) for a submit or requeue, and returns nil, nil if none came.
 func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error) {
 	wait := min(req.Wait, c.cfg.MaxClaimWait)
 	var deadline <-chan time.Time
@@ -248,19 +333,26 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 		defer t.Stop()
 		deadline = t.C
 	}
+	free := encodeGPUs(req.GPUs)
 	for {
 		// Take the wake-up channel before looking, so a submit between the look and the
 		// wait still wakes us.
 		woken := c.wakeup.wait(ctx)
-		cl, err := c.claimOnce(ctx, req)
+		cl, nextReady, err := c.claimOnce(ctx, req.AgentID, free)
 		if err != nil || cl != nil || wait <= 0 {
 			return cl, err
 		}
-		recheck := time.NewTimer(recheckEvery)
+		// Look again when a retry backoff ends, or after recheckEvery at the latest.
+		again := recheckEvery
+		if !nextReady.IsZero() {
+			again = min(again, max(nextReady.Sub(c.cfg.Now()), time.Millisecond))
+		}
+		recheck := time.NewTimer(again)
 		select {
 		case <-woken:
-		case <-recheck.C: // a wake-up lost while pub/sub reconnected
+		case <-recheck.C: // a wake-up lost while pub/sub reconnected, or a backoff that ended
 		case <-deadline:
+			recheck.Stop()
 			return nil, nil
 		case <-ctx.Done():
 			recheck.Stop()
@@ -273,43 +365,60 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 // recheckEvery bounds how long a waiting claim trusts pub/sub alone.
 const recheckEvery = 5 * time.Second
 
-func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest) (*job.Claim, error) {
-	res, err := claimScript.Run(ctx, c.rdb,
-		[]string{c.keys.queued(), c.keys.leases(), c.keys.outbox()},
-		c.keys.prefix, ms(c.cfg.Now()), c.cfg.LeaseTTL.Milliseconds(), req.AgentID, randomHex(12),
-	).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+func encodeGPUs(gpus []job.GPU) string {
+	parts := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		if g.Count > 0 {
+			parts = append(parts, strings.ToUpper(g.Model)+":"+strconv.Itoa(g.Count))
+		}
 	}
+	return strings.Join(parts, ",")
+}
+
+// claimOnce claims if something fits; if not, it reports when the next retry backoff ends.
+func (c *Client) claimOnce(ctx context.Context, agent, free string) (*job.Claim, time.Time, error) {
+	res, err := c.run(ctx, claimScript, c.keys.leases(),
+		c.cfg.LeaseTTL.Milliseconds(), agent, randomHex(12), free, c.cfg.MaxRunning, c.cfg.ClaimQuantum.Milliseconds(),
+	).Result()
 	if err != nil {
-		return nil, scriptErr("claim", err)
+		return nil, time.Time{}, scriptErr("claim", err)
 	}
 	arr, ok := res.([]any)
 	if !ok || len(arr) != 2 {
-		return nil, fmt.Errorf("queue: claim: unexpected reply %T", res)
+		return nil, time.Time{}, fmt.Errorf("queue: claim: unexpected reply %T", res)
+	}
+	token, _ := arr[0].(string)
+	if token == "" {
+		next, _ := arr[1].(int64)
+		if next == 0 {
+			return nil, time.Time{}, nil
+		}
+		return nil, time.UnixMilli(next), nil
 	}
 	m, err := flatMap(arr[1])
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	j, err := jobFromMap(m)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	token, _ := arr[0].(string)
 	fence, _ := strconv.ParseInt(strings.SplitN(token, ".", 2)[0], 10, 64)
 	return &job.Claim{Job: j, SealedSecrets: m["secrets"], Lease: job.Lease{
 		Token: token, Fence: fence, ExpiresAt: c.cfg.Now().Add(c.cfg.LeaseTTL).UTC().Truncate(time.Millisecond),
-	}}, nil
+	}}, time.Time{}, nil
+}
+
+func progressArg(p *job.Progress) string {
+	if p == nil {
+		return ""
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
 }
 
 // Heartbeat renews the lease on job id and records its progress.
 func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error) {
-	prog := ""
-	if hb.Progress != nil {
-		b, _ := json.Marshal(hb.Progress)
-		prog = string(b)
-	}
 	pipeline, emulated := "", "0"
 	if hb.Runtime != nil {
 		pipeline = hb.Runtime.Pipeline
@@ -317,13 +426,11 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 			emulated = "1"
 		}
 	}
-	args := []any{hb.Token, ms(c.cfg.Now()), c.cfg.LeaseTTL.Milliseconds(), boolArg(hb.Running), prog, pipeline, emulated}
+	args := []any{id, hb.Token, c.cfg.LeaseTTL.Milliseconds(), boolArg(hb.Running), progressArg(hb.Progress), pipeline, emulated}
 	for _, s := range hb.Checkpoints {
 		args = append(args, s)
 	}
-	res, err := heartbeatScript.Run(ctx, c.rdb,
-		[]string{c.keys.job(id), c.keys.events(id), c.keys.outbox(), c.keys.leases()}, args...,
-	).Result()
+	res, err := c.run(ctx, heartbeatScript, c.keys.job(id), args...).Result()
 	if err != nil {
 		return job.HeartbeatReply{}, scriptErr("heartbeat", err)
 	}
@@ -337,46 +444,108 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 }
 
 // Complete ends a job its agent holds as COMPLETED.
-func (c *Client) Complete(ctx context.Context, id string, o job.Outcome) (*job.Job, error) {
+func (c *Client) Complete(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
 	return c.finish(ctx, id, "completed", o)
 }
 
-// Fail ends a job its agent holds as FAILED with o.Reason — or STOPPED, if a stop had been
-// requested, since the pipeline then ended because it was told to.
-func (c *Client) Fail(ctx context.Context, id string, o job.Outcome) (*job.Job, error) {
+// Fail ends a job its agent holds as FAILED with o.Reason — or, when a stop had been
+// requested, as the stop requires: STOPPED, FAILED at a time limit, or queued again for a
+// restart. It returns the status the job ended in.
+func (c *Client) Fail(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
 	return c.finish(ctx, id, "failed", o)
 }
 
-func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (*job.Job, error) {
-	prog := ""
-	if o.Progress != nil {
-		b, _ := json.Marshal(o.Progress)
-		prog = string(b)
-	}
-	args := []any{o.Token, ms(c.cfg.Now()), how, o.Reason, prog}
+func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job.Status, error) {
+	args := []any{id, o.Token, how, o.Reason, progressArg(o.Progress)}
 	for _, s := range o.Checkpoints {
 		args = append(args, s)
 	}
-	res, err := finishScript.Run(ctx, c.rdb,
-		[]string{c.keys.job(id), c.keys.events(id), c.keys.outbox(), c.keys.leases()}, args...,
-	).Result()
+	st, err := c.run(ctx, finishScript, c.keys.job(id), args...).Text()
 	if err != nil {
-		return nil, scriptErr(how, err)
+		return "", scriptErr(how, err)
 	}
-	return parseJob(res)
+	return job.Status(st), nil
 }
 
-// Reap returns every job whose lease has lapsed to the queue (or fails or stops it), at most
-// batch at a time, and reports how many it handled.
+// Release hands a job back from an agent that is going away: it is queued again at once, in
+// its place, to resume elsewhere from its newest checkpoint, without spending an attempt.
+func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
+	args := []any{id, o.Token, o.Reason, progressArg(o.Progress)}
+	for _, s := range o.Checkpoints {
+		args = append(args, s)
+	}
+	st, err := c.run(ctx, releaseScript, c.keys.job(id), args...).Text()
+	if err != nil {
+		return "", scriptErr("release", err)
+	}
+	return job.Status(st), nil
+}
+
+// Reap does the queue's timed work, batch at a time: lapsed leases, stops whose grace ended,
+// time limits, retry backoffs that are over. It reports how many jobs it changed.
 func (c *Client) Reap(ctx context.Context, batch int) (int, error) {
-	n, err := reapScript.Run(ctx, c.rdb,
-		[]string{c.keys.leases(), c.keys.queued(), c.keys.outbox()},
-		c.keys.prefix, ms(c.cfg.Now()), batch, c.keys.wake(),
+	n, err := c.run(ctx, reapScript, c.keys.leases(),
+		batch, c.cfg.RetryBackoff.Milliseconds(), c.cfg.RetryBackoffMax.Milliseconds(), mrand.Float64(),
+		c.cfg.StopGrace.Milliseconds(),
 	).Int()
 	if err != nil {
 		return 0, scriptErr("reap", err)
 	}
 	return n, nil
+}
+
+// Position says where a QUEUED job stands and why it waits; ok is false for a job in another
+// state.
+func (c *Client) Position(ctx context.Context, id string) (job.Position, bool, error) {
+	return c.position(ctx, c.keys.job(id), id, "", "", 0)
+}
+
+// RunsAhead is where a job of org with spec would stand if it were submitted now.
+func (c *Client) RunsAhead(ctx context.Context, org string, spec jobspec.Spec) (job.Position, error) {
+	p, _, err := c.position(ctx, c.keys.leases(), "", org, spec.Class(), spec.Priority)
+	return p, err
+}
+
+func (c *Client) position(ctx context.Context, route, id, org, class string, priority int) (job.Position, bool, error) {
+	res, err := c.run(ctx, positionScript, route, id, org, class, priority,
+		c.cfg.MaxRunning, (2*c.cfg.MaxClaimWait + 10*time.Second).Milliseconds()).Slice()
+	if err != nil {
+		return job.Position{}, false, scriptErr("position", err)
+	}
+	ahead, _ := res[0].(int64)
+	reason, _ := res[1].(string)
+	if ahead < 0 {
+		return job.Position{}, false, nil
+	}
+	p := job.Position{RunsAhead: int(ahead)}
+	arg := func(i int) string {
+		if i >= len(res) {
+			return ""
+		}
+		switch v := res[i].(type) {
+		case int64:
+			return strconv.FormatInt(v, 10)
+		case string:
+			return v
+		}
+		return ""
+	}
+	switch reason {
+	case "backoff":
+		at, _ := strconv.ParseInt(arg(2), 10, 64)
+		p.Reason = "retrying after a lost lease: claimable again at " + time.UnixMilli(at).UTC().Format(time.RFC3339)
+	case "org_limit":
+		p.Reason = fmt.Sprintf("organization at its running limit (%s of %s jobs running)", arg(2), arg(3))
+	case "gpus":
+		p.Reason = fmt.Sprintf("waiting for %s×%s: no agent has that many free now", arg(2), arg(3))
+	case "turn":
+		if p.RunsAhead == 0 {
+			p.Reason = "next in line: waiting for an agent to claim it"
+		} else {
+			p.Reason = fmt.Sprintf("waiting for its turn: %d job(s) ahead", p.RunsAhead)
+		}
+	}
+	return p, true, nil
 }
 
 func boolArg(b bool) string {
@@ -433,15 +602,6 @@ func flatMap(res any) (map[string]string, error) {
 	return m, nil
 }
 
-// RunsAhead is how many queued jobs would run before a job submitted now.
-func (c *Client) RunsAhead(ctx context.Context, _ jobspec.Spec) (int, error) {
-	n, err := c.rdb.ZCard(ctx, c.keys.queued()).Result()
-	if err != nil {
-		return 0, fmt.Errorf("queue: runs ahead: %w", err)
-	}
-	return int(n), nil
-}
-
 func jobFromMap(m map[string]string) (*job.Job, error) {
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
 	when := func(k string) *time.Time {
@@ -461,10 +621,14 @@ func jobFromMap(m map[string]string) (*job.Job, error) {
 		MaxAttempts:   int(num("max_attempts")),
 		Error:         m["error"],
 		StopRequested: m["stop_requested"] == "1",
+		ResumeStep:    int(num("resume_step")),
 		CreatedAt:     time.UnixMilli(num("created_at")).UTC(),
 		UpdatedAt:     time.UnixMilli(num("updated_at")).UTC(),
 		StartedAt:     when("started_at"),
 		FinishedAt:    when("finished_at"),
+	}
+	if j.Status == job.Queued {
+		j.RetryAt = when("ready_at")
 	}
 	if err := json.Unmarshal([]byte(m["config"]), &j.Config); err != nil {
 		return nil, fmt.Errorf("queue: job %s: config: %w", j.ID, err)

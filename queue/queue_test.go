@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,382 +12,482 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
-	"github.com/hostedtrain/hostedtrain/internal/jobspec"
-	"github.com/hostedtrain/hostedtrain/internal/redistest"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-type bundle struct {
-	q     *Client
-	rdb   *redis.Client
-	clock *fakeClock
-	ctx   context.Context
-}
-
-func setup(t *testing.T) bundle {
-	t.Helper()
-	rdb := redistest.Client(t)
-	clock := &fakeClock{now: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
-	q := New(rdb, Config{Prefix: "t", LeaseTTL: 30 * time.Second, MaxAttempts: 2, Now: clock.Now})
-	t.Cleanup(func() { _ = q.Close() })
-	return bundle{q: q, rdb: rdb, clock: clock, ctx: context.Background()}
-}
-
-func spec(name string) jobspec.Spec {
-	return jobspec.Spec{Kind: "rl", Name: name, Model: "m", MaxSteps: 10, BatchSize: 8, RolloutsPerExample: 4,
-		Env: []jobspec.Env{{ID: "primeintellect/alphabet-sort", Weight: 1}}}
-}
-
-func (b bundle) submit(t *testing.T, org, name string) *job.Job {
-	t.Helper()
-	j, err := b.q.Submit(b.ctx, job.Submission{Org: org, Spec: spec(name)})
-	if err != nil {
-		t.Fatalf("submit: %v", err)
-	}
-	return j
-}
-
-func (b bundle) claim(t *testing.T) *job.Claim {
-	t.Helper()
-	cl, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "agent-1"})
-	if err != nil {
-		t.Fatalf("claim: %v", err)
-	}
-	if cl == nil {
-		t.Fatal("claim: got nothing, want a job")
-	}
-	return cl
-}
-
-func (b bundle) status(t *testing.T, id string) *job.Job {
-	t.Helper()
-	j, err := b.q.Get(b.ctx, id)
-	if err != nil {
-		t.Fatalf("get %s: %v", id, err)
-	}
-	return j
-}
-
-func (b bundle) eventTypes(t *testing.T, id string) []string {
-	t.Helper()
-	evs, err := b.q.Events(b.ctx, id, 0, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for i, e := range evs {
-		if e.Seq != int64(i+1) {
-			t.Errorf("event %d has seq %d, want %d", i, e.Seq, i+1)
-		}
-		out = append(out, e.Type)
-	}
-	return out
-}
-
-func equal(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
-
 func TestSubmitStoresQueuesAndRecords(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	j := b.submit(t, "acme", "first")
-	if j.Status != job.Queued || j.Org != "acme" || j.Attempt != 1 || j.MaxAttempts != 2 {
-		t.Fatalf("got %+v", j)
-	}
-	if !j.CreatedAt.Equal(b.clock.Now()) {
-		t.Errorf("created_at %v, want %v", j.CreatedAt, b.clock.Now())
-	}
-	got := b.status(t, j.ID)
-	if got.Config.Name != "first" || got.Config.Env[0].ID != "primeintellect/alphabet-sort" {
-		t.Errorf("config did not round-trip: %+v", got.Config)
-	}
-	if got.Progress.MaxSteps != 10 {
-		t.Errorf("progress.max_steps %d, want 10", got.Progress.MaxSteps)
-	}
-	if ev := b.eventTypes(t, j.ID); !equal(ev, []string{job.EventQueued}) {
-		t.Errorf("events %v", ev)
-	}
-	n, err := b.rdb.XLen(b.ctx, b.q.keys.outbox()).Result()
-	if err != nil || n != 1 {
-		t.Errorf("outbox length %d (%v), want 1", n, err)
-	}
-}
-
-func TestClaimIsFIFOAndFenced(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	first := b.submit(t, "acme", "a")
-	b.clock.Advance(time.Millisecond)
-	second := b.submit(t, "other", "b")
-
-	c1 := b.claim(t)
-	c2 := b.claim(t)
-	if c1.Job.ID != first.ID || c2.Job.ID != second.ID {
-		t.Fatalf("claimed %s then %s, want %s then %s", c1.Job.ID, c2.Job.ID, first.ID, second.ID)
-	}
-	if c1.Job.Status != job.Pending || c1.Lease.Fence != 1 || c1.Lease.Token == "" {
-		t.Errorf("claim 1: %+v lease %+v", c1.Job.Status, c1.Lease)
-	}
-	if c1.Job.Runtime == nil || c1.Job.Runtime.AgentID != "agent-1" {
-		t.Errorf("runtime %+v, want agent-1", c1.Job.Runtime)
-	}
-	cl, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "agent-2"})
-	if err != nil || cl != nil {
-		t.Fatalf("claim of an empty queue: got %v, %v; want nothing", cl, err)
-	}
-}
-
-func TestHeartbeatStartsRenewsAndRecordsCheckpoints(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	j := b.submit(t, "acme", "a")
-	cl := b.claim(t)
-
-	// Still preparing: stays PENDING.
-	if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token}); err != nil {
-		t.Fatal(err)
-	}
-	if s := b.status(t, j.ID).Status; s != job.Pending {
-		t.Fatalf("status %s, want PENDING", s)
-	}
-	b.clock.Advance(10 * time.Second)
-	prog := &job.Progress{Step: 5, MaxSteps: 10, Metrics: map[string]float64{"reward/all/mean": 0.5}, CheckpointStep: 4, Checkpoints: 2}
-	rep, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{
-		Token: cl.Lease.Token, Running: true, Progress: prog,
-		Runtime: &job.Runtime{Pipeline: "prime-rl", Emulated: true}, Checkpoints: []int{2, 4},
+	each(t, func(t *testing.T, b bundle) {
+		j := b.submit(t, "acme", "first")
+		if j.Status != job.Queued || j.Org != "acme" || j.Attempt != 1 || j.MaxAttempts != 2 {
+			t.Fatalf("got %+v", j)
+		}
+		got := b.status(t, j.ID)
+		if got.Config.Name != "first" || got.Config.Env[0].ID != "primeintellect/alphabet-sort" || !got.CreatedAt.Equal(b.clock.Now()) {
+			t.Errorf("stored job %+v", got)
+		}
+		if ev := b.eventTypes(t, j.ID); !equal(ev, []string{job.EventQueued}) {
+			t.Errorf("events %v", ev)
+		}
+		if n, err := b.rdb.XLen(b.ctx, b.q.keys.outbox()).Result(); err != nil || n != 1 {
+			t.Errorf("outbox length %d (%v), want 1", n, err)
+		}
+		st, err := b.q.GetOrg(b.ctx, "acme")
+		if err != nil || st.Queued != 1 || st.Running != 0 {
+			t.Errorf("org status %+v (%v)", st, err)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Action != job.Continue || !rep.LeaseExpiresAt.Equal(b.clock.Now().Add(30*time.Second)) {
-		t.Errorf("reply %+v", rep)
-	}
-	got := b.status(t, j.ID)
-	if got.Status != job.Running || got.StartedAt == nil || got.Progress.Step != 5 || got.Progress.Metrics["reward/all/mean"] != 0.5 {
-		t.Errorf("after heartbeat: %+v", got)
-	}
-	if got.Runtime == nil || !got.Runtime.Emulated || got.Runtime.Pipeline != "prime-rl" {
-		t.Errorf("runtime %+v", got.Runtime)
-	}
-	// A repeated checkpoint step is not a new event.
-	if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true, Checkpoints: []int{4}}); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{job.EventQueued, job.EventPending, job.EventStarted, job.EventCheckpoint, job.EventCheckpoint}
-	if ev := b.eventTypes(t, j.ID); !equal(ev, want) {
-		t.Errorf("events %v, want %v", ev, want)
-	}
-	if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: "1.forged"}); !errors.Is(err, job.ErrLeaseLost) {
-		t.Errorf("forged token: got %v, want ErrLeaseLost", err)
-	}
 }
 
-func TestCompleteAndFail(t *testing.T) {
+func TestClaimFencesAndRecordsTheAgent(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	a := b.submit(t, "acme", "a")
-	f := b.submit(t, "acme", "f")
-	ca := b.claim(t)
-	cf := b.claim(t)
+	each(t, func(t *testing.T, b bundle) {
+		j := b.submit(t, "acme", "a")
+		cl := b.claim(t)
+		if cl.Job.ID != j.ID || cl.Job.Status != job.Pending || cl.Lease.Fence != 1 || cl.Lease.Token == "" {
+			t.Errorf("claim %+v lease %+v", cl.Job, cl.Lease)
+		}
+		if cl.Job.Runtime == nil || cl.Job.Runtime.AgentID != "agent-1" {
+			t.Errorf("runtime %+v, want agent-1", cl.Job.Runtime)
+		}
+		if again := b.claimFor(t, "agent-2", h100x8); again != nil {
+			t.Fatalf("a claimed job was claimed again: %+v", again.Job)
+		}
+		st, _ := b.q.GetOrg(b.ctx, "acme")
+		if st.Queued != 0 || st.Running != 1 {
+			t.Errorf("org status %+v", st)
+		}
+	})
+}
 
-	done, err := b.q.Complete(b.ctx, a.ID, job.Outcome{Token: ca.Lease.Token, Progress: &job.Progress{Step: 10, MaxSteps: 10}, Checkpoints: []int{10}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if done.Status != job.Completed || done.FinishedAt == nil || done.Progress.Step != 10 {
-		t.Errorf("completed job: %+v", done)
-	}
-	if _, err := b.q.Complete(b.ctx, a.ID, job.Outcome{Token: ca.Lease.Token}); !errors.Is(err, job.ErrLeaseLost) {
-		t.Errorf("second completion: got %v, want ErrLeaseLost", err)
-	}
-	if _, err := b.q.Heartbeat(b.ctx, a.ID, job.Heartbeat{Token: ca.Lease.Token}); !errors.Is(err, job.ErrLeaseLost) {
-		t.Errorf("heartbeat after completion: got %v, want ErrLeaseLost", err)
-	}
-	failed, err := b.q.Fail(b.ctx, f.ID, job.Outcome{Token: cf.Lease.Token, Reason: "trainer exited with status 1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if failed.Status != job.Failed || failed.Error != "trainer exited with status 1" {
-		t.Errorf("failed job: %+v", failed)
-	}
-	want := []string{job.EventQueued, job.EventPending, job.EventCheckpoint, job.EventCompleted}
-	if ev := b.eventTypes(t, a.ID); !equal(ev, want) {
-		t.Errorf("events %v, want %v", ev, want)
-	}
+func TestHeartbeatStartsRenewsChargesAndRecordsCheckpoints(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		j := b.submitSpec(t, "acme", jobSpec("a", 2))
+		cl := b.claim(t)
+		if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token}); err != nil {
+			t.Fatal(err)
+		}
+		if s := b.status(t, j.ID).Status; s != job.Pending {
+			t.Fatalf("status %s, want PENDING while preparing", s)
+		}
+		b.clock.Advance(2 * time.Minute)
+		prog := &job.Progress{Step: 5, MaxSteps: 10, Metrics: map[string]float64{"reward/all/mean": 0.5}}
+		rep, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{
+			Token: cl.Lease.Token, Running: true, Progress: prog,
+			Runtime: &job.Runtime{Pipeline: "prime-rl", Emulated: true}, Checkpoints: []int{2, 4},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Action != job.Continue || !rep.LeaseExpiresAt.Equal(b.clock.Now().Add(30*time.Second)) {
+			t.Errorf("reply %+v", rep)
+		}
+		got := b.status(t, j.ID)
+		if got.Status != job.Running || got.StartedAt == nil || got.Progress.Step != 5 || !got.Runtime.Emulated {
+			t.Errorf("after heartbeat: %+v", got)
+		}
+		// Two GPUs for two minutes: the 60 s claimed up front plus the 60 s after it.
+		st, _ := b.q.GetOrg(b.ctx, "acme")
+		if d := st.UsageGPUHours*3600 - 240; d > 1 || d < -1 {
+			t.Errorf("usage %.1f GPU-seconds, want 240", st.UsageGPUHours*3600)
+		}
+		if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true, Checkpoints: []int{4}}); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{job.EventQueued, job.EventPending, job.EventStarted, job.EventCheckpoint, job.EventCheckpoint}
+		if ev := b.eventTypes(t, j.ID); !equal(ev, want) {
+			t.Errorf("events %v, want %v", ev, want)
+		}
+		if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: "1.forged"}); !errors.Is(err, job.ErrLeaseLost) {
+			t.Errorf("forged token: got %v, want ErrLeaseLost", err)
+		}
+	})
+}
+
+func TestCompleteAndFailEndTheJobAndRefund(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		a := b.submitSpec(t, "acme", jobSpec("a", 1))
+		f := b.submitSpec(t, "acme", jobSpec("f", 1))
+		ca, cf := b.claim(t), b.claim(t)
+		b.clock.Advance(10 * time.Second)
+
+		st, err := b.q.Complete(b.ctx, a.ID, job.Outcome{Token: ca.Lease.Token, Progress: &job.Progress{Step: 10, MaxSteps: 10}, Checkpoints: []int{10}})
+		if err != nil || st != job.Completed {
+			t.Fatalf("complete: %s %v", st, err)
+		}
+		done := b.status(t, a.ID)
+		if done.Status != job.Completed || done.FinishedAt == nil || done.Progress.Step != 10 {
+			t.Errorf("completed job: %+v", done)
+		}
+		if _, err := b.q.Complete(b.ctx, a.ID, job.Outcome{Token: ca.Lease.Token}); !errors.Is(err, job.ErrLeaseLost) {
+			t.Errorf("second completion: got %v, want ErrLeaseLost", err)
+		}
+		if _, err := b.q.Heartbeat(b.ctx, a.ID, job.Heartbeat{Token: ca.Lease.Token}); !errors.Is(err, job.ErrLeaseLost) {
+			t.Errorf("heartbeat after completion: got %v, want ErrLeaseLost", err)
+		}
+		if st, err := b.q.Fail(b.ctx, f.ID, job.Outcome{Token: cf.Lease.Token, Reason: "trainer exited with status 1"}); err != nil || st != job.Failed {
+			t.Fatalf("fail: %s %v", st, err)
+		}
+		if failed := b.status(t, f.ID); failed.Error != "trainer exited with status 1" {
+			t.Errorf("failed job: %+v", failed)
+		}
+		// Each ran 10 s of the 60 s charged at claim: the rest is refunded.
+		org, _ := b.q.GetOrg(b.ctx, "acme")
+		if org.Running != 0 || org.RunningGPUs != 0 || org.UsageGPUHours*3600 > 20.5 || org.UsageGPUHours*3600 < 19.5 {
+			t.Errorf("org after both ended: %+v (usage %.1f s)", org, org.UsageGPUHours*3600)
+		}
+		want := []string{job.EventQueued, job.EventPending, job.EventCheckpoint, job.EventCompleted}
+		if ev := b.eventTypes(t, a.ID); !equal(ev, want) {
+			t.Errorf("events %v, want %v", ev, want)
+		}
+	})
 }
 
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	queued := b.submit(t, "acme", "q")
-	stopped, err := b.q.Cancel(b.ctx, queued.ID)
-	if err != nil || stopped.Status != job.Stopped {
-		t.Fatalf("cancel queued: %v, %v", stopped, err)
-	}
-	if cl, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "a"}); cl != nil || err != nil {
-		t.Fatalf("a stopped job was claimed: %v %v", cl, err)
-	}
-	if again, err := b.q.Cancel(b.ctx, queued.ID); err != nil || again.Status != job.Stopped {
-		t.Errorf("cancel twice: %v, %v; want STOPPED again", again, err)
-	}
+	each(t, func(t *testing.T, b bundle) {
+		queued := b.submit(t, "acme", "q")
+		stopped, err := b.q.Cancel(b.ctx, queued.ID)
+		if err != nil || stopped.Status != job.Stopped {
+			t.Fatalf("cancel queued: %v, %v", stopped, err)
+		}
+		if cl := b.claimFor(t, "a", h100x8); cl != nil {
+			t.Fatalf("a stopped job was claimed: %v", cl.Job)
+		}
+		if again, err := b.q.Cancel(b.ctx, queued.ID); err != nil || again.Status != job.Stopped {
+			t.Errorf("cancel twice: %v, %v; want STOPPED again", again, err)
+		}
 
-	running := b.submit(t, "acme", "r")
-	cl := b.claim(t)
-	j, err := b.q.Cancel(b.ctx, running.ID)
-	if err != nil || j.Status != job.Pending || !j.StopRequested {
-		t.Fatalf("cancel held job: %+v, %v", j, err)
-	}
-	rep, err := b.q.Heartbeat(b.ctx, running.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true})
-	if err != nil || rep.Action != job.Stop {
-		t.Fatalf("heartbeat after stop: %+v, %v; want stop", rep, err)
-	}
-	end, err := b.q.Fail(b.ctx, running.ID, job.Outcome{Token: cl.Lease.Token, Reason: "terminated"})
-	if err != nil || end.Status != job.Stopped || end.Error != "" {
-		t.Fatalf("confirmed stop: %+v, %v; want STOPPED without an error", end, err)
-	}
+		confirmed := b.submit(t, "acme", "r")
+		cl := b.claim(t)
+		j, err := b.q.Cancel(b.ctx, confirmed.ID)
+		if err != nil || j.Status != job.Pending || !j.StopRequested {
+			t.Fatalf("cancel held job: %+v, %v", j, err)
+		}
+		rep, err := b.q.Heartbeat(b.ctx, confirmed.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true})
+		if err != nil || rep.Action != job.Stop {
+			t.Fatalf("heartbeat after stop: %+v, %v; want stop", rep, err)
+		}
+		if st, err := b.q.Fail(b.ctx, confirmed.ID, job.Outcome{Token: cl.Lease.Token, Reason: "terminated"}); err != nil || st != job.Stopped {
+			t.Fatalf("confirmed stop: %s, %v; want STOPPED", st, err)
+		}
+		if got := b.status(t, confirmed.ID); got.Error != "" {
+			t.Errorf("a stopped job shows an error: %q", got.Error)
+		}
 
-	done := b.submit(t, "acme", "d")
-	cd := b.claim(t)
-	if _, err := b.q.Complete(b.ctx, done.ID, job.Outcome{Token: cd.Lease.Token}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.q.Cancel(b.ctx, done.ID); !errors.Is(err, job.ErrConflict) {
-		t.Errorf("cancel completed: got %v, want ErrConflict", err)
-	}
-	if _, err := b.q.Cancel(b.ctx, "no-such-job"); !errors.Is(err, job.ErrNotFound) {
-		t.Errorf("cancel unknown: got %v, want ErrNotFound", err)
-	}
+		// An agent that keeps heartbeating but never stops: STOPPED when the grace ends, and
+		// its lease is no longer good.
+		stubborn := b.submit(t, "acme", "s")
+		cs := b.claim(t)
+		if _, err := b.q.Cancel(b.ctx, stubborn.ID); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(20 * time.Second)
+		b.running(t, stubborn.ID, cs)
+		b.clock.Advance(45 * time.Second)
+		b.running(t, stubborn.ID, cs)
+		b.reap(t)
+		if got := b.status(t, stubborn.ID); got.Status != job.Stopped {
+			t.Errorf("after the grace: %s, want STOPPED", got.Status)
+		}
+		if _, err := b.q.Heartbeat(b.ctx, stubborn.ID, job.Heartbeat{Token: cs.Lease.Token}); !errors.Is(err, job.ErrLeaseLost) {
+			t.Errorf("heartbeat after the grace: %v, want ErrLeaseLost", err)
+		}
+
+		done := b.submit(t, "acme", "d")
+		cd := b.claim(t)
+		if _, err := b.q.Complete(b.ctx, done.ID, job.Outcome{Token: cd.Lease.Token}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.q.Cancel(b.ctx, done.ID); !errors.Is(err, job.ErrConflict) {
+			t.Errorf("cancel completed: got %v, want ErrConflict", err)
+		}
+		if _, err := b.q.Cancel(b.ctx, "no-such-job"); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("cancel unknown: got %v, want ErrNotFound", err)
+		}
+		org, _ := b.q.GetOrg(b.ctx, "acme")
+		if org.Queued != 0 || org.Running != 0 {
+			t.Errorf("org counters after everything ended: %+v", org)
+		}
+	})
 }
 
-func TestReapRequeuesThenFails(t *testing.T) {
+func TestALapsedLeaseRetriesAfterABackoffThenFails(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	j := b.submit(t, "acme", "a")
-	first := b.claim(t)
-
-	if n, err := b.q.Reap(b.ctx, 100); err != nil || n != 0 {
-		t.Fatalf("reap before expiry: %d, %v", n, err)
-	}
-	b.clock.Advance(31 * time.Second)
-	if n, err := b.q.Reap(b.ctx, 100); err != nil || n != 1 {
-		t.Fatalf("reap: %d, %v; want 1", n, err)
-	}
-	got := b.status(t, j.ID)
-	if got.Status != job.Queued || got.Attempt != 2 {
-		t.Fatalf("after reap: status %s attempt %d; want QUEUED, 2", got.Status, got.Attempt)
-	}
-	if _, err := b.q.Complete(b.ctx, j.ID, job.Outcome{Token: first.Lease.Token}); !errors.Is(err, job.ErrLeaseLost) {
-		t.Errorf("completion under the lapsed lease: got %v, want ErrLeaseLost", err)
-	}
-	second := b.claim(t)
-	if second.Lease.Fence <= first.Lease.Fence {
-		t.Errorf("fence %d after %d: must grow", second.Lease.Fence, first.Lease.Fence)
-	}
-	b.clock.Advance(31 * time.Second)
-	if _, err := b.q.Reap(b.ctx, 100); err != nil {
-		t.Fatal(err)
-	}
-	got = b.status(t, j.ID)
-	if got.Status != job.Failed || got.Error == "" {
-		t.Fatalf("after the last attempt: %s %q; want FAILED with a reason", got.Status, got.Error)
-	}
-	want := []string{job.EventQueued, job.EventPending, job.EventRetrying, job.EventPending, job.EventFailed}
-	if ev := b.eventTypes(t, j.ID); !equal(ev, want) {
-		t.Errorf("events %v, want %v", ev, want)
-	}
+	each(t, func(t *testing.T, b bundle) {
+		j := b.submit(t, "acme", "a")
+		first := b.claim(t)
+		b.running(t, j.ID, first)
+		if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: first.Lease.Token, Running: true, Checkpoints: []int{4}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := b.reap(t); n != 0 {
+			t.Fatalf("reaped %d before the lease lapsed", n)
+		}
+		b.clock.Advance(31 * time.Second)
+		if n := b.reap(t); n != 1 {
+			t.Fatalf("reaped %d, want 1", n)
+		}
+		got := b.status(t, j.ID)
+		if got.Status != job.Queued || got.Attempt != 2 || got.ResumeStep != 4 || got.RetryAt == nil {
+			t.Fatalf("after reap: %+v", got)
+		}
+		backoff := got.RetryAt.Sub(b.clock.Now())
+		if backoff < 8*time.Second || backoff > 12*time.Second {
+			t.Errorf("backoff %v, want 10 s ± 20%%", backoff)
+		}
+		if _, err := b.q.Complete(b.ctx, j.ID, job.Outcome{Token: first.Lease.Token}); !errors.Is(err, job.ErrLeaseLost) {
+			t.Errorf("completion under the lapsed lease: got %v, want ErrLeaseLost", err)
+		}
+		if cl := b.claimFor(t, "agent-2", h100x8); cl != nil {
+			t.Fatal("claimed during the backoff")
+		}
+		pos, queued, err := b.q.Position(b.ctx, j.ID)
+		if err != nil || !queued || !strings.Contains(pos.Reason, "retrying after a lost lease") {
+			t.Errorf("position during backoff: %+v %v %v", pos, queued, err)
+		}
+		b.clock.Advance(backoff)
+		second := b.claim(t)
+		if second.Lease.Fence <= first.Lease.Fence || second.Job.ResumeStep != 4 {
+			t.Errorf("second claim %+v, fence %d after %d", second.Job, second.Lease.Fence, first.Lease.Fence)
+		}
+		b.clock.Advance(31 * time.Second)
+		b.reap(t)
+		got = b.status(t, j.ID)
+		if got.Status != job.Failed || !strings.Contains(got.Error, "lease lost 2 times") {
+			t.Fatalf("after the last attempt: %s %q", got.Status, got.Error)
+		}
+		want := []string{job.EventQueued, job.EventPending, job.EventStarted, job.EventCheckpoint, job.EventRetrying, job.EventPending, job.EventFailed}
+		if ev := b.eventTypes(t, j.ID); !equal(ev, want) {
+			t.Errorf("events %v, want %v", ev, want)
+		}
+	})
 }
 
-func TestReapStopsAJobWhoseStopWasNeverConfirmed(t *testing.T) {
+func TestRestart(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	j := b.submit(t, "acme", "a")
-	b.claim(t)
-	if _, err := b.q.Cancel(b.ctx, j.ID); err != nil {
-		t.Fatal(err)
-	}
-	b.clock.Advance(31 * time.Second)
-	if _, err := b.q.Reap(b.ctx, 100); err != nil {
-		t.Fatal(err)
-	}
-	if s := b.status(t, j.ID).Status; s != job.Stopped {
-		t.Errorf("status %s, want STOPPED", s)
-	}
+	each(t, func(t *testing.T, b bundle) {
+		// A failed job is queued again at once, from its newest checkpoint, attempts reset.
+		f := b.submit(t, "acme", "f")
+		cf := b.claim(t)
+		if _, err := b.q.Heartbeat(b.ctx, f.ID, job.Heartbeat{Token: cf.Lease.Token, Running: true, Checkpoints: []int{50}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.q.Fail(b.ctx, f.ID, job.Outcome{Token: cf.Lease.Token, Reason: "OOM"}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := b.q.Restart(b.ctx, f.ID)
+		if err != nil || r.Status != job.Queued || r.ResumeStep != 50 || r.Error != "" || r.Attempt != 1 {
+			t.Fatalf("restart of a failed job: %+v %v", r, err)
+		}
+		again := b.claim(t)
+		if again.Job.ID != f.ID || again.Lease.Fence != 2 {
+			t.Errorf("claim after restart: %s fence %d", again.Job.ID, again.Lease.Fence)
+		}
+
+		// A running job stops first, then is queued again when the agent confirms.
+		run := b.submit(t, "acme", "r")
+		cr := b.claim(t)
+		b.running(t, run.ID, cr)
+		if j, err := b.q.Restart(b.ctx, run.ID); err != nil || j.Status != job.Running || !j.StopRequested {
+			t.Fatalf("restart of a running job: %+v %v", j, err)
+		}
+		if cl := b.claimFor(t, "agent-2", h100x8); cl != nil && cl.Job.ID == run.ID {
+			t.Fatal("the job was claimed again while its first run still held it")
+		}
+		if st, err := b.q.Fail(b.ctx, run.ID, job.Outcome{Token: cr.Lease.Token, Reason: "terminated"}); err != nil || st != job.Queued {
+			t.Fatalf("the stop of a restart: %s %v, want QUEUED", st, err)
+		}
+		if rerun := b.claim(t); rerun.Job.ID != run.ID || rerun.Lease.Fence != 2 {
+			t.Fatalf("the restarted run: claimed %s fence %d", rerun.Job.ID, rerun.Lease.Fence)
+		}
+
+		// ...or when its grace ends without the agent confirming.
+		stuck := b.submit(t, "acme", "s")
+		cs := b.claim(t)
+		if cs.Job.ID != stuck.ID {
+			t.Fatalf("claimed %s, want %s", cs.Job.ID, stuck.ID)
+		}
+		b.running(t, stuck.ID, cs)
+		if _, err := b.q.Restart(b.ctx, stuck.ID); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(25 * time.Second)
+		b.running(t, stuck.ID, cs)
+		b.clock.Advance(40 * time.Second)
+		b.running(t, stuck.ID, cs)
+		b.reap(t)
+		if got := b.status(t, stuck.ID); got.Status != job.Queued {
+			t.Errorf("restart after the grace: %s, want QUEUED", got.Status)
+		}
+
+		queued := b.submit(t, "acme", "q")
+		if _, err := b.q.Restart(b.ctx, queued.ID); !errors.Is(err, job.ErrConflict) {
+			t.Errorf("restart of a queued job: %v, want ErrConflict", err)
+		}
+	})
+}
+
+func TestReleaseRequeuesWithoutSpendingAnAttempt(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		j := b.submit(t, "acme", "a")
+		cl := b.claim(t)
+		st, err := b.q.Release(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "node preempted", Checkpoints: []int{20}})
+		if err != nil || st != job.Queued {
+			t.Fatalf("release: %s %v", st, err)
+		}
+		got := b.status(t, j.ID)
+		if got.Attempt != 1 || got.ResumeStep != 20 || got.RetryAt != nil {
+			t.Errorf("released job %+v", got)
+		}
+		next := b.claimFor(t, "agent-2", h100x8)
+		if next == nil || next.Job.ID != j.ID {
+			t.Fatal("a released job should be claimable at once")
+		}
+		if _, err := b.q.Release(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "x"}); !errors.Is(err, job.ErrLeaseLost) {
+			t.Errorf("release with the old token: %v", err)
+		}
+	})
+}
+
+func TestATimeLimitStopsThenFailsTheJob(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		spec := jobSpec("a", 0)
+		spec.TimeLimit = "1h"
+		j := b.submitSpec(t, "acme", spec)
+		cl := b.claim(t)
+		b.running(t, j.ID, cl)
+		b.clock.Advance(59 * time.Minute)
+		b.running(t, j.ID, cl)
+		b.reap(t)
+		if got := b.status(t, j.ID); got.StopRequested {
+			t.Fatal("stopped before its time limit")
+		}
+		b.clock.Advance(2 * time.Minute)
+		b.reap(t)
+		rep, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true})
+		if err != nil || rep.Action != job.Stop {
+			t.Fatalf("heartbeat after the time limit: %+v %v", rep, err)
+		}
+		if st, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "terminated"}); err != nil || st != job.Failed {
+			t.Fatalf("end at the time limit: %s %v, want FAILED", st, err)
+		}
+		if got := b.status(t, j.ID); !strings.Contains(got.Error, "time limit") {
+			t.Errorf("error %q", got.Error)
+		}
+	}, func(c *Config) { c.LeaseTTL = 2 * time.Hour })
 }
 
 func TestListNewestFirstWithCursor(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var ids []string
-	for i := range 5 {
-		ids = append(ids, b.submit(t, "acme", fmt.Sprint(i)).ID)
-		b.clock.Advance(time.Millisecond)
-	}
-	b.submit(t, "other", "not mine")
-
-	var seen []string
-	cursor := ""
-	for page := 0; ; page++ {
-		jobs, next, err := b.q.List(b.ctx, "acme", cursor, 2)
-		if err != nil {
-			t.Fatal(err)
+	each(t, func(t *testing.T, b bundle) {
+		var ids []string
+		for i := range 5 {
+			ids = append(ids, b.submit(t, "acme", fmt.Sprint(i)).ID)
+			b.clock.Advance(time.Millisecond)
 		}
-		for _, j := range jobs {
-			seen = append(seen, j.ID)
+		b.submit(t, "other", "not mine")
+		var seen []string
+		cursor := ""
+		for page := 0; ; page++ {
+			jobs, next, err := b.q.List(b.ctx, "acme", cursor, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range jobs {
+				seen = append(seen, j.ID)
+			}
+			if next == "" {
+				break
+			}
+			if page > 5 {
+				t.Fatal("pagination does not end")
+			}
+			cursor = next
 		}
-		if next == "" {
-			break
+		if want := []string{ids[4], ids[3], ids[2], ids[1], ids[0]}; !equal(seen, want) {
+			t.Errorf("listed %v, want %v", seen, want)
 		}
-		if page > 5 {
-			t.Fatal("pagination does not end")
-		}
-		cursor = next
-	}
-	want := []string{ids[4], ids[3], ids[2], ids[1], ids[0]}
-	if !equal(seen, want) {
-		t.Errorf("listed %v, want %v", seen, want)
-	}
+	})
 }
 
-func TestWaitingClaimWakesOnSubmit(t *testing.T) {
+// subscribers counts the subscribers of a channel across every node (PUBSUB NUMSUB is local
+// to a node on a cluster).
+func subscribers(b bundle, channel string) int64 {
+	var mu sync.Mutex
+	total := int64(0)
+	count := func(ctx context.Context, c *redis.Client) error {
+		n, err := c.PubSubNumSub(ctx, channel).Result()
+		mu.Lock()
+		total += n[channel]
+		mu.Unlock()
+		return err
+	}
+	if cc, ok := b.rdb.(*redis.ClusterClient); ok {
+		_ = cc.ForEachShard(b.ctx, count)
+		return total
+	}
+	_ = count(b.ctx, b.rdb.(*redis.Client))
+	return total
+}
+
+func TestAWaitingClaimWakesOnSubmit(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	got := make(chan *job.Claim, 1)
-	errc := make(chan error, 1)
-	go func() {
-		cl, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "idle", Wait: time.Minute})
-		got <- cl
-		errc <- err
-	}()
-	testwait.Until(t, 10*time.Second, "the claim to subscribe", func() bool {
-		n, err := b.rdb.PubSubNumSub(b.ctx, b.q.keys.wake()).Result()
-		if err != nil {
+	each(t, func(t *testing.T, b bundle) {
+		got := make(chan *job.Claim, 1)
+		errc := make(chan error, 1)
+		go func() {
+			cl, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "idle", GPUs: h100x8, Wait: time.Minute})
+			got <- cl
+			errc <- err
+		}()
+		testwait.Until(t, 10*time.Second, "the claim to subscribe", func() bool {
+			return subscribers(b, b.q.keys.wake()) > 0
+		})
+		j := b.submit(t, "acme", "wake")
+		cl := <-got
+		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
-		return n[b.q.keys.wake()] > 0
+		if cl == nil || cl.Job.ID != j.ID {
+			t.Fatalf("waiting claim got %v, want %s", cl, j.ID)
+		}
 	})
-	j := b.submit(t, "acme", "wake")
-	cl := <-got
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if cl == nil || cl.Job.ID != j.ID {
-		t.Fatalf("waiting claim got %v, want %s", cl, j.ID)
-	}
+}
+
+func TestIdempotentSubmit(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		sub := job.Submission{Org: "acme", Spec: jobSpec("a", 0)}
+		first, replayed, err := b.q.Submit(b.ctx, sub, "key-1", "fp-1")
+		if err != nil || replayed {
+			t.Fatal(err)
+		}
+		again, replayed, err := b.q.Submit(b.ctx, sub, "key-1", "fp-1")
+		if err != nil || !replayed || again.ID != first.ID {
+			t.Fatalf("replay: %v %v %v", again, replayed, err)
+		}
+		var conflict *job.IdempotencyConflictError
+		if _, _, err := b.q.Submit(b.ctx, sub, "key-1", "fp-2"); !errors.As(err, &conflict) || conflict.JobID != first.ID {
+			t.Fatalf("another body under the same key: %v", err)
+		}
+		// The same key in another organization is another key.
+		other, replayed, err := b.q.Submit(b.ctx, job.Submission{Org: "globex", Spec: jobSpec("a", 0)}, "key-1", "fp-2")
+		if err != nil || replayed || other.ID == first.ID {
+			t.Fatalf("other org: %v %v %v", other, replayed, err)
+		}
+		org, _ := b.q.GetOrg(b.ctx, "acme")
+		if org.Queued != 1 {
+			t.Errorf("queued %d after a replay, want 1", org.Queued)
+		}
+		// Keys last 24 hours (Redis expires them in its own time; here it is the TTL we check).
+		ttl, err := b.rdb.PTTL(b.ctx, b.q.keys.prefix+"idem:acme:key-1").Result()
+		if err != nil || ttl < 23*time.Hour || ttl > 24*time.Hour {
+			t.Errorf("key TTL %v (%v), want 24 h", ttl, err)
+		}
+	})
 }

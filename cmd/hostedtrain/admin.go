@@ -11,11 +11,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
 func newAdminCmd() *cobra.Command {
 	c := &cobra.Command{Use: "admin", Short: "Operator commands"}
-	c.AddCommand(newTokenCmd())
+	c.AddCommand(newTokenCmd(), newOrgCmd())
 	return c
 }
 
@@ -71,5 +72,55 @@ func newTokenCmd() *cobra.Command {
 	c.Flags().StringVar(&subject, "subject", "", "who the token names (default: the organization; for agents, the agent id)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Hour, "lifetime")
 	_ = c.MarkFlagRequired("org")
+	return c
+}
+
+func newOrgCmd() *cobra.Command {
+	c := &cobra.Command{Use: "org", Short: "An organization's share of the queue (needs an admin token)"}
+	show := func(cmd *cobra.Command, st *job.OrgStatus) {
+		limit := func(n int) string {
+			if n == 0 {
+				return "none"
+			}
+			return fmt.Sprint(n)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "org %s: weight %g, running limit %s, queued limit %s\n  now: %d queued, %d running on %d GPUs; %.2f GPU-hours used (decayed)\n",
+			st.Org, st.Weight, limit(st.MaxRunning), limit(st.MaxQueued), st.Queued, st.Running, st.RunningGPUs, st.UsageGPUHours)
+	}
+	get := &cobra.Command{
+		Use: "get ORG", Short: "Show an organization's settings and use", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			st, err := api.GetOrg(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			show(cmd, st)
+			return nil
+		},
+	}
+	var s job.OrgSettings
+	set := &cobra.Command{
+		Use: "set ORG", Short: "Set an organization's weight and limits (0 restores a default)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			st, err := api.SetOrg(cmd.Context(), args[0], s)
+			if err != nil {
+				return err
+			}
+			show(cmd, st)
+			return nil
+		},
+	}
+	set.Flags().Float64Var(&s.Weight, "weight", 0, "share of the GPUs relative to other organizations (default 1)")
+	set.Flags().IntVar(&s.MaxRunning, "max-running", 0, "jobs that may run at once")
+	set.Flags().IntVar(&s.MaxQueued, "max-queued", 0, "jobs that may wait at once")
+	c.AddCommand(get, set)
 	return c
 }

@@ -19,7 +19,7 @@ import (
 func newTrainCmd() *cobra.Command {
 	c := &cobra.Command{Use: "train", Short: "Submit and manage training jobs"}
 	c.AddCommand(newFileSubmitCmd("rl", "Submit an RL training job file (TOML, or JSON if it ends in .json)"),
-		newGetCmd(), newListCmd(), newCancelCmd())
+		newGetCmd(), newListCmd(), newCancelCmd(), newRestartCmd())
 	return c
 }
 
@@ -211,6 +211,9 @@ func printSummary(out io.Writer, j *job.Job) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "job\t%s\n", j.ID)
 	fmt.Fprintf(w, "status\t%s\n", j.Status)
+	if j.QueueReason != "" {
+		fmt.Fprintf(w, "queue\t%s\n", j.QueueReason)
+	}
 	if j.Error != "" {
 		fmt.Fprintf(w, "error\t%s\n", j.Error)
 	}
@@ -336,6 +339,21 @@ func newCancelCmd() *cobra.Command {
 				fmt.Fprintf(w, "job %s STOPPED\n", j.ID)
 			} else {
 				fmt.Fprintf(w, "job %s is stopping (its agent hears on its next heartbeat)\n", j.ID)
+			}
+		})
+}
+
+func newRestartCmd() *cobra.Command {
+	return jobCmd("restart", "Run a failed or stopped job again from its newest checkpoint (a running one stops first)",
+		(*client.Client).RestartJob, func(w io.Writer, j *job.Job) {
+			if j.Status == job.Queued {
+				from := "the start"
+				if j.ResumeStep > 0 {
+					from = fmt.Sprintf("the checkpoint of step %d", j.ResumeStep)
+				}
+				fmt.Fprintf(w, "job %s is queued again, to resume from %s\n", j.ID, from)
+			} else {
+				fmt.Fprintf(w, "job %s is stopping; it will be queued again once its run has stopped\n", j.ID)
 			}
 		})
 }

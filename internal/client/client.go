@@ -6,10 +6,13 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -99,9 +102,16 @@ func (e *Error) Unwrap() error {
 // do sends a request and decodes a JSON answer into out (if not nil). A 204 leaves out alone
 // and reports false.
 func (c *Client) do(ctx context.Context, method, path, contentType string, body []byte, out any) (bool, error) {
+	return c.send(ctx, method, path, contentType, body, out, nil)
+}
+
+func (c *Client) send(ctx context.Context, method, path, contentType string, body []byte, out any, header http.Header) (bool, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, bytes.NewReader(body))
 	if err != nil {
 		return false, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -172,13 +182,46 @@ func jobPath(base, kind string) string {
 }
 
 // SubmitJob sends a job file; contentType is application/toml or application/json, and kind
-// is what a file that does not say is taken for ("" for rl).
+// is what a file that does not say is taken for ("" for rl). It sends an Idempotency-Key and
+// retries a few times when the answer is lost on the way (a network error, a 502/503/504), so
+// a retry never makes a second job.
 func (c *Client) SubmitJob(ctx context.Context, body []byte, contentType, kind string) (*Submitted, error) {
+	key := newIdempotencyKey()
 	var s Submitted
-	if _, err := c.do(ctx, http.MethodPost, jobPath("/v1/jobs", kind), contentType, body, &s); err != nil {
+	var err error
+	for attempt, wait := 1, 500*time.Millisecond; ; attempt, wait = attempt+1, wait*2 {
+		_, err = c.send(ctx, http.MethodPost, jobPath("/v1/jobs", kind), contentType, body, &s,
+			http.Header{"Idempotency-Key": {key}})
+		if err == nil || attempt == 4 || !retryable(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &s, nil
+}
+
+func newIdempotencyKey() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// retryable reports an error after which the request may or may not have taken effect.
+func retryable(err error) bool {
+	var apiErr *Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Status == http.StatusBadGateway || apiErr.Status == http.StatusServiceUnavailable ||
+			apiErr.Status == http.StatusGatewayTimeout
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // PreviewJob validates and normalizes a job file without queueing it.
@@ -216,6 +259,35 @@ func (c *Client) ListJobs(ctx context.Context, cursor string, limit int) ([]*job
 		return nil, "", err
 	}
 	return page.Items, page.NextCursor, nil
+}
+
+// RestartJob runs a failed or stopped job again from its newest checkpoint (a running one is
+// stopped first).
+func (c *Client) RestartJob(ctx context.Context, id string) (*job.Job, error) {
+	var j job.Job
+	if _, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/restart", "", nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// GetOrg reads an organization's queue settings and use (scope admin).
+func (c *Client) GetOrg(ctx context.Context, org string) (*job.OrgStatus, error) {
+	var st job.OrgStatus
+	if _, err := c.do(ctx, http.MethodGet, "/v1/admin/orgs/"+url.PathEscape(org), "", nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// SetOrg changes an organization's weight and limits (scope admin).
+func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) (*job.OrgStatus, error) {
+	body, _ := json.Marshal(s)
+	var st job.OrgStatus
+	if _, err := c.do(ctx, http.MethodPut, "/v1/admin/orgs/"+url.PathEscape(org), "application/json", body, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 // CancelJob asks for a job to stop.
@@ -263,6 +335,12 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 // Complete reports a pipeline that finished.
 func (c *Client) Complete(ctx context.Context, id string, o job.Outcome) error {
 	_, err := c.postJSON(ctx, "/v1/agent/jobs/"+url.PathEscape(id)+"/complete", o, nil)
+	return err
+}
+
+// Release gives a job back (the node is going away) so it resumes elsewhere at once.
+func (c *Client) Release(ctx context.Context, id string, o job.Outcome) error {
+	_, err := c.postJSON(ctx, "/v1/agent/jobs/"+url.PathEscape(id)+"/release", o, nil)
 	return err
 }
 

@@ -47,6 +47,54 @@ var (
 	ErrExists = errors.New("job already exists")
 )
 
+// LimitError is a submission past one of its organization's limits.
+type LimitError struct {
+	Org     string
+	Limit   string // "queued"
+	Current int
+	Max     int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("organization %s has %d jobs %s, its limit is %d", e.Org, e.Current, e.Limit, e.Max)
+}
+
+// IdempotencyConflictError is an Idempotency-Key used before with another body.
+type IdempotencyConflictError struct {
+	JobID string
+}
+
+func (e *IdempotencyConflictError) Error() string {
+	return "idempotency key already used with another body, for job " + e.JobID
+}
+
+// Position is where a QUEUED job stands.
+type Position struct {
+	RunsAhead int
+	Reason    string
+}
+
+// OrgSettings are an organization's share of the queue. Zero values take the service's
+// defaults (weight 1; the configured limits).
+type OrgSettings struct {
+	Weight     float64 `json:"weight,omitempty"`
+	MaxRunning int     `json:"max_running,omitempty"`
+	MaxQueued  int     `json:"max_queued,omitempty"`
+}
+
+// OrgStatus is an organization's settings in effect and what it uses now.
+type OrgStatus struct {
+	Org         string  `json:"org"`
+	Weight      float64 `json:"weight"`
+	MaxRunning  int     `json:"max_running"`
+	MaxQueued   int     `json:"max_queued"`
+	Queued      int     `json:"queued"`
+	Running     int     `json:"running"`
+	RunningGPUs int     `json:"running_gpus"`
+	// UsageGPUHours is GPU time used, decayed with the configured half-life.
+	UsageGPUHours float64 `json:"usage_gpu_hours"`
+}
+
 // Job is one submitted job and everything the service knows of it. Secrets never appear here.
 type Job struct {
 	ID          string       `json:"id"`
@@ -60,13 +108,20 @@ type Job struct {
 	Error       string       `json:"error,omitempty"`
 	// StopRequested is set when a user stopped a job that an agent holds; the agent hears of
 	// it on its next heartbeat.
-	StopRequested bool       `json:"stop_requested,omitempty"`
-	Progress      Progress   `json:"progress"`
-	Runtime       *Runtime   `json:"runtime,omitempty"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	StartedAt     *time.Time `json:"started_at,omitempty"`
-	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	StopRequested bool     `json:"stop_requested,omitempty"`
+	Progress      Progress `json:"progress"`
+	Runtime       *Runtime `json:"runtime,omitempty"`
+	// RunsAhead and QueueReason say where a QUEUED job stands and why it waits.
+	RunsAhead   *int   `json:"runs_ahead,omitempty"`
+	QueueReason string `json:"queue_reason,omitempty"`
+	// RetryAt is when a job waiting out a retry backoff becomes claimable again.
+	RetryAt *time.Time `json:"retry_at,omitempty"`
+	// ResumeStep is the checkpoint a requeued or restarted job resumes from (0: the start).
+	ResumeStep int        `json:"resume_step,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // Progress is what the agent last reported of a running pipeline.

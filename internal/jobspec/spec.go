@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Job kinds.
@@ -44,7 +45,34 @@ const (
 	DefaultEvalRolloutsPerExample = 3
 
 	DefaultGPUType = "H100"
+
+	// MaxTimeLimit is the longest a single run may be given.
+	MaxTimeLimit = 30 * 24 * time.Hour
 )
+
+// shortDuration renders 48h0m0s as 48h and 1h30m0s as 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	s = strings.TrimSuffix(s, "0s")
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// Class is the GPU class a job queues in: "H100:8", or "any:0" for a job that needs no GPU.
+func (s Spec) Class() string {
+	if s.Resources.GPUs == 0 {
+		return "any:0"
+	}
+	return strings.ToUpper(s.Resources.GPUType) + ":" + strconv.Itoa(s.Resources.GPUs)
+}
+
+// TimeLimitDuration is the job's own time limit, or 0.
+func (s Spec) TimeLimitDuration() time.Duration {
+	d, _ := time.ParseDuration(s.TimeLimit)
+	return d
+}
 
 // Spec is the normalized job: every alias resolved, every default filled in. Fields that do
 // not apply to the job's kind are left empty.
@@ -54,6 +82,10 @@ type Spec struct {
 	Model     string    `json:"model"`
 	Env       []Env     `json:"env"`
 	Resources Resources `json:"resources"`
+	// Priority orders jobs within an organization's queue: higher first.
+	Priority int `json:"priority"`
+	// TimeLimit bounds one run's wall-clock time ("48h"); "" for the service's default.
+	TimeLimit string `json:"time_limit,omitempty"`
 	// Secrets are the names of the job's secrets; their values never appear in a Spec.
 	Secrets []string `json:"secrets,omitempty"`
 	// EnvFiles are the secret files the job named; the CLI reads them, the server never does.
@@ -217,8 +249,10 @@ type Result struct {
 
 // input is a job file as written, after schema validation.
 type input struct {
-	Kind string `json:"kind"`
-	Name string `json:"name"`
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+	Priority  int    `json:"priority"`
+	TimeLimit string `json:"time_limit"`
 
 	Model     string            `json:"model"`
 	ModelName string            `json:"model_name"`
@@ -321,6 +355,18 @@ func Normalize(v map[string]any) (Result, error) {
 	}
 	s.Name = in.Name
 	s.Model = in.Model
+	s.Priority = in.Priority
+	if in.TimeLimit != "" {
+		d, err := time.ParseDuration(in.TimeLimit)
+		switch {
+		case err != nil:
+			n.fail("/time_limit", "time_limit %q is not a duration such as \"48h\" or \"90m\"", in.TimeLimit)
+		case d < time.Minute || d > MaxTimeLimit:
+			n.fail("/time_limit", "time_limit must be between 1m and %s", shortDuration(MaxTimeLimit))
+		default:
+			s.TimeLimit = shortDuration(d)
+		}
+	}
 	n.secrets(in, s)
 	if err := n.envFiles(in, s); err != nil {
 		return Result{}, err

@@ -1,0 +1,28 @@
+-- restart runs a job again from its newest committed checkpoint. A FAILED or STOPPED job is
+-- queued at once (a fresh attempt budget, at the back of its queue). A RUNNING or PENDING job
+-- is stopped first, as a user stop is, and queued again once its agent confirms or its grace
+-- ends, so two runs of one job never overlap.
+-- KEYS[1] the job's hash (routes the call)
+-- ARGV[4] job id  ARGV[5] grace (ms)
+-- Returns the job hash as a flat array; errors NOT_FOUND, CONFLICT <status>.
+local id = ARGV[4]
+local key = jobkey(id)
+local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org')
+local status, org = cur[1], cur[3]
+if not status then
+  return redis.error_reply('NOT_FOUND no such job')
+end
+if status == 'FAILED' or status == 'STOPPED' then
+  restart_job(id, org)
+elseif is_live(status) then
+  redis.call('HSET', key, 'restart_requested', 1, 'updated_at', NOW)
+  if cur[2] ~= '1' then
+    local deadline = NOW + tonumber(ARGV[5])
+    redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'restart', 'stop_deadline', deadline)
+    redis.call('ZADD', STOPPING, deadline, id)
+  end
+  emit(id, org, 'job.stopping', status, 'restart requested: stopping the current run first')
+else
+  return redis.error_reply('CONFLICT ' .. status)
+end
+return redis.call('HGETALL', key)

@@ -1,0 +1,62 @@
+package queue
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+//go:embed lua/set_org.lua
+var setOrgLua string
+
+var setOrgScript = script(setOrgLua)
+
+// SetOrg changes an organization's weight and limits; zero values restore the defaults.
+func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) error {
+	if s.Weight < 0 || s.MaxRunning < 0 || s.MaxQueued < 0 {
+		return fmt.Errorf("queue: org settings must not be negative: %+v", s)
+	}
+	err := c.run(ctx, setOrgScript, c.keys.org(org), org, s.Weight, s.MaxRunning, s.MaxQueued).Err()
+	if err != nil {
+		return scriptErr("set org", err)
+	}
+	return nil
+}
+
+// GetOrg reports an organization's settings in effect and its use of the queue now.
+func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) {
+	vals, err := c.rdb.HMGet(ctx, c.keys.org(org), "weight", "max_running", "max_queued", "queued", "running", "running_gpus", "usage").Result()
+	if err != nil {
+		return job.OrgStatus{}, fmt.Errorf("queue: org %s: %w", org, err)
+	}
+	tref, err := c.rdb.HGet(ctx, c.keys.meta(), "tref").Int64()
+	if err != nil {
+		tref = ms(c.cfg.Now())
+	}
+	f := func(i int) float64 {
+		s, _ := vals[i].(string)
+		v, _ := strconv.ParseFloat(s, 64)
+		return v
+	}
+	st := job.OrgStatus{
+		Org: org, Weight: f(0), MaxRunning: int(f(1)), MaxQueued: int(f(2)),
+		Queued: int(f(3)), Running: int(f(4)), RunningGPUs: int(f(5)),
+	}
+	if st.Weight == 0 {
+		st.Weight = 1
+	}
+	if st.MaxRunning == 0 {
+		st.MaxRunning = c.cfg.MaxRunning
+	}
+	if st.MaxQueued == 0 {
+		st.MaxQueued = c.cfg.MaxQueued
+	}
+	// usage is kept scaled to the reference time; bring it to now.
+	decay := math.Exp(-float64(ms(c.cfg.Now())-tref) / float64(c.tau))
+	st.UsageGPUHours = f(6) * decay / 3600
+	return st, nil
+}
