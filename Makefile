@@ -7,7 +7,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build demo test deps redis-server spec-validator lint fmt clean fuzz bench-jobs
+.PHONY: all build demo test deps redis-server spec-validator lint fmt clean fuzz bench-jobs bench-queue
 
 all: build
 
@@ -31,6 +31,11 @@ test: deps
 FUZZTIME ?= 5m
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzJobAdmission -fuzztime $(FUZZTIME) ./api
+
+## bench-queue: hostedtrain's queue against asynq on one redis-server (its own module, bench/)
+BENCH_QUEUE_ARGS ?= -n 20000 -c 16
+bench-queue: redis-server
+	cd bench && $(GO) run ./cmd/queuebench $(BENCH_QUEUE_ARGS)
 
 ## bench-jobs: decode + validate + normalize of every fixture, on one core
 bench-jobs:

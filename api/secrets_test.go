@@ -66,7 +66,7 @@ func TestSecretsAreNamedButNeverShown(t *testing.T) {
 		}
 		assertNoSecret(t, "redis key "+k, []byte(dump))
 	}
-	sealed, err := b.s.Redis.HGet(ctx, "{ht}:job:"+j.ID, "secrets").Result()
+	sealed, err := b.s.Redis.Get(ctx, "{ht}:sec:"+j.ID).Result()
 	if err != nil || !strings.HasPrefix(sealed, "v1.") {
 		t.Errorf("stored secrets %q (%v), want a sealed value", sealed, err)
 	}

@@ -235,29 +235,44 @@ func TestOrganizationLimits(t *testing.T) {
 func TestPositionSaysWhereAJobStandsAndWhy(t *testing.T) {
 	t.Parallel()
 	each(t, func(t *testing.T, b bundle) {
+		waiting := b.submitSpec(t, "acme", jobSpec("big", 8))
+		if p, _, _ := b.q.Position(b.ctx, waiting.ID); p.Reason != "waiting for 8×H100: no agent has that many free now" {
+			t.Errorf("with no agent about: %+v", p)
+		}
+		if _, err := b.q.Cancel(b.ctx, waiting.ID); err != nil {
+			t.Fatal(err)
+		}
+		// An idle 8-GPU agent waits on an empty queue, so the queue knows it is there.
+		if cl := b.claimFor(t, "idle", h100x8); cl != nil {
+			t.Fatalf("claimed %v from an empty queue", cl.Job)
+		}
 		var acme []*job.Job
 		for i := range 3 {
 			acme = append(acme, b.submitSpec(t, "acme", jobSpec(fmt.Sprint(i), 8)))
 			b.clock.Advance(time.Millisecond)
 		}
-		// No agent has reported 8 free H100s yet.
 		pos, queued, err := b.q.Position(b.ctx, acme[2].ID)
-		if err != nil || !queued || pos.RunsAhead != 2 || pos.Reason != "waiting for 8×H100: no agent has that many free now" {
+		if err != nil || !queued || pos.RunsAhead != 2 || pos.Reason != "waiting for its turn: 2 job(s) ahead" {
 			t.Fatalf("position %+v %v %v", pos, queued, err)
 		}
-		// An 8-GPU agent takes the first; acme's usage now puts globex, which arrives, ahead.
+		// The first runs; acme's use now puts globex, which arrives, ahead of acme's others.
 		b.claim(t)
 		g := b.submitSpec(t, "globex", jobSpec("g", 8))
-		pos, _, _ = b.q.Position(b.ctx, acme[2].ID)
-		if pos.RunsAhead != 2 || !strings.HasPrefix(pos.Reason, "waiting for its turn: 2 job(s) ahead") {
+		if pos, _, _ = b.q.Position(b.ctx, acme[2].ID); pos.RunsAhead != 2 {
 			t.Errorf("acme's last job: %+v; want acme's other queued job and globex's ahead", pos)
 		}
 		if pg, _, _ := b.q.Position(b.ctx, g.ID); pg.RunsAhead != 0 || !strings.HasPrefix(pg.Reason, "next in line") {
 			t.Errorf("globex's job: %+v", pg)
 		}
+		huge := jobSpec("huge", 16)
+		h := b.submitSpec(t, "acme", huge)
+		if ph, _, _ := b.q.Position(b.ctx, h.ID); ph.Reason != "waiting for 16×H100: no agent has that many free now" {
+			t.Errorf("a 16-GPU job: %+v", ph)
+		}
+		b.clock.Advance(time.Millisecond)
 		pre, err := b.q.RunsAhead(b.ctx, "acme", jobSpec("preview", 8))
-		if err != nil || pre.RunsAhead != 3 {
-			t.Errorf("a new acme job would have %+v ahead (%v), want 3", pre, err)
+		if err != nil || pre.RunsAhead != 4 {
+			t.Errorf("a new acme job would have %+v ahead (%v), want 4", pre, err)
 		}
 		if _, queued, _ := b.q.Position(b.ctx, acme[0].ID); queued {
 			t.Error("a claimed job has no queue position")
@@ -275,16 +290,17 @@ func TestUsageRebasesWithoutChangingTheOrder(t *testing.T) {
 		b.submitSpec(t, "acme", jobSpec("a2", 1))
 		b.submitSpec(t, "globex", jobSpec("g", 1))
 		before, _ := b.q.GetOrg(b.ctx, "acme")
-		// 40 time constants later the reaper rebases the reference frame.
-		b.clock.Advance(40 * time.Duration(float64(b.cfg.UsageHalfLife)/math.Ln2))
+		// 11 time constants later (past the threshold of 10) the reaper rebases the frame.
+		b.clock.Advance(11 * time.Duration(float64(b.cfg.UsageHalfLife)/math.Ln2))
 		b.reap(t)
 		tref, _ := b.rdb.HGet(b.ctx, b.q.keys.meta(), "tref").Int64()
 		if tref != b.clock.Now().UnixMilli() {
 			t.Fatalf("tref %d, want now %d", tref, b.clock.Now().UnixMilli())
 		}
 		after, _ := b.q.GetOrg(b.ctx, "acme")
-		if before.UsageGPUHours <= 0 || after.UsageGPUHours > before.UsageGPUHours*1e-15 {
-			t.Errorf("usage before %g, after 40 time constants %g", before.UsageGPUHours, after.UsageGPUHours)
+		want := before.UsageGPUHours * math.Exp(-11)
+		if before.UsageGPUHours <= 0 || math.Abs(after.UsageGPUHours-want) > want*0.01 {
+			t.Errorf("usage before %g, after 11 time constants %g, want %g", before.UsageGPUHours, after.UsageGPUHours, want)
 		}
 		if next := b.claimFor(t, "n", h100x8); next == nil || next.Job.Org != "globex" {
 			t.Errorf("after the rebase, globex (no use) should come before acme")

@@ -12,6 +12,8 @@ type keys struct {
 func newKeys(prefix string) keys { return keys{prefix: "{" + prefix + "}:"} }
 
 func (k keys) job(id string) string      { return k.prefix + "job:" + id }
+func (k keys) config(id string) string   { return k.prefix + "cfg:" + id }
+func (k keys) progress(id string) string { return k.prefix + "prog:" + id }
 func (k keys) events(id string) string   { return k.prefix + "ev:" + id }
 func (k keys) org(org string) string     { return k.prefix + "org:" + org }
 func (k keys) orgJobs(org string) string { return k.prefix + "org:" + org + ":jobs" }

@@ -10,17 +10,12 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
-//go:embed lua/set_org.lua
-var setOrgLua string
-
-var setOrgScript = script(setOrgLua)
-
 // SetOrg changes an organization's weight and limits; zero values restore the defaults.
 func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) error {
 	if s.Weight < 0 || s.MaxRunning < 0 || s.MaxQueued < 0 {
 		return fmt.Errorf("queue: org settings must not be negative: %+v", s)
 	}
-	err := c.run(ctx, setOrgScript, c.keys.org(org), org, s.Weight, s.MaxRunning, s.MaxQueued).Err()
+	err := c.call(ctx, "set_org", c.keys.org(org), org, s.Weight, s.MaxRunning, s.MaxQueued).Err()
 	if err != nil {
 		return scriptErr("set org", err)
 	}
@@ -55,8 +50,8 @@ func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) 
 	if st.MaxQueued == 0 {
 		st.MaxQueued = c.cfg.MaxQueued
 	}
-	// usage is kept scaled to the reference time; bring it to now.
+	// usage is GPU-milliseconds scaled to the reference time; bring it to now.
 	decay := math.Exp(-float64(ms(c.cfg.Now())-tref) / float64(c.tau))
-	st.UsageGPUHours = f(6) * decay / 3600
+	st.UsageGPUHours = f(6) * decay / 3600e3
 	return st, nil
 }

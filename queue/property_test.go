@@ -179,8 +179,11 @@ func (p *property) claimFairly(free []job.GPU) {
 		if st.MaxRunning > 0 && st.Running >= st.MaxRunning {
 			continue
 		}
-		classes, _ := b.rdb.SMembers(b.ctx, b.q.keys.prefix+"qc:"+org).Result()
-		for _, c := range classes {
+		classes, _ := b.rdb.HGet(b.ctx, b.q.keys.org(org), "classes").Result()
+		for _, c := range strings.Split(classes, ",") {
+			if c == "" {
+				continue
+			}
 			n, _ := strconv.Atoi(c[strings.LastIndexByte(c, ':')+1:])
 			if n == 0 || n <= free[0].Count {
 				score, err := b.rdb.ZScore(b.ctx, b.q.keys.fair(), org).Result()
@@ -214,10 +217,13 @@ func (p *property) claimFairly(free []job.GPU) {
 func (p *property) check(where string) {
 	b, t := p.b, p.t
 	t.Helper()
-	type counts struct{ queued, running, gpus int }
+	type counts struct {
+		queued, running, gpus int
+		ready                 map[string]bool // classes with a job ready to claim
+	}
 	want := map[string]*counts{}
 	for _, org := range orgs {
-		want[org] = &counts{}
+		want[org] = &counts{ready: map[string]bool{}}
 	}
 	leases, _ := b.rdb.ZRange(b.ctx, b.q.keys.leases(), 0, -1).Result()
 	delayed, _ := b.rdb.ZRange(b.ctx, b.q.keys.delayed(), 0, -1).Result()
@@ -240,6 +246,9 @@ func (p *property) check(where string) {
 		switch status {
 		case job.Queued:
 			want[org].queued++
+			if inQueue {
+				want[org].ready[class] = true
+			}
 			if inQueue == inDelayed || inLeases || m["lease_token"] != "" {
 				t.Fatalf("%s: QUEUED job %s: in queue %v, delayed %v, leased %v, token %q", where, id, inQueue, inDelayed, inLeases, m["lease_token"])
 			}
@@ -262,6 +271,17 @@ func (p *property) check(where string) {
 		w := want[org]
 		if st.Queued != w.queued || st.Running != w.running || st.RunningGPUs != w.gpus {
 			t.Fatalf("%s: org %s counters %+v, its jobs say queued %d running %d gpus %d", where, org, st, w.queued, w.running, w.gpus)
+		}
+		field, _ := b.rdb.HGet(b.ctx, b.q.keys.org(org), "classes").Result()
+		got := map[string]bool{}
+		for _, c := range strings.Split(field, ",") {
+			if c != "" {
+				got[c] = true
+			}
+		}
+		_, fairErr := b.rdb.ZScore(b.ctx, b.q.keys.fair(), org).Result()
+		if fmt.Sprint(got) != fmt.Sprint(w.ready) || (fairErr == nil) != (len(w.ready) > 0) {
+			t.Fatalf("%s: org %s lists ready classes %v (in the fair order: %v), its jobs say %v", where, org, got, fairErr == nil, w.ready)
 		}
 	}
 	// A token that is not the job's current one never works again. (A dead agent's token stays

@@ -15,6 +15,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
@@ -26,43 +27,6 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
-)
-
-var (
-	//go:embed lua/prelude.lua
-	prelude string
-	//go:embed lua/submit.lua
-	submitLua string
-	//go:embed lua/claim.lua
-	claimLua string
-	//go:embed lua/heartbeat.lua
-	heartbeatLua string
-	//go:embed lua/finish.lua
-	finishLua string
-	//go:embed lua/release.lua
-	releaseLua string
-	//go:embed lua/cancel.lua
-	cancelLua string
-	//go:embed lua/restart.lua
-	restartLua string
-	//go:embed lua/reap.lua
-	reapLua string
-	//go:embed lua/position.lua
-	positionLua string
-)
-
-func script(src string) *redis.Script { return redis.NewScript(prelude + "\n" + src) }
-
-var (
-	submitScript    = script(submitLua)
-	claimScript     = script(claimLua)
-	heartbeatScript = script(heartbeatLua)
-	finishScript    = script(finishLua)
-	releaseScript   = script(releaseLua)
-	cancelScript    = script(cancelLua)
-	restartScript   = script(restartLua)
-	reapScript      = script(reapLua)
-	positionScript  = script(positionLua)
 )
 
 // Config configures a Client. Zero fields take the defaults of withDefaults.
@@ -135,6 +99,7 @@ type Client struct {
 	keys   keys
 	tau    int64 // usage decay time constant, ms
 	wakeup *notifier
+	funcs  *functions
 }
 
 // New returns a Client. Close it to stop its pub/sub subscription.
@@ -145,6 +110,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Client {
 		rdb: rdb, cfg: cfg, keys: k,
 		tau:    int64(float64(cfg.UsageHalfLife.Milliseconds()) / math.Ln2),
 		wakeup: newNotifier(rdb, k.wake()),
+		funcs:  &functions{rdb: rdb},
 	}
 }
 
@@ -162,11 +128,6 @@ func (c *Client) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() 
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
-// run calls a script with the arguments every script takes first: prefix, now, tau.
-func (c *Client) run(ctx context.Context, s *redis.Script, route string, args ...any) *redis.Cmd {
-	return s.Run(ctx, c.rdb, []string{route}, append([]any{c.keys.prefix, ms(c.cfg.Now()), c.tau}, args...)...)
-}
-
 // Submit stores a new job and queues it. An empty ID gets a new one. With idempotencyKey set,
 // a repeat of the same fingerprint returns the job first created under that key (replayed is
 // true); another fingerprint is an *job.IdempotencyConflictError. Past the organization's
@@ -183,15 +144,16 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 	}
 	now := c.cfg.Now()
 	prog := job.Progress{MaxSteps: sub.Spec.MaxSteps}
-	progJSON, _ := json.Marshal(prog)
 	limit := sub.Spec.TimeLimitDuration()
 	if limit == 0 {
 		limit = c.cfg.DefaultTimeLimit
 	}
-	res, err := c.run(ctx, submitScript, c.keys.job(sub.ID),
-		sub.ID, sub.Org, sub.Spec.Kind, sub.Spec.Name, cfg, c.cfg.MaxAttempts, progJSON, sub.SealedSecrets,
+	// A class queue ranks by priority, then age: (100 - priority) * 2^42 + enqueue time (ms).
+	rank := int64(100-sub.Spec.Priority)<<42 + ms(now)
+	res, err := c.callAt(ctx, now, "submit", c.keys.job(sub.ID),
+		sub.ID, sub.Org, sub.Spec.Kind, sub.Spec.Name, cfg, c.cfg.MaxAttempts, "", sub.SealedSecrets,
 		sub.Spec.Priority, sub.Spec.Class(), sub.Spec.Resources.GPUs, limit.Milliseconds(), c.cfg.MaxQueued,
-		idempotencyKey, fingerprint, c.cfg.IdempotencyTTL.Milliseconds(),
+		idempotencyKey, fingerprint, c.cfg.IdempotencyTTL.Milliseconds(), rank,
 	).StringSlice()
 	if err != nil {
 		return nil, false, c.submitErr(sub.Org, err)
@@ -223,14 +185,47 @@ func (c *Client) submitErr(org string, err error) error {
 
 // Get returns a job.
 func (c *Client) Get(ctx context.Context, id string) (*job.Job, error) {
-	m, err := c.rdb.HGetAll(ctx, c.keys.job(id)).Result()
+	jobs, err := c.getMany(ctx, []string{id})
 	if err != nil {
 		return nil, fmt.Errorf("queue: get %s: %w", id, err)
 	}
-	if len(m) == 0 {
+	if len(jobs) == 0 {
 		return nil, job.ErrNotFound
 	}
-	return jobFromMap(m)
+	return jobs[0], nil
+}
+
+// getMany reads jobs (the hash, the config and the progress of each) in one round trip,
+// skipping ids with no job.
+func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) {
+	hashes := make([]*redis.MapStringStringCmd, len(ids))
+	strs := make([]*redis.SliceCmd, len(ids))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			hashes[i] = p.HGetAll(ctx, c.keys.job(id))
+			strs[i] = p.MGet(ctx, c.keys.config(id), c.keys.progress(id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	jobs := make([]*job.Job, 0, len(ids))
+	for i := range ids {
+		m := hashes[i].Val()
+		if len(m) == 0 {
+			continue
+		}
+		v := strs[i].Val()
+		cfg, _ := v[0].(string)
+		prog, _ := v[1].(string)
+		j, err := jobFromMap(m, cfg, prog)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
 }
 
 // List returns up to limit of org's jobs, newest first, starting after cursor (an id from a
@@ -250,77 +245,50 @@ func (c *Client) List(ctx context.Context, org, cursor string, limit int) (jobs 
 		ids = ids[:limit]
 		next = ids[limit-1]
 	}
-	cmds, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, id := range ids {
-			p.HGetAll(ctx, c.keys.job(id))
-		}
-		return nil
-	})
-	if err != nil {
+	if jobs, err = c.getMany(ctx, ids); err != nil {
 		return nil, "", fmt.Errorf("queue: list: %w", err)
-	}
-	for _, cmd := range cmds {
-		m := cmd.(*redis.MapStringStringCmd).Val()
-		if len(m) == 0 {
-			continue
-		}
-		j, err := jobFromMap(m)
-		if err != nil {
-			return nil, "", err
-		}
-		jobs = append(jobs, j)
 	}
 	return jobs, next, nil
 }
 
 // Events returns the job's events with a sequence number above after, oldest first, at most
-// limit of them.
+// limit of them. A job's events are a list; an event's position in it is its sequence number.
 func (c *Client) Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error) {
-	msgs, err := c.rdb.XRange(ctx, c.keys.events(id), "-", "+").Result()
+	raw, err := c.rdb.LRange(ctx, c.keys.events(id), after, after+int64(limit)-1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("queue: events %s: %w", id, err)
 	}
-	out := make([]job.Event, 0, len(msgs))
-	for _, m := range msgs {
-		e := eventFromValues(id, m.Values)
-		if e.Seq <= after {
-			continue
+	out := make([]job.Event, 0, len(raw))
+	for i, r := range raw {
+		// "time|type|status|detail"; the detail is last because it may hold a "|".
+		f := strings.SplitN(r, "|", 4)
+		if len(f) != 4 {
+			return nil, fmt.Errorf("queue: event %d of %s is malformed: %q", after+int64(i)+1, id, r)
 		}
-		out = append(out, e)
-		if len(out) == limit {
-			break
-		}
+		at, _ := strconv.ParseInt(f[0], 10, 64)
+		out = append(out, job.Event{
+			Seq: after + int64(i) + 1, Type: f[1], JobID: id, Status: job.Status(f[2]),
+			Time: time.UnixMilli(at).UTC(), Detail: f[3],
+		})
 	}
 	return out, nil
 }
 
-func eventFromValues(id string, v map[string]any) job.Event {
-	str := func(k string) string { s, _ := v[k].(string); return s }
-	seq, _ := strconv.ParseInt(str("seq"), 10, 64)
-	t, _ := strconv.ParseInt(str("time"), 10, 64)
-	return job.Event{
-		Seq: seq, Type: str("type"), JobID: id, Status: job.Status(str("status")),
-		Time: time.UnixMilli(t).UTC(), Detail: str("detail"),
-	}
-}
-
 // Cancel stops a job: at once if it is queued, through its agent if one holds it.
 func (c *Client) Cancel(ctx context.Context, id string) (*job.Job, error) {
-	res, err := c.run(ctx, cancelScript, c.keys.job(id), id, c.cfg.StopGrace.Milliseconds()).Result()
-	if err != nil {
+	if err := c.call(ctx, "cancel", c.keys.job(id), id, c.cfg.StopGrace.Milliseconds()).Err(); err != nil {
 		return nil, scriptErr("cancel", err)
 	}
-	return parseJob(res)
+	return c.Get(ctx, id)
 }
 
 // Restart runs a FAILED or STOPPED job again from its newest checkpoint; a RUNNING or PENDING
 // one is stopped first and then queued again.
 func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
-	res, err := c.run(ctx, restartScript, c.keys.job(id), id, c.cfg.StopGrace.Milliseconds()).Result()
-	if err != nil {
+	if err := c.call(ctx, "restart", c.keys.job(id), id, c.cfg.StopGrace.Milliseconds()).Err(); err != nil {
 		return nil, scriptErr("restart", err)
 	}
-	return parseJob(res)
+	return c.Get(ctx, id)
 }
 
 // Claim hands the next job that fits req.GPUs to an agent. When nothing fits it waits up to
@@ -334,12 +302,16 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 		deadline = t.C
 	}
 	free := encodeGPUs(req.GPUs)
+	if wait <= 0 {
+		cl, _, err := c.claimOnce(ctx, req.AgentID, free)
+		return cl, err
+	}
 	for {
 		// Take the wake-up channel before looking, so a submit between the look and the
 		// wait still wakes us.
 		woken := c.wakeup.wait(ctx)
 		cl, nextReady, err := c.claimOnce(ctx, req.AgentID, free)
-		if err != nil || cl != nil || wait <= 0 {
+		if err != nil || cl != nil {
 			return cl, err
 		}
 		// Look again when a retry backoff ends, or after recheckEvery at the latest.
@@ -377,14 +349,16 @@ func encodeGPUs(gpus []job.GPU) string {
 
 // claimOnce claims if something fits; if not, it reports when the next retry backoff ends.
 func (c *Client) claimOnce(ctx context.Context, agent, free string) (*job.Claim, time.Time, error) {
-	res, err := c.run(ctx, claimScript, c.keys.leases(),
+	now := c.cfg.Now()
+	res, err := c.callAt(ctx, now, "claim", c.keys.leases(),
 		c.cfg.LeaseTTL.Milliseconds(), agent, randomHex(12), free, c.cfg.MaxRunning, c.cfg.ClaimQuantum.Milliseconds(),
+		ms(now.Add(c.cfg.LeaseTTL)), ms(now.Add(c.cfg.ClaimQuantum)),
 	).Result()
 	if err != nil {
 		return nil, time.Time{}, scriptErr("claim", err)
 	}
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 2 {
+	if !ok || len(arr) < 2 {
 		return nil, time.Time{}, fmt.Errorf("queue: claim: unexpected reply %T", res)
 	}
 	token, _ := arr[0].(string)
@@ -395,16 +369,28 @@ func (c *Client) claimOnce(ctx context.Context, agent, free string) (*job.Claim,
 		}
 		return nil, time.UnixMilli(next), nil
 	}
-	m, err := flatMap(arr[1])
-	if err != nil {
-		return nil, time.Time{}, err
+	if len(arr) != 4 {
+		return nil, time.Time{}, fmt.Errorf("queue: claim: unexpected reply of %d values", len(arr))
 	}
-	j, err := jobFromMap(m)
+	// The fields claim.lua's CLAIMED lists, in its order.
+	names := []string{"id", "org", "kind", "name", "status", "attempt", "max_attempts", "resume_step",
+		"created_at", "updated_at", "agent_id"}
+	vals, _ := arr[1].([]any)
+	if len(vals) != len(names) {
+		return nil, time.Time{}, fmt.Errorf("queue: claim: %d job fields, want %d", len(vals), len(names))
+	}
+	m := make(map[string]string, len(names))
+	for i, n := range names {
+		m[n], _ = vals[i].(string)
+	}
+	cfg, _ := arr[2].(string)
+	sealed, _ := arr[3].(string)
+	j, err := jobFromMap(m, cfg, "")
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	fence, _ := strconv.ParseInt(strings.SplitN(token, ".", 2)[0], 10, 64)
-	return &job.Claim{Job: j, SealedSecrets: m["secrets"], Lease: job.Lease{
+	return &job.Claim{Job: j, SealedSecrets: sealed, Lease: job.Lease{
 		Token: token, Fence: fence, ExpiresAt: c.cfg.Now().Add(c.cfg.LeaseTTL).UTC().Truncate(time.Millisecond),
 	}}, time.Time{}, nil
 }
@@ -426,11 +412,12 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 			emulated = "1"
 		}
 	}
-	args := []any{id, hb.Token, c.cfg.LeaseTTL.Milliseconds(), boolArg(hb.Running), progressArg(hb.Progress), pipeline, emulated}
+	now := c.cfg.Now()
+	args := []any{id, hb.Token, ms(now.Add(c.cfg.LeaseTTL)), boolArg(hb.Running), progressArg(hb.Progress), pipeline, emulated}
 	for _, s := range hb.Checkpoints {
 		args = append(args, s)
 	}
-	res, err := c.run(ctx, heartbeatScript, c.keys.job(id), args...).Result()
+	res, err := c.callAt(ctx, now, "heartbeat", c.keys.job(id), args...).Result()
 	if err != nil {
 		return job.HeartbeatReply{}, scriptErr("heartbeat", err)
 	}
@@ -439,8 +426,8 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 		return job.HeartbeatReply{}, fmt.Errorf("queue: heartbeat: unexpected reply %v", res)
 	}
 	action, _ := arr[0].(string)
-	exp, _ := arr[1].(int64)
-	return job.HeartbeatReply{Action: job.Action(action), LeaseExpiresAt: time.UnixMilli(exp).UTC()}, nil
+	exp := now.Add(c.cfg.LeaseTTL).UTC().Truncate(time.Millisecond)
+	return job.HeartbeatReply{Action: job.Action(action), LeaseExpiresAt: exp}, nil
 }
 
 // Complete ends a job its agent holds as COMPLETED.
@@ -460,7 +447,7 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 	for _, s := range o.Checkpoints {
 		args = append(args, s)
 	}
-	st, err := c.run(ctx, finishScript, c.keys.job(id), args...).Text()
+	st, err := c.call(ctx, "finish", c.keys.job(id), args...).Text()
 	if err != nil {
 		return "", scriptErr(how, err)
 	}
@@ -474,7 +461,7 @@ func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Sta
 	for _, s := range o.Checkpoints {
 		args = append(args, s)
 	}
-	st, err := c.run(ctx, releaseScript, c.keys.job(id), args...).Text()
+	st, err := c.call(ctx, "release", c.keys.job(id), args...).Text()
 	if err != nil {
 		return "", scriptErr("release", err)
 	}
@@ -484,7 +471,7 @@ func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Sta
 // Reap does the queue's timed work, batch at a time: lapsed leases, stops whose grace ended,
 // time limits, retry backoffs that are over. It reports how many jobs it changed.
 func (c *Client) Reap(ctx context.Context, batch int) (int, error) {
-	n, err := c.run(ctx, reapScript, c.keys.leases(),
+	n, err := c.call(ctx, "reap", c.keys.leases(),
 		batch, c.cfg.RetryBackoff.Milliseconds(), c.cfg.RetryBackoffMax.Milliseconds(), mrand.Float64(),
 		c.cfg.StopGrace.Milliseconds(),
 	).Int()
@@ -492,6 +479,21 @@ func (c *Client) Reap(ctx context.Context, batch int) (int, error) {
 		return 0, scriptErr("reap", err)
 	}
 	return n, nil
+}
+
+// SetHooked records whether org has a webhook endpoint: only such organizations' events go to
+// the outbox that webhook delivery drains.
+func (c *Client) SetHooked(ctx context.Context, org string, hooked bool) error {
+	var err error
+	if hooked {
+		err = c.rdb.HSet(ctx, c.keys.org(org), "hooked", "1").Err()
+	} else {
+		err = c.rdb.HDel(ctx, c.keys.org(org), "hooked").Err()
+	}
+	if err != nil {
+		return fmt.Errorf("queue: hooked %s: %w", org, err)
+	}
+	return nil
 }
 
 // Position says where a QUEUED job stands and why it waits; ok is false for a job in another
@@ -507,7 +509,7 @@ func (c *Client) RunsAhead(ctx context.Context, org string, spec jobspec.Spec) (
 }
 
 func (c *Client) position(ctx context.Context, route, id, org, class string, priority int) (job.Position, bool, error) {
-	res, err := c.run(ctx, positionScript, route, id, org, class, priority,
+	res, err := c.call(ctx, "position", route, id, org, class, priority,
 		c.cfg.MaxRunning, (2*c.cfg.MaxClaimWait + 10*time.Second).Milliseconds()).Slice()
 	if err != nil {
 		return job.Position{}, false, scriptErr("position", err)
@@ -579,30 +581,8 @@ func scriptErr(op string, err error) error {
 	return fmt.Errorf("queue: %s: %w", op, err)
 }
 
-// parseJob reads a job from the flat field/value array HGETALL returns inside a script.
-func parseJob(res any) (*job.Job, error) {
-	m, err := flatMap(res)
-	if err != nil {
-		return nil, err
-	}
-	return jobFromMap(m)
-}
-
-func flatMap(res any) (map[string]string, error) {
-	arr, ok := res.([]any)
-	if !ok || len(arr)%2 != 0 {
-		return nil, fmt.Errorf("queue: unexpected job reply %T", res)
-	}
-	m := make(map[string]string, len(arr)/2)
-	for i := 0; i < len(arr); i += 2 {
-		k, _ := arr[i].(string)
-		v, _ := arr[i+1].(string)
-		m[k] = v
-	}
-	return m, nil
-}
-
-func jobFromMap(m map[string]string) (*job.Job, error) {
+// jobFromMap reads a job from its hash and its config and progress strings.
+func jobFromMap(m map[string]string, config, progress string) (*job.Job, error) {
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
 	when := func(k string) *time.Time {
 		if m[k] == "" {
@@ -612,7 +592,8 @@ func jobFromMap(m map[string]string) (*job.Job, error) {
 		return &t
 	}
 	j := &job.Job{
-		ID:            m["id"],
+		ID: m["id"],
+		// A new job's hash leaves out what it does not need yet: attempt, updated_at, progress.
 		Org:           m["org"],
 		Kind:          m["kind"],
 		Name:          m["name"],
@@ -623,18 +604,25 @@ func jobFromMap(m map[string]string) (*job.Job, error) {
 		StopRequested: m["stop_requested"] == "1",
 		ResumeStep:    int(num("resume_step")),
 		CreatedAt:     time.UnixMilli(num("created_at")).UTC(),
-		UpdatedAt:     time.UnixMilli(num("updated_at")).UTC(),
+		UpdatedAt:     time.UnixMilli(num("created_at")).UTC(),
 		StartedAt:     when("started_at"),
 		FinishedAt:    when("finished_at"),
+	}
+	if j.Attempt == 0 {
+		j.Attempt = 1
+	}
+	if m["updated_at"] != "" {
+		j.UpdatedAt = time.UnixMilli(num("updated_at")).UTC()
 	}
 	if j.Status == job.Queued {
 		j.RetryAt = when("ready_at")
 	}
-	if err := json.Unmarshal([]byte(m["config"]), &j.Config); err != nil {
+	if err := json.Unmarshal([]byte(config), &j.Config); err != nil {
 		return nil, fmt.Errorf("queue: job %s: config: %w", j.ID, err)
 	}
-	if p := m["progress"]; p != "" {
-		if err := json.Unmarshal([]byte(p), &j.Progress); err != nil {
+	j.Progress.MaxSteps = j.Config.MaxSteps
+	if progress != "" {
+		if err := json.Unmarshal([]byte(progress), &j.Progress); err != nil {
 			return nil, fmt.Errorf("queue: job %s: progress: %w", j.ID, err)
 		}
 	}

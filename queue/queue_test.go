@@ -29,8 +29,18 @@ func TestSubmitStoresQueuesAndRecords(t *testing.T) {
 		if ev := b.eventTypes(t, j.ID); !equal(ev, []string{job.EventQueued}) {
 			t.Errorf("events %v", ev)
 		}
-		if n, err := b.rdb.XLen(b.ctx, b.q.keys.outbox()).Result(); err != nil || n != 1 {
-			t.Errorf("outbox length %d (%v), want 1", n, err)
+		// acme has no webhook endpoint: nothing to deliver, so nothing in the outbox.
+		if n, _ := b.rdb.XLen(b.ctx, b.q.keys.outbox()).Result(); n != 0 {
+			t.Errorf("outbox length %d for an organization without webhooks, want 0", n)
+		}
+		if err := b.q.SetHooked(b.ctx, "hooked", true); err != nil {
+			t.Fatal(err)
+		}
+		h := b.submit(t, "hooked", "second")
+		entries, err := b.rdb.XRange(b.ctx, b.q.keys.outbox(), "-", "+").Result()
+		if err != nil || len(entries) != 1 || entries[0].Values["job_id"] != h.ID || entries[0].Values["seq"] != "1" ||
+			entries[0].Values["type"] != job.EventQueued {
+			t.Errorf("outbox %+v (%v), want job.queued of %s", entries, err, h.ID)
 		}
 		st, err := b.q.GetOrg(b.ctx, "acme")
 		if err != nil || st.Queued != 1 || st.Running != 0 {
@@ -488,6 +498,38 @@ func TestIdempotentSubmit(t *testing.T) {
 		ttl, err := b.rdb.PTTL(b.ctx, b.q.keys.prefix+"idem:acme:key-1").Result()
 		if err != nil || ttl < 23*time.Hour || ttl > 24*time.Hour {
 			t.Errorf("key TTL %v (%v), want 24 h", ttl, err)
+		}
+	})
+}
+
+func TestHeartbeatsKeepALeaseAcrossManyPeriods(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		j := b.submit(t, "acme", "long")
+		cl := b.claim(t)
+		// Heartbeats renew the lease in the job only; the reaper finds the index entry due,
+		// sees the renewal, and files it again. For ten lease periods, nothing is reaped.
+		for range 40 {
+			b.clock.Advance(10 * time.Second)
+			b.running(t, j.ID, cl)
+			if n := b.reap(t); n != 0 {
+				t.Fatalf("reaped %d job(s) that heartbeat on time", n)
+			}
+		}
+		if got := b.status(t, j.ID); got.Status != job.Running || got.Attempt != 1 {
+			t.Fatalf("after 400 s of heartbeats: %s attempt %d", got.Status, got.Attempt)
+		}
+		score, err := b.rdb.ZScore(b.ctx, b.q.keys.leases(), j.ID).Result()
+		if err != nil || int64(score) <= b.clock.Now().UnixMilli() {
+			t.Errorf("the lease index entry %v (%v) is not in the future", score, err)
+		}
+		// Heartbeats stop: the lease lapses one TTL after the last.
+		b.clock.Advance(31 * time.Second)
+		if n := b.reap(t); n != 1 {
+			t.Fatalf("reaped %d after heartbeats stopped, want 1", n)
+		}
+		if got := b.status(t, j.ID); got.Status != job.Queued || got.Attempt != 2 {
+			t.Errorf("after the lapse: %s attempt %d", got.Status, got.Attempt)
 		}
 	})
 }

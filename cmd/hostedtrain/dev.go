@@ -38,6 +38,7 @@ type devOptions struct {
 	leaseTTL  time.Duration
 	heartbeat time.Duration
 	gpus      string
+	queue     queue.Config
 }
 
 func newDevCmd() *cobra.Command {
@@ -63,6 +64,10 @@ storage in --data/objects. It writes an admin token to --data/admin.token. GET /
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 15*time.Second, "how long a lease lives without a heartbeat")
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "how often agents heartbeat")
 	f.StringVar(&o.gpus, "gpus", "H100:8", "GPUs each emulated agent reports, MODEL:COUNT")
+	f.IntVar(&o.queue.MaxRunning, "max-running", 0, "per-organization running limit (0: none)")
+	f.IntVar(&o.queue.MaxQueued, "max-queued", 0, "per-organization queued limit (0: none)")
+	f.DurationVar(&o.queue.RetryBackoff, "retry-backoff", 2*time.Second, "wait before a job whose lease lapsed is retried (doubles each time)")
+	f.DurationVar(&o.queue.StopGrace, "stop-grace", 30*time.Second, "how long a stopped job's agent has to confirm")
 	return c
 }
 
@@ -133,7 +138,9 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	defer rs.Stop()
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()
-	q := queue.New(rdb, queue.Config{LeaseTTL: o.leaseTTL, HeartbeatInterval: o.heartbeat})
+	qc := o.queue
+	qc.LeaseTTL, qc.HeartbeatInterval = o.leaseTTL, o.heartbeat
+	q := queue.New(rdb, qc)
 	defer q.Close()
 
 	var ready atomic.Bool

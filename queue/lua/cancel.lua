@@ -4,7 +4,7 @@
 -- also cancels a pending restart.
 -- KEYS[1] the job's hash (routes the call)
 -- ARGV[4] job id  ARGV[5] grace (ms)
--- Returns the job hash as a flat array; errors NOT_FOUND, CONFLICT <status>.
+-- Returns the job's status; errors NOT_FOUND, CONFLICT <status>.
 local id = ARGV[4]
 local key = jobkey(id)
 local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org', 'class', 'ready_at')
@@ -25,11 +25,11 @@ elseif is_live(status) then
   redis.call('HDEL', key, 'restart_requested')
   if cur[2] ~= '1' then
     local deadline = NOW + tonumber(ARGV[5])
-    redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'user', 'stop_deadline', deadline, 'updated_at', NOW)
+    redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'user', 'stop_deadline', deadline, 'updated_at', T)
     redis.call('ZADD', STOPPING, deadline, id)
     emit(id, org, 'job.stopping', status, 'stop requested by user')
   end
 elseif status ~= 'STOPPED' then
   return redis.error_reply('CONFLICT ' .. status)
 end
-return redis.call('HGETALL', key)
+return redis.call('HGET', key, 'status')

@@ -5,56 +5,101 @@
 -- KEYS[1] the leases index (routes the call)
 -- ARGV[4] lease TTL (ms)  ARGV[5] agent id  ARGV[6] random part of the token
 -- ARGV[7] free GPUs, "H100:8,A100:2" ("" for none)  ARGV[8] default running limit (0: none)
--- ARGV[9] usage prepaid at claim (ms of each GPU)
--- Returns {lease token, job hash as a flat array}; the token is "<fence>.<random>", and the
--- fence grows with every claim of the job. When nothing fits: {"", the time (ms) the next
+-- ARGV[9] usage prepaid at claim (ms of each GPU)  ARGV[10] the lease's expiry (ms)
+-- ARGV[11] the end of the prepaid time (ms)
+-- Returns {lease token, the job's CLAIMED fields in order, config, sealed secrets or false};
+-- the token is "<fence>.<random>", and the fence grows with every claim of the job. When nothing fits: {"", the time (ms) the next
 -- retry backoff ends, or 0}, so a waiting claim knows when to look again.
-local ttl, agent, quantum = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[9])
-promote(100)
-redis.call('HSET', AGENTS, agent, ARGV[7] .. '|' .. NOW)
+-- The job fields a claim answers with (what an agent needs of the job); queue.go reads them
+-- in this order.
+local CLAIMED = {'id', 'org', 'kind', 'name', 'status', 'attempt', 'max_attempts', 'resume_step',
+  'created_at', 'updated_at', 'agent_id'}
+local agent, quantum = ARGV[5], tonumber(ARGV[9])
+promote('100')
 
-local free = {}
-for model, count in string.gmatch(ARGV[7], '([^:,]+):(%d+)') do
-  free[string.upper(model)] = (free[string.upper(model)] or 0) + tonumber(count)
-end
+local free = parse_free(ARGV[7])
 local function fits(class)
-  local model, count = string.match(class, '^(.*):(%d+)$')
-  count = tonumber(count)
-  return count == 0 or (free[string.upper(model)] or 0) >= count
+  local c = parse_class(class)
+  return c.count == 0 or (free[c.model] or 0) >= c.count
 end
 
 local default_limit = tonumber(ARGV[8])
-for _, org in ipairs(redis.call('ZRANGE', FAIR, 0, -1)) do
-  local o = redis.call('HMGET', orgkey(org), 'running', 'max_running')
+-- The fair order, read a few organizations at a time: the first usually has a job that fits.
+local CHUNK = 8
+local function fair_order()
+  local start, list, i = 0, {}, 0
+  return function()
+    i = i + 1
+    if i > #list then
+      list = redis.call('ZRANGE', FAIR, int(start), int(start + CHUNK - 1))
+      start, i = start + CHUNK, 1
+    end
+    return list[i]
+  end
+end
+for org in fair_order() do
+  local o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'queued', 'running_gpus', 'usage', 'weight',
+    'classes', 'hooked')
+  local running = tonumber(o[1]) or 0
   local limit = tonumber(o[2]) or default_limit
-  if limit == 0 or (tonumber(o[1]) or 0) < limit then
-    local best, best_rank, best_class
-    for _, class in ipairs(redis.call('SMEMBERS', classset(org))) do
+  if limit == 0 or running < limit then
+    local best, best_rank, best_class, best_last
+    local fitting = {}
+    for _, class in ipairs(split_classes(o[7])) do
       if fits(class) then
-        local head = redis.call('ZRANGE', classq(org, class), 0, 0, 'WITHSCORES')
+        fitting[#fitting + 1] = class
+      end
+    end
+    if #fitting == 1 then
+      -- One class fits: its head, and whether anything stands behind it; no ranks needed.
+      local head = redis.call('ZRANGE', classq(org, fitting[1]), '0', '1')
+      if head[1] then
+        best, best_class, best_last = head[1], fitting[1], head[2] == nil
+      end
+    else
+      for _, class in ipairs(fitting) do
+        local head = redis.call('ZRANGE', classq(org, class), '0', '1', 'WITHSCORES')
         if head[1] and (not best or tonumber(head[2]) < best_rank) then
-          best, best_rank, best_class = head[1], tonumber(head[2]), class
+          best, best_rank, best_class, best_last = head[1], tonumber(head[2]), class, head[3] == nil
         end
       end
     end
     if best then
       local id, key = best, jobkey(best)
-      unqueue(id, org, best_class)
-      local gpus = tonumber(redis.call('HGET', key, 'gpus')) or 0
-      redis.call('HINCRBY', orgkey(org), 'queued', -1)
-      redis.call('HINCRBY', orgkey(org), 'running', 1)
-      redis.call('HINCRBY', orgkey(org), 'running_gpus', gpus)
-      charge(org, gpus * quantum)
-      local fence = redis.call('HINCRBY', key, 'fence', 1)
+      redis.call('ZREM', classq(org, best_class), id)
+      -- The org's counters, its prepaid usage and its ready classes, in one write.
+      local classes = o[7]
+      if best_last then
+        classes = without_class(classes, best_class)
+      end
+      local gpus = parse_class(best_class).count
+      local usage = (tonumber(o[5]) or 0) + math.floor(gpus * quantum * decay_factor() + 0.5)
+      redis.call('HSET', orgkey(org), 'queued', int((tonumber(o[3]) or 1) - 1), 'running', int(running + 1),
+        'running_gpus', int((tonumber(o[4]) or 0) + gpus), 'usage', int(usage), 'classes', classes)
+      if classes == '' then
+        redis.call('ZREM', FAIR, org)
+      else
+        redis.call('ZADD', FAIR, 'XX', score(usage, o[6]), org)
+      end
+      -- Read the job once (its fence and what the answer needs), then write the claim.
+      local j = redis.call('HMGET', key, 'fence', unpack(CLAIMED))
+      local fence = (tonumber(j[1]) or 0) + 1
       local token = fence .. '.' .. ARGV[6]
-      local exp = NOW + ttl
+      local exp = ARGV[10]
       redis.call('HSET', key, 'status', 'PENDING', 'lease_token', token, 'lease_expires', exp,
-        'agent_id', agent, 'updated_at', NOW, 'charged_until', NOW + quantum)
+        'agent_id', agent, 'updated_at', T, 'charged_until', ARGV[11], 'fence', int(fence))
+      table.remove(j, 1)
+      -- The answer shows the job as this claim left it.
+      j[5], j[10], j[11] = 'PENDING', T, agent
       redis.call('ZADD', LEASES, exp, id)
-      emit(id, org, 'job.pending', 'PENDING', agent)
-      return {token, redis.call('HGETALL', key)}
+      emit(id, org, 'job.pending', 'PENDING', agent, o[8])
+      j[1] = id
+      local big = redis.call('MGET', cfgkey(id), seckey(id))
+      return {token, j, big[1], big[2]}
     end
   end
 end
-local next_ready = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
+-- Nothing fits: this agent waits with these GPUs free, which is what queue_reason needs.
+redis.call('HSET', AGENTS, agent, ARGV[7] .. '|' .. T)
+local next_ready = redis.call('ZRANGE', DELAYED, '0', '0', 'WITHSCORES')
 return {'', tonumber(next_ready[2]) or 0}

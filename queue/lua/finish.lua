@@ -6,32 +6,31 @@
 -- ARGV[8] progress JSON or ""  ARGV[9..] committed checkpoint steps, ascending
 -- Returns the job's status; error LEASE_LOST if the token is not the current one.
 local id = ARGV[4]
-local key = jobkey(id)
-local cur = redis.call('HMGET', key, 'lease_token', 'status', 'stop_requested', 'org',
-  'stop_reason', 'restart_requested')
-if cur[1] ~= ARGV[5] or not is_live(cur[2]) then
+local j = jobfields(id, {'lease_token', 'status', 'stop_requested', 'org', 'stop_reason',
+  'restart_requested', 'gpus', 'charged_until', 'time_limit_ms'})
+if j.lease_token ~= ARGV[5] or not is_live(j.status) then
   return redis.error_reply('LEASE_LOST lease token is not current')
 end
-local org = cur[4]
+local org = j.org
 if ARGV[8] ~= '' then
-  redis.call('HSET', key, 'progress', ARGV[8])
+  redis.call('SET', progkey(id), ARGV[8])
 end
-checkpoints(id, org, cur[2], 9)
-release(id)
+checkpoints(id, org, j.status, 9)
+-- What the job becomes: a stop request decides what a failure means.
+local status, typ, detail = 'FAILED', 'job.failed', ARGV[7]
 if ARGV[6] == 'completed' then
-  finish_as(id, org, 'COMPLETED', 'job.completed', '')
-  return 'COMPLETED'
-end
-if cur[3] == '1' then
-  if cur[6] == '1' then
+  status, typ, detail = 'COMPLETED', 'job.completed', ''
+elseif j.stop_requested == '1' then
+  if j.restart_requested == '1' then
+    release(id, j)
     restart_job(id, org)
     return 'QUEUED'
-  elseif cur[5] == 'time_limit' then
-    finish_as(id, org, 'FAILED', 'job.failed', 'stopped at its time limit')
-    return 'FAILED'
+  elseif j.stop_reason == 'time_limit' then
+    detail = 'stopped at its time limit'
+  else
+    status, typ, detail = 'STOPPED', 'job.stopped', 'stopped on request'
   end
-  finish_as(id, org, 'STOPPED', 'job.stopped', 'stopped on request')
-  return 'STOPPED'
 end
-finish_as(id, org, 'FAILED', 'job.failed', ARGV[7])
-return 'FAILED'
+release(id, j, ended_fields(status, detail))
+emit(id, org, typ, status, detail, j.hooked)
+return status

@@ -17,7 +17,7 @@ if ARGV[4] ~= '' then
 end
 local org, class, rank = j[2], j[3], j[4]
 local ahead = 0
-for _, c in ipairs(redis.call('SMEMBERS', classset(org))) do
+for _, c in ipairs(split_classes(redis.call('HGET', orgkey(org), 'classes'))) do
   ahead = ahead + redis.call('ZCOUNT', classq(org, c), '-inf', '(' .. rank)
 end
 local mine = redis.call('ZSCORE', FAIR, org) or fair_score(org)
@@ -32,8 +32,8 @@ local limit = tonumber(o[2]) or tonumber(ARGV[8])
 if limit > 0 and (tonumber(o[1]) or 0) >= limit then
   return {ahead, 'org_limit', tonumber(o[1]) or 0, limit}
 end
-local model, count = string.match(class, '^(.*):(%d+)$')
-count = tonumber(count)
+local c = parse_class(class)
+local model, count = c.model, c.count
 if count > 0 then
   local fresh = NOW - tonumber(ARGV[9])
   local found = false

@@ -1,20 +1,37 @@
--- prelude.lua is prepended to every script.
+-- prelude.lua opens the queue's Redis Functions library; every script file after it becomes
+-- one function. The helpers here are built once, when the library is loaded, not per call.
 --
--- Every script is called with ARGV[1] = key prefix ("{tag}:"), ARGV[2] = now (ms) and
+-- Every function is called with ARGV[1] = key prefix ("{tag}:"), ARGV[2] = now (ms) and
 -- ARGV[3] = the usage decay time constant tau (ms); its own arguments start at ARGV[4].
 -- KEYS[1] only routes the call on Redis Cluster: every key shares the prefix's hash tag, so
--- the scripts build the keys they need (including keys of jobs they pick) from the prefix.
-local PFX, NOW, TAU = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+-- the functions build the keys they need (including keys of jobs they pick) from the prefix.
+local KEYS, ARGV, PFX, NOW, T, TAU
+local OUTBOX, FAIR, LEASES, DELAYED, STOPPING, DEADLINES, AGENTS, META, WAKE
 
-local OUTBOX = PFX .. 'outbox'
-local FAIR = PFX .. 'fair'            -- orgs with ready jobs, by decayed usage / weight
-local LEASES = PFX .. 'leases'        -- live jobs by lease expiry
-local DELAYED = PFX .. 'delayed'      -- queued jobs waiting out a retry backoff, by ready time
-local STOPPING = PFX .. 'stopping'    -- live jobs told to stop, by the end of their grace
-local DEADLINES = PFX .. 'deadlines'  -- running jobs by the end of their time limit
-local AGENTS = PFX .. 'agents'        -- agent -> what it last said it had free
-local META = PFX .. 'meta'
-local WAKE = PFX .. 'wake'
+-- begin takes a call's arguments; functions run one at a time, so these upvalues are the
+-- call's own until it returns.
+local function begin(keys, args)
+  KEYS, ARGV = keys, args
+  -- NOW is for arithmetic; T is the same time as the string it came as, for writing: Lua
+  -- formats a number for every redis.call it is passed to, and that is costly.
+  NOW, T, TAU = tonumber(args[2]), args[2], tonumber(args[3])
+  if args[1] == PFX then
+    return -- the key names of the last call's prefix still hold
+  end
+  PFX = args[1]
+  OUTBOX = PFX .. 'outbox'       -- webhook outbox stream
+  FAIR = PFX .. 'fair'           -- orgs with ready jobs, by decayed usage / weight
+  -- live jobs by lease expiry, kept lazily: a heartbeat renews the lease in the job's hash
+  -- only, so a score here is a lower bound; the reaper re-files an entry that comes due with
+  -- its lease renewed. One index write per lease period, not per heartbeat.
+  LEASES = PFX .. 'leases'
+  DELAYED = PFX .. 'delayed'     -- queued jobs waiting out a retry backoff, by ready time
+  STOPPING = PFX .. 'stopping'   -- live jobs told to stop, by the end of their grace
+  DEADLINES = PFX .. 'deadlines' -- running jobs by the end of their time limit
+  AGENTS = PFX .. 'agents'       -- agent -> what it last said it had free
+  META = PFX .. 'meta'
+  WAKE = PFX .. 'wake'
+end
 
 -- RANK_BASE spaces priorities apart in a class queue's score: rank = (100 - priority) *
 -- RANK_BASE + enqueue time (ms), so higher priority first, then older first. 2^42 ms is 139
@@ -22,18 +39,31 @@ local WAKE = PFX .. 'wake'
 local RANK_BASE = 4398046511104
 
 -- int renders a number for Redis exactly: Redis turns Lua numbers into strings with 14
--- significant digits, and a rank needs 15 to keep its milliseconds.
+-- significant digits, and a rank needs 15 to keep its milliseconds. A string (as read from a
+-- hash) is passed through as it is.
 local function int(x)
-  return string.format('%.0f', x)
+  if type(x) == 'string' then
+    return x
+  end
+  return string.format('%d', x)
 end
 
+-- A job is a hash of small fields, kept small so Redis stores it compactly (as a listpack),
+-- and three strings for its large values: the normalized config, the sealed secrets, and the
+-- newest progress report.
 local function jobkey(id) return PFX .. 'job:' .. id end
+local function cfgkey(id) return PFX .. 'cfg:' .. id end
+local function seckey(id) return PFX .. 'sec:' .. id end
+local function progkey(id) return PFX .. 'prog:' .. id end
 local function evkey(id) return PFX .. 'ev:' .. id end
 local function orgkey(org) return PFX .. 'org:' .. org end
 local function classq(org, class) return PFX .. 'q:' .. org .. ':' .. class end
-local function classset(org) return PFX .. 'qc:' .. org end
+-- An org's hash holds its counters (queued, running, running_gpus), its usage and weight, its
+-- limits, `classes` — the GPU classes it has jobs ready in, comma-separated — and `hooked` —
+-- "1" if it has a webhook endpoint. Keeping these in the hash the scripts read anyway saves
+-- a call each.
 
--- Event types that also go to the webhook outbox; the rest stay in the job's own stream.
+-- Event types that also go to the webhook outbox; the rest stay in the job's own list.
 local OUTBOX_TYPES = {
   ['job.queued'] = true, ['job.started'] = true, ['job.checkpoint'] = true,
   ['job.completed'] = true, ['job.failed'] = true, ['job.stopped'] = true,
@@ -41,13 +71,22 @@ local OUTBOX_TYPES = {
 }
 local OUTBOX_MAXLEN = 1000000
 
--- emit appends one event to the job's stream (and the outbox), numbered per job from 1.
-local function emit(id, org, typ, status, detail)
-  local seq = redis.call('HINCRBY', jobkey(id), 'event_seq', 1)
-  redis.call('XADD', evkey(id), '*', 'seq', seq, 'type', typ, 'status', status, 'time', NOW, 'detail', detail)
-  if OUTBOX_TYPES[typ] then
+-- emit appends one event to the job's list, whose positions number the job's events from 1,
+-- as "time|type|status|detail" (the detail last: it may hold a "|"), and, for the types
+-- webhooks deliver, to the outbox stream if the job's organization has a webhook endpoint.
+-- The outbox only feeds webhook deliveries, so an organization without one pays nothing for it.
+-- hooked is the org's `hooked` field if the caller read it (nil: look it up).
+local function emit(id, org, typ, status, detail, hooked)
+  local seq = redis.call('RPUSH', evkey(id), T .. '|' .. typ .. '|' .. status .. '|' .. detail)
+  if not OUTBOX_TYPES[typ] then
+    return seq
+  end
+  if hooked == nil then
+    hooked = redis.call('HGET', orgkey(org), 'hooked')
+  end
+  if hooked == '1' then
     redis.call('XADD', OUTBOX, 'MAXLEN', '~', OUTBOX_MAXLEN, '*',
-      'job_id', id, 'org', org, 'seq', seq, 'type', typ, 'status', status, 'time', NOW, 'detail', detail)
+      'job_id', id, 'org', org, 'seq', seq, 'type', typ, 'status', status, 'time', T, 'detail', detail)
   end
   return seq
 end
@@ -56,53 +95,102 @@ local function is_live(status)
   return status == 'PENDING' or status == 'RUNNING'
 end
 
--- Usage is kept in a fixed reference frame: an org's `usage` is its GPU-seconds, each scaled by
--- exp((t - tref) / tau) for the time t it was charged. Every org decays by the same factor, so
--- decay never reorders them and nothing needs rewriting as time passes; the reaper rebases tref
--- before the factor grows too large.
+-- Usage is kept in a fixed reference frame: an org's `usage` is its GPU-milliseconds, each
+-- scaled by exp((t - tref) / tau) for the time t it was charged, as a whole number. Every org
+-- decays by the same factor, so decay never reorders them and nothing needs rewriting as time
+-- passes; the reaper rebases tref before the factor passes e^10, which keeps the numbers far
+-- below 2^53. Whole numbers are cheap: HINCRBY, and no float formatting.
 local function decay_factor()
   local tref = tonumber(redis.call('HGET', META, 'tref'))
   if not tref then
-    redis.call('HSET', META, 'tref', NOW)
+    redis.call('HSET', META, 'tref', T)
     tref = NOW
   end
   return math.exp((NOW - tref) / TAU)
 end
 
-local function weight(org)
-  return tonumber(redis.call('HGET', orgkey(org), 'weight')) or 1
+-- score is an org's place in the fair order: its usage per weight, as a whole number.
+local function score(usage, weight)
+  return int(math.floor((tonumber(usage) or 0) / (tonumber(weight) or 1)))
 end
 
 local function fair_score(org)
-  local u = tonumber(redis.call('HGET', orgkey(org), 'usage')) or 0
-  return u / weight(org)
+  local o = redis.call('HMGET', orgkey(org), 'usage', 'weight')
+  return score(o[1], o[2])
 end
 
--- charge adds gpu_ms GPU-milliseconds (negative for a refund) to an org's usage.
+-- charge adds gpu_ms GPU-milliseconds (negative for a refund) to an org's usage, and moves the
+-- org in the fair order if it has ready jobs.
 local function charge(org, gpu_ms)
-  if gpu_ms == 0 then
+  local d = math.floor(gpu_ms * decay_factor() + 0.5)
+  if d == 0 then
     return
   end
-  redis.call('HINCRBYFLOAT', orgkey(org), 'usage', gpu_ms / 1000 * decay_factor())
-  if redis.call('ZSCORE', FAIR, org) then
-    redis.call('ZADD', FAIR, fair_score(org), org)
-  end
+  local usage = redis.call('HINCRBY', orgkey(org), 'usage', int(d))
+  redis.call('ZADD', FAIR, 'XX', score(usage, redis.call('HGET', orgkey(org), 'weight')), org)
 end
 
--- enqueue makes a queued job claimable: into its org's queue for its GPU class, by rank.
+-- split_classes reads an org's `classes` field into a list (cached: the same few repeat).
+local SPLIT_CACHE = {}
+local function split_classes(s)
+  if not s or s == '' then
+    return {}
+  end
+  local list = SPLIT_CACHE[s]
+  if not list then
+    list = {}
+    for c in string.gmatch(s, '[^,]+') do
+      list[#list + 1] = c
+    end
+    SPLIT_CACHE[s] = list
+  end
+  return list
+end
+
+-- with_class and without_class edit a `classes` field value.
+local function with_class(s, class)
+  for _, c in ipairs(split_classes(s)) do
+    if c == class then
+      return s
+    end
+  end
+  if not s or s == '' then
+    return class
+  end
+  return s .. ',' .. class
+end
+
+local function without_class(s, class)
+  local out = {}
+  for _, c in ipairs(split_classes(s)) do
+    if c ~= class then
+      out[#out + 1] = c
+    end
+  end
+  return table.concat(out, ',')
+end
+
+-- enqueue makes a queued job claimable: into its org's queue for its GPU class, by rank, with
+-- the class among the org's ready ones and the org in the fair order.
 local function enqueue(id, org, class, rank)
   redis.call('ZADD', classq(org, class), int(rank), id)
-  redis.call('SADD', classset(org), class)
-  redis.call('ZADD', FAIR, fair_score(org), org)
+  local o = redis.call('HMGET', orgkey(org), 'classes', 'usage', 'weight')
+  local classes = with_class(o[1], class)
+  if classes ~= o[1] then
+    redis.call('HSET', orgkey(org), 'classes', classes)
+  end
+  redis.call('ZADD', FAIR, score(o[2], o[3]), org)
 end
 
--- unqueue takes a job out of its class queue, tidying the sets that index it.
+-- unqueue takes a job out of its class queue (not for a claim, which does its own), tidying
+-- the org's classes and its place in the fair order.
 local function unqueue(id, org, class)
   local q = classq(org, class)
   redis.call('ZREM', q, id)
   if redis.call('EXISTS', q) == 0 then
-    redis.call('SREM', classset(org), class)
-    if redis.call('SCARD', classset(org)) == 0 then
+    local classes = without_class(redis.call('HGET', orgkey(org), 'classes'), class)
+    redis.call('HSET', orgkey(org), 'classes', classes)
+    if classes == '' then
       redis.call('ZREM', FAIR, org)
     end
   end
@@ -110,41 +198,73 @@ end
 
 -- requeue puts a job back in the queue (after delay_ms, if any) as a new attempt.
 local function requeue(id, org, class, rank, delay_ms)
-  redis.call('HSET', jobkey(id), 'status', 'QUEUED', 'updated_at', NOW)
   redis.call('HINCRBY', orgkey(org), 'queued', 1)
   if delay_ms > 0 then
     redis.call('ZADD', DELAYED, NOW + delay_ms, id)
-    redis.call('HSET', jobkey(id), 'ready_at', NOW + delay_ms)
+    redis.call('HSET', jobkey(id), 'status', 'QUEUED', 'updated_at', T, 'ready_at', NOW + delay_ms)
   else
+    redis.call('HSET', jobkey(id), 'status', 'QUEUED', 'updated_at', T)
     redis.call('HDEL', jobkey(id), 'ready_at')
     enqueue(id, org, class, rank)
   end
   redis.call('PUBLISH', WAKE, id)
 end
 
--- release ends a job's hold on a lease and its GPUs: counters, the unused part of the
--- prepaid usage, and the lease, stop and time-limit indexes.
-local function release(id)
-  local j = redis.call('HMGET', jobkey(id), 'org', 'gpus', 'charged_until')
-  local org, gpus, until_ms = j[1], tonumber(j[2]) or 0, tonumber(j[3]) or NOW
-  redis.call('HINCRBY', orgkey(org), 'running', -1)
-  redis.call('HINCRBY', orgkey(org), 'running_gpus', 0 - gpus) -- not -gpus: Lua writes -0
-  if until_ms > NOW then
-    charge(org, -gpus * (until_ms - NOW))
+-- release ends a live job's hold on a lease and its GPUs: the org's counters and the unused
+-- part of its prepaid usage (one read, one write), the lease and, if the job has them, its stop
+-- and time-limit entries. j holds the job's fields as its caller read them: org, gpus,
+-- charged_until, stop_requested, time_limit_ms. extra are more job fields to set.
+local function release(id, j, extra)
+  local gpus = tonumber(j.gpus) or 0
+  local paid = tonumber(j.charged_until) or NOW
+  local o = redis.call('HMGET', orgkey(j.org), 'running', 'running_gpus', 'usage', 'weight', 'hooked')
+  j.hooked = o[5] or false -- for the caller's emit
+  local usage = tonumber(o[3]) or 0
+  if paid > NOW then
+    usage = usage - math.floor(gpus * (paid - NOW) * decay_factor() + 0.5)
   end
-  redis.call('HSET', jobkey(id), 'charged_until', NOW)
-  redis.call('HDEL', jobkey(id), 'lease_token', 'lease_expires', 'stop_requested', 'stop_deadline', 'stop_reason')
+  redis.call('HSET', orgkey(j.org), 'running', int((tonumber(o[1]) or 1) - 1),
+    'running_gpus', int((tonumber(o[2]) or gpus) - gpus), 'usage', int(usage))
+  if paid > NOW then
+    redis.call('ZADD', FAIR, 'XX', score(usage, o[4]), j.org)
+  end
+  -- The lease and stop fields are emptied in the same write (an empty token matches none).
+  local fields = {'charged_until', T, 'lease_token', '', 'lease_expires', '', 'stop_requested', '',
+    'stop_deadline', '', 'stop_reason', ''}
+  for i = 1, #(extra or {}) do
+    fields[#fields + 1] = extra[i]
+  end
+  redis.call('HSET', jobkey(id), unpack(fields))
   redis.call('ZREM', LEASES, id)
-  redis.call('ZREM', STOPPING, id)
-  redis.call('ZREM', DEADLINES, id)
+  if j.stop_requested == '1' then
+    redis.call('ZREM', STOPPING, id)
+  end
+  if (tonumber(j.time_limit_ms) or 0) > 0 then
+    redis.call('ZREM', DEADLINES, id)
+  end
+end
+
+-- jobfields reads fields of a job into a table by name.
+local function jobfields(id, names)
+  local vals = redis.call('HMGET', jobkey(id), unpack(names))
+  local j = {}
+  for i, n in ipairs(names) do
+    j[n] = vals[i]
+  end
+  return j
+end
+
+-- ended_fields are the job fields of a terminal state, for release's extra.
+local function ended_fields(status, detail)
+  if status == 'FAILED' then
+    return {'status', status, 'finished_at', T, 'updated_at', T, 'error', detail}
+  end
+  return {'status', status, 'finished_at', T, 'updated_at', T}
 end
 
 -- finish_as ends a job in a terminal state.
 local function finish_as(id, org, status, typ, detail)
-  redis.call('HSET', jobkey(id), 'status', status, 'finished_at', NOW, 'updated_at', NOW)
-  if status == 'FAILED' then
-    redis.call('HSET', jobkey(id), 'error', detail)
-  end
+  redis.call('HSET', jobkey(id), unpack(ended_fields(status, detail)))
   emit(id, org, typ, status, detail)
 end
 
@@ -165,6 +285,9 @@ end
 
 -- checkpoints records newly committed checkpoint steps (ARGV from index first on) as events.
 local function checkpoints(id, org, status, first)
+  if first > #ARGV then
+    return
+  end
   local last = tonumber(redis.call('HGET', jobkey(id), 'checkpoint_step')) or 0
   for i = first, #ARGV do
     local step = tonumber(ARGV[i])
@@ -176,9 +299,42 @@ local function checkpoints(id, org, status, first)
   end
 end
 
+-- The parse of what agents say they have free, and of GPU class names, kept across calls:
+-- both are few and repeat.
+local FREE_CACHE, CLASS_CACHE, CACHE_SIZE = {}, {}, 0
+
+-- parse_free reads "H100:8,A100:2" into {H100 = 8, A100 = 2} (model names upper case).
+local function parse_free(s)
+  local f = FREE_CACHE[s]
+  if f then
+    return f
+  end
+  f = {}
+  for model, count in string.gmatch(s, '([^:,]+):(%d+)') do
+    model = string.upper(model)
+    f[model] = (f[model] or 0) + tonumber(count)
+  end
+  if CACHE_SIZE > 10000 then
+    FREE_CACHE, CLASS_CACHE, CACHE_SIZE = {}, {}, 0
+  end
+  FREE_CACHE[s], CACHE_SIZE = f, CACHE_SIZE + 1
+  return f
+end
+
+-- parse_class reads "H100:8" into {model = 'H100', count = 8}.
+local function parse_class(s)
+  local c = CLASS_CACHE[s]
+  if not c then
+    local model, count = string.match(s, '^(.*):(%d+)$')
+    c = {model = string.upper(model), count = tonumber(count)}
+    CLASS_CACHE[s], CACHE_SIZE = c, CACHE_SIZE + 1
+  end
+  return c
+end
+
 -- promote moves queued jobs whose retry backoff is over into their queues.
 local function promote(limit)
-  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', NOW, 'LIMIT', 0, limit)
+  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', T, 'LIMIT', '0', limit)
   for _, id in ipairs(due) do
     redis.call('ZREM', DELAYED, id)
     local j = redis.call('HMGET', jobkey(id), 'status', 'org', 'class', 'rank')

@@ -24,15 +24,22 @@ local function ended(id, org, stop_reason, restart, why)
   end
 end
 
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', NOW, 'LIMIT', 0, batch)) do
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', T, 'LIMIT', '0', ARGV[4])) do
   local key = jobkey(id)
-  local cur = redis.call('HMGET', key, 'status', 'lease_expires', 'stop_requested', 'stop_reason',
-    'restart_requested', 'attempt', 'max_attempts', 'org', 'class', 'rank', 'checkpoint_step', 'agent_id')
-  if is_live(cur[1]) and tonumber(cur[2]) <= NOW then
+  local j = jobfields(id, {'status', 'lease_expires', 'stop_requested', 'stop_reason',
+    'restart_requested', 'attempt', 'max_attempts', 'org', 'class', 'rank', 'checkpoint_step', 'agent_id',
+    'gpus', 'charged_until', 'time_limit_ms'})
+  local cur = {j.status, j.lease_expires, j.stop_requested, j.stop_reason, j.restart_requested,
+    j.attempt, j.max_attempts, j.org, j.class, j.rank, j.checkpoint_step, j.agent_id}
+  local renewed = is_live(cur[1]) and tonumber(cur[2]) and tonumber(cur[2]) > NOW
+  if renewed then
+    -- Heartbeats renewed it since it was filed: file it under its real expiry.
+    redis.call('ZADD', LEASES, cur[2], id)
+  elseif is_live(cur[1]) then
     local org = cur[8]
-    release(id)
+    release(id, j)
     changed = changed + 1
-    local attempt, max = tonumber(cur[6]), tonumber(cur[7])
+    local attempt, max = tonumber(cur[6]) or 1, tonumber(cur[7])
     if cur[3] == '1' then
       ended(id, org, cur[4], cur[5] == '1', 'the agent did not confirm the stop before its lease ran out')
     elseif attempt >= max then
@@ -56,18 +63,19 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', NOW, 'LIMIT', 0,
   end
 end
 
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', STOPPING, '-inf', NOW, 'LIMIT', 0, batch)) do
-  local cur = redis.call('HMGET', jobkey(id), 'status', 'stop_requested', 'stop_reason', 'restart_requested', 'org')
-  if is_live(cur[1]) and cur[2] == '1' then
-    release(id)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', STOPPING, '-inf', T, 'LIMIT', '0', ARGV[4])) do
+  local j = jobfields(id, {'status', 'stop_requested', 'stop_reason', 'restart_requested', 'org',
+    'gpus', 'charged_until', 'time_limit_ms'})
+  if is_live(j.status) and j.stop_requested == '1' then
+    release(id, j)
     changed = changed + 1
-    ended(id, cur[5], cur[3], cur[4] == '1', 'the agent did not stop within its grace period')
+    ended(id, j.org, j.stop_reason, j.restart_requested == '1', 'the agent did not stop within its grace period')
   else
     redis.call('ZREM', STOPPING, id)
   end
 end
 
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', NOW, 'LIMIT', 0, batch)) do
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', T, 'LIMIT', '0', ARGV[4])) do
   redis.call('ZREM', DEADLINES, id)
   local cur = redis.call('HMGET', jobkey(id), 'status', 'stop_requested', 'org', 'time_limit_ms')
   if is_live(cur[1]) and cur[2] ~= '1' then
@@ -79,22 +87,20 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', NOW, 'LIMIT',
   end
 end
 
-changed = changed + promote(batch)
+changed = changed + promote(ARGV[4])
 
 local tref = tonumber(redis.call('HGET', META, 'tref'))
-if tref and (NOW - tref) / TAU > 30 then
+if tref and (NOW - tref) / TAU > 10 then
   local f = math.exp(-(NOW - tref) / TAU)
   for _, org in ipairs(redis.call('SMEMBERS', PFX .. 'orgs')) do
     local u = tonumber(redis.call('HGET', orgkey(org), 'usage'))
     if u then
-      redis.call('HSET', orgkey(org), 'usage', u * f)
-      if redis.call('ZSCORE', FAIR, org) then
-        redis.call('ZADD', FAIR, fair_score(org), org)
-      end
+      redis.call('HSET', orgkey(org), 'usage', int(math.floor(u * f + 0.5)))
+      redis.call('ZADD', FAIR, 'XX', fair_score(org), org)
     end
   end
   -- The scale factor is exactly 1 again at NOW.
-  redis.call('HSET', META, 'tref', NOW)
+  redis.call('HSET', META, 'tref', T)
 end
 if changed > 0 then
   redis.call('PUBLISH', WAKE, 'reap')

@@ -4,7 +4,7 @@
 -- ends, so two runs of one job never overlap.
 -- KEYS[1] the job's hash (routes the call)
 -- ARGV[4] job id  ARGV[5] grace (ms)
--- Returns the job hash as a flat array; errors NOT_FOUND, CONFLICT <status>.
+-- Returns the job's status; errors NOT_FOUND, CONFLICT <status>.
 local id = ARGV[4]
 local key = jobkey(id)
 local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org')
@@ -15,7 +15,7 @@ end
 if status == 'FAILED' or status == 'STOPPED' then
   restart_job(id, org)
 elseif is_live(status) then
-  redis.call('HSET', key, 'restart_requested', 1, 'updated_at', NOW)
+  redis.call('HSET', key, 'restart_requested', 1, 'updated_at', T)
   if cur[2] ~= '1' then
     local deadline = NOW + tonumber(ARGV[5])
     redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'restart', 'stop_deadline', deadline)
@@ -25,4 +25,4 @@ elseif is_live(status) then
 else
   return redis.error_reply('CONFLICT ' .. status)
 end
-return redis.call('HGETALL', key)
+return redis.call('HGET', key, 'status')

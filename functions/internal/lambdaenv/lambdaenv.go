@@ -8,11 +8,18 @@
 //	HOSTEDTRAIN_SECRETS_KEYS   kid=base64key[,...] 32-byte AES keys for job secrets; the first seals
 //	HOSTEDTRAIN_LEASE_TTL      lease lifetime, a Go duration (default 60s)
 //	HOSTEDTRAIN_MAX_CLAIM_WAIT cap on a claim's long poll (default 20s; billed under Lambda)
+//	HOSTEDTRAIN_MAX_ATTEMPTS   leases a job may lose before it fails (default 3)
+//	HOSTEDTRAIN_MAX_RUNNING    per-organization running limit unless set per org (default none)
+//	HOSTEDTRAIN_MAX_QUEUED     per-organization queued limit unless set per org (default none)
+//	HOSTEDTRAIN_DEFAULT_TIME_LIMIT  time limit of a run whose job sets none (default none)
+//	HOSTEDTRAIN_USAGE_HALF_LIFE     how fast past GPU use stops counting (default 24h)
+//	HOSTEDTRAIN_STOP_GRACE     how long a stopped job's agent has to confirm (default 5m)
 package lambdaenv
 
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,12 +55,33 @@ func Redis(getenv Getenv) (redis.UniversalClient, error) {
 // Queue is the queue configuration.
 func Queue(getenv Getenv) (queue.Config, error) {
 	c := queue.Config{Prefix: getenv("HOSTEDTRAIN_REDIS_PREFIX")}
-	var err error
-	if c.LeaseTTL, err = duration(getenv, "HOSTEDTRAIN_LEASE_TTL"); err != nil {
-		return c, err
+	durations := map[string]*time.Duration{
+		"HOSTEDTRAIN_LEASE_TTL":          &c.LeaseTTL,
+		"HOSTEDTRAIN_MAX_CLAIM_WAIT":     &c.MaxClaimWait,
+		"HOSTEDTRAIN_DEFAULT_TIME_LIMIT": &c.DefaultTimeLimit,
+		"HOSTEDTRAIN_USAGE_HALF_LIFE":    &c.UsageHalfLife,
+		"HOSTEDTRAIN_STOP_GRACE":         &c.StopGrace,
 	}
-	if c.MaxClaimWait, err = duration(getenv, "HOSTEDTRAIN_MAX_CLAIM_WAIT"); err != nil {
-		return c, err
+	for name, d := range durations {
+		v, err := duration(getenv, name)
+		if err != nil {
+			return c, err
+		}
+		*d = v
+	}
+	ints := map[string]*int{
+		"HOSTEDTRAIN_MAX_ATTEMPTS": &c.MaxAttempts,
+		"HOSTEDTRAIN_MAX_RUNNING":  &c.MaxRunning,
+		"HOSTEDTRAIN_MAX_QUEUED":   &c.MaxQueued,
+	}
+	for name, n := range ints {
+		if v := getenv(name); v != "" {
+			i, err := strconv.Atoi(v)
+			if err != nil || i < 0 {
+				return c, fmt.Errorf("%s: want a whole number, got %q", name, v)
+			}
+			*n = i
+		}
 	}
 	return c, nil
 }

@@ -1,0 +1,323 @@
+// Command queuebench measures hostedtrain's queue against asynq on one redis-server, in one run:
+//
+//  1. the job lifecycle, N jobs at concurrency C: asynq enqueue → process (no-op) → done;
+//     hostedtrain submit → claim → heartbeat → complete;
+//  2. claim latency with 1,000 and with 1,000,000 jobs queued across 100 organizations;
+//  3. complete latency with 100 and with 10,000 jobs running;
+//  4. submit → claim latency with an idle agent waiting on a claim.
+//
+// It prints a table, and last `queue lifecycle ratio hostedtrain/asynq: X.XX` (jobs per second,
+// ours over theirs). It lives in its own module so asynq is never a dependency of the service.
+// `make bench-queue` runs it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/redisproc"
+	"github.com/hostedtrain/hostedtrain/queue"
+)
+
+func main() {
+	n := flag.Int("n", 20000, "jobs in the lifecycle comparison")
+	c := flag.Int("c", 16, "concurrency (asynq's server concurrency; hostedtrain's workers)")
+	big := flag.Int("big", 1000000, "queued jobs for the large claim-latency case")
+	samples := flag.Int("samples", 2000, "operations timed for each latency figure")
+	redisArgs := flag.String("redis-args", "", "extra redis-server arguments, the same for both queues")
+	flag.Parse()
+
+	dir, err := os.MkdirTemp("", "queuebench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	srv, err := redisproc.Start(ctx, redisproc.Options{Dir: dir, Args: append([]string{"--maxmemory", "0"}, strings.Fields(*redisArgs)...)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 4 * *c})
+	defer rdb.Close()
+	b := &bench{ctx: ctx, rdb: rdb, addr: srv.Addr, out: tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)}
+
+	fmt.Printf("redis-server %s, GOMAXPROCS %d, N=%d, C=%d\n\n", serverVersion(ctx, rdb), runtime.GOMAXPROCS(0), *n, *c)
+	fmt.Fprintln(b.out, "measure\tvalue\tnote")
+	theirs := b.asynqLifecycle(*n, *c)
+	ours := b.ourLifecycle(*n, *c)
+	b.claimLatency(1000, *samples)
+	b.claimLatency(*big, *samples)
+	b.completeLatency(100, *samples)
+	b.completeLatency(10000, *samples)
+	b.wakeLatency(*samples / 4)
+	b.out.Flush()
+	fmt.Printf("\nqueue lifecycle ratio hostedtrain/asynq: %.2f\n", ours/theirs)
+}
+
+type bench struct {
+	ctx  context.Context
+	rdb  *redis.Client
+	addr string
+	out  *tabwriter.Writer
+}
+
+func serverVersion(ctx context.Context, rdb *redis.Client) string {
+	info, _ := rdb.Info(ctx, "server").Result()
+	for _, line := range splitLines(info) {
+		if len(line) > 14 && line[:14] == "redis_version:" {
+			return line[14:]
+		}
+	}
+	return "?"
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := range s {
+		if s[i] == '\n' {
+			out = append(out, trimCR(s[start:i]))
+			start = i + 1
+		}
+	}
+	return out
+}
+
+func trimCR(s string) string {
+	if len(s) > 0 && s[len(s)-1] == '\r' {
+		return s[:len(s)-1]
+	}
+	return s
+}
+
+func (b *bench) flush() {
+	if err := b.rdb.FlushAll(b.ctx).Err(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func (b *bench) row(measure, value, note string) {
+	if b.out == nil {
+		return
+	}
+	fmt.Fprintf(b.out, "%s\t%s\t%s\n", measure, value, note)
+}
+
+// spec is a job like the quickstart: the config a real submission stores.
+func spec(name string) jobspec.Spec {
+	t := 1.0
+	return jobspec.Spec{
+		Kind: "rl", Name: name, Model: "Qwen/Qwen3-4B-Instruct-2507", MaxSteps: 20, BatchSize: 64, RolloutsPerExample: 8,
+		LearningRate: 1e-5, Sampling: &jobspec.Sampling{MaxTokens: 512, Temperature: &t},
+		Env:         []jobspec.Env{{ID: "primeintellect/alphabet-sort", Args: map[string]any{"min_turns": 1, "max_turns": 3}, Weight: 1}},
+		Resources:   jobspec.Resources{GPUs: 1, GPUType: "H100"},
+		Checkpoints: &jobspec.Checkpoints{Interval: 5, KeepCloud: 2},
+	}
+}
+
+var gpus = []job.GPU{{Model: "H100", Count: 8}}
+
+// parallel runs f(worker, i) for i in [0, n), split across c workers.
+func parallel(n, c int, f func(worker, i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				f(w, i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// asynqLifecycle enqueues n tasks from c goroutines, then lets an asynq server with
+// concurrency c process them; it returns tasks per second, done as asynq records it.
+func (b *bench) asynqLifecycle(n, c int) float64 {
+	b.flush()
+	opt := asynq.RedisClientOpt{Addr: b.addr, PoolSize: 4 * c}
+	cl := asynq.NewClient(opt)
+	defer cl.Close()
+	start := time.Now()
+	parallel(n, c, func(_, i int) {
+		if _, err := cl.Enqueue(asynq.NewTask("noop", []byte(fmt.Sprintf(`{"i":%d}`, i))), asynq.MaxRetry(0)); err != nil {
+			log.Fatal(err)
+		}
+	})
+	enqueued := time.Since(start)
+	srv := asynq.NewServer(opt, asynq.Config{Concurrency: c, LogLevel: asynq.ErrorLevel})
+	mux := asynq.NewServeMux()
+	var handled atomic.Int64
+	all := make(chan struct{})
+	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
+		if handled.Add(1) == int64(n) {
+			close(all)
+		}
+		return nil
+	})
+	if err := srv.Start(mux); err != nil {
+		log.Fatal(err)
+	}
+	// Every handler has run; done is when asynq has recorded the last of them (its pending and
+	// active lists empty). Two LLENs a poll, so the measuring does not load Redis.
+	<-all
+	for {
+		pending, _ := b.rdb.LLen(b.ctx, "asynq:{default}:pending").Result()
+		active, _ := b.rdb.LLen(b.ctx, "asynq:{default}:active").Result()
+		if pending == 0 && active == 0 {
+			break
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	total := time.Since(start)
+	srv.Shutdown()
+	rate := float64(n) / total.Seconds()
+	b.row("asynq lifecycle", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("enqueue %v, all done %v", enqueued.Round(time.Millisecond), total.Round(time.Millisecond)))
+	return rate
+}
+
+// ourLifecycle submits n jobs from c goroutines, then c agents claim, heartbeat and complete
+// them; it returns jobs per second.
+func (b *bench) ourLifecycle(n, c int) float64 {
+	b.flush()
+	q := queue.New(b.rdb, queue.Config{})
+	defer q.Close()
+	s := spec("bench")
+	start := time.Now()
+	parallel(n, c, func(w, _ int) {
+		if _, _, err := q.Submit(b.ctx, job.Submission{Org: fmt.Sprintf("org%d", w%4), Spec: s}, "", ""); err != nil {
+			log.Fatal(err)
+		}
+	})
+	submitted := time.Since(start)
+	parallel(n, c, func(w, _ int) {
+		cl, err := q.Claim(b.ctx, job.ClaimRequest{AgentID: fmt.Sprint("agent", w), GPUs: gpus})
+		if err != nil || cl == nil {
+			log.Fatalf("claim: %v %v", cl, err)
+		}
+		if _, err := q.Heartbeat(b.ctx, cl.Job.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true}); err != nil {
+			log.Fatal(err)
+		}
+		if _, err := q.Complete(b.ctx, cl.Job.ID, job.Outcome{Token: cl.Lease.Token}); err != nil {
+			log.Fatal(err)
+		}
+	})
+	total := time.Since(start)
+	rate := float64(n) / total.Seconds()
+	if b.out == nil { return rate }
+	b.row("hostedtrain lifecycle", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("submit %v, all complete %v", submitted.Round(time.Millisecond), total.Round(time.Millisecond)))
+	return rate
+}
+
+func percentiles(d []time.Duration) (p50, p99 time.Duration) {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[len(d)/2], d[len(d)*99/100]
+}
+
+func fmtLatency(d []time.Duration) string {
+	p50, p99 := percentiles(d)
+	return fmt.Sprintf("p50 %v, p99 %v", p50.Round(time.Microsecond), p99.Round(time.Microsecond))
+}
+
+// fill queues n jobs across 100 organizations, many at a time.
+func (b *bench) fill(q *queue.Client, n int) {
+	s := spec("fill")
+	parallel(n, 32, func(_, i int) {
+		if _, _, err := q.Submit(b.ctx, job.Submission{Org: fmt.Sprintf("org%03d", i%100), Spec: s}, "", ""); err != nil {
+			log.Fatal(err)
+		}
+	})
+}
+
+// claimLatency times single claims with queued jobs waiting across 100 organizations.
+func (b *bench) claimLatency(queued, samples int) {
+	b.flush()
+	q := queue.New(b.rdb, queue.Config{})
+	defer q.Close()
+	start := time.Now()
+	b.fill(q, queued+samples)
+	filled := time.Since(start)
+	lat := make([]time.Duration, 0, samples)
+	for i := range samples {
+		t := time.Now()
+		cl, err := q.Claim(b.ctx, job.ClaimRequest{AgentID: fmt.Sprint("a", i), GPUs: gpus})
+		lat = append(lat, time.Since(t))
+		if err != nil || cl == nil {
+			log.Fatalf("claim: %v %v", cl, err)
+		}
+	}
+	b.row(fmt.Sprintf("claim latency, %d queued / 100 orgs", queued), fmtLatency(lat), fmt.Sprintf("filled in %v", filled.Round(time.Second)))
+}
+
+// completeLatency times completions with running jobs holding leases.
+func (b *bench) completeLatency(running, samples int) {
+	b.flush()
+	q := queue.New(b.rdb, queue.Config{})
+	defer q.Close()
+	b.fill(q, running+samples)
+	claims := make([]*job.Claim, running+samples)
+	parallel(len(claims), 16, func(_, i int) {
+		cl, err := q.Claim(b.ctx, job.ClaimRequest{AgentID: fmt.Sprint("a", i), GPUs: gpus})
+		if err != nil || cl == nil {
+			log.Fatalf("claim: %v %v", cl, err)
+		}
+		claims[i] = cl
+	})
+	lat := make([]time.Duration, 0, samples)
+	for _, cl := range claims[:samples] {
+		t := time.Now()
+		if _, err := q.Complete(b.ctx, cl.Job.ID, job.Outcome{Token: cl.Lease.Token}); err != nil {
+			log.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	b.row(fmt.Sprintf("complete latency, %d running", running), fmtLatency(lat), "")
+}
+
+// wakeLatency times submit → claim with an agent already waiting on a claim.
+func (b *bench) wakeLatency(samples int) {
+	b.flush()
+	q := queue.New(b.rdb, queue.Config{})
+	defer q.Close()
+	s := spec("wake")
+	lat := make([]time.Duration, 0, samples)
+	for range samples {
+		got := make(chan time.Time, 1)
+		go func() {
+			cl, err := q.Claim(b.ctx, job.ClaimRequest{AgentID: "idle", GPUs: gpus, Wait: 20 * time.Second})
+			if err != nil || cl == nil {
+				log.Fatalf("waiting claim: %v %v", cl, err)
+			}
+			got <- time.Now()
+		}()
+		time.Sleep(2 * time.Millisecond) // let the claim look, find nothing and wait
+		t := time.Now()
+		if _, _, err := q.Submit(b.ctx, job.Submission{Org: "org", Spec: s}, "", ""); err != nil {
+			log.Fatal(err)
+		}
+		lat = append(lat, (<-got).Sub(t))
+	}
+	b.row("submit → claim, agent waiting", fmtLatency(lat), "pub/sub wake-up, no polling")
+}

@@ -1,0 +1,134 @@
+package queue
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The queue's operations are one Redis Functions library (Redis 7): the prelude's helpers are
+// built once when the library loads, not on every call as with EVAL, which is most of what a
+// small script costs. Each file of lua/ after the prelude becomes one function.
+//
+// The library's name carries a hash of its source, so two versions of the service running side
+// by side (a rolling deploy) call their own functions and never replace each other's.
+
+var (
+	//go:embed lua/prelude.lua
+	prelude string
+	//go:embed lua/submit.lua
+	submitLua string
+	//go:embed lua/claim.lua
+	claimLua string
+	//go:embed lua/heartbeat.lua
+	heartbeatLua string
+	//go:embed lua/finish.lua
+	finishLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/cancel.lua
+	cancelLua string
+	//go:embed lua/restart.lua
+	restartLua string
+	//go:embed lua/reap.lua
+	reapLua string
+	//go:embed lua/position.lua
+	positionLua string
+	//go:embed lua/set_org.lua
+	setOrgLua string
+)
+
+// library is the source to load and the name its functions carry.
+var library = buildLibrary(map[string]string{
+	"submit": submitLua, "claim": claimLua, "heartbeat": heartbeatLua, "finish": finishLua,
+	"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
+	"position": positionLua, "set_org": setOrgLua,
+})
+
+type lib struct {
+	name   string
+	source string
+}
+
+func buildLibrary(funcs map[string]string) lib {
+	var body strings.Builder
+	body.WriteString(prelude)
+	names := make([]string, 0, len(funcs))
+	for n := range funcs {
+		names = append(names, n)
+	}
+	// A stable order, so the hash (and the name) depends on the code alone.
+	for i := 1; i < len(names); i++ {
+		for j := i; j > 0 && names[j] < names[j-1]; j-- {
+			names[j], names[j-1] = names[j-1], names[j]
+		}
+	}
+	for _, n := range names {
+		fmt.Fprintf(&body, "\nredis.register_function('@_%s', function(keys, args)\nbegin(keys, args)\n%s\nend)\n", n, funcs[n])
+	}
+	sum := sha1.Sum([]byte(body.String()))
+	name := "hostedtrain_" + hex.EncodeToString(sum[:6])
+	src := "#!lua name=" + name + "\n" + strings.ReplaceAll(body.String(), "'@_", "'"+name+"_")
+	return lib{name: name, source: src}
+}
+
+// functions loads the library where it is missing.
+type functions struct {
+	rdb redis.UniversalClient
+	mu  sync.Mutex
+}
+
+// load puts the library on every master (FUNCTION LOAD is per node); REPLACE makes a repeat
+// harmless.
+func (f *functions) load(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	loadOne := func(ctx context.Context, c *redis.Client) error {
+		return c.FunctionLoadReplace(ctx, library.source).Err()
+	}
+	var err error
+	switch c := f.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, loadOne)
+	case *redis.Client:
+		err = loadOne(ctx, c)
+	default:
+		err = f.rdb.FunctionLoadReplace(ctx, library.source).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("queue: load functions: %w", err)
+	}
+	return nil
+}
+
+func missingFunction(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Function not found")
+}
+
+// call runs one of the library's functions with the arguments every one of them takes first
+// (prefix, now, tau), loading the library once if the server lacks it (a new server, a new
+// cluster node, a restart without persistence).
+func (c *Client) call(ctx context.Context, fn, route string, args ...any) *redis.Cmd {
+	return c.callAt(ctx, c.cfg.Now(), fn, route, args...)
+}
+
+// callAt is call with the time the function takes for now, for callers that derive other
+// times (a lease's expiry) from the same instant.
+func (c *Client) callAt(ctx context.Context, now time.Time, fn, route string, args ...any) *redis.Cmd {
+	full := append([]any{c.keys.prefix, ms(now), c.tau}, args...)
+	cmd := c.rdb.FCall(ctx, library.name+"_"+fn, []string{route}, full...)
+	if missingFunction(cmd.Err()) {
+		if err := c.funcs.load(ctx); err != nil {
+			return cmd
+		}
+		cmd = c.rdb.FCall(ctx, library.name+"_"+fn, []string{route}, full...)
+	}
+	return cmd
+}
