@@ -226,7 +226,9 @@ func (b *bench) ourLifecycle(n, c int) float64 {
 	})
 	total := time.Since(start)
 	rate := float64(n) / total.Seconds()
-	if b.out == nil { return rate }
+	if b.out == nil {
+		return rate
+	}
 	b.row("hostedtrain lifecycle", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("submit %v, all complete %v", submitted.Round(time.Millisecond), total.Round(time.Millisecond)))
 	return rate
 }
