@@ -300,7 +300,10 @@ func (p *property) check(where string) {
 			continue
 		}
 		if _, err := b.q.Heartbeat(b.ctx, s.id, job.Heartbeat{Token: s.token}); !errors.Is(err, job.ErrLeaseLost) {
-			t.Fatalf("%s: a stale token of job %s was accepted (%v)", where, s.id, err)
+			t.Fatalf("%s: a heartbeat with a stale token of job %s was accepted (%v)", where, s.id, err)
+		}
+		if _, err := b.q.Complete(b.ctx, s.id, job.Outcome{Token: s.token}); !errors.Is(err, job.ErrLeaseLost) {
+			t.Fatalf("%s: a completion with a stale token of job %s was accepted (%v)", where, s.id, err)
 		}
 	}
 }
