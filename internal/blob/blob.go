@@ -36,6 +36,12 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 }
 
+// Presigner is a store that can hand out short-lived download URLs (S3 can; a local
+// directory cannot).
+type Presigner interface {
+	PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error)
+}
+
 // JobPrefix is where everything of one job lives.
 func JobPrefix(jobID string) string { return "jobs/" + jobID + "/" }
 
