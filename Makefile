@@ -6,8 +6,9 @@ BIN     := bin
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
+VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build demo test deps redis-server spec-validator lint fmt clean fuzz bench-jobs bench-queue
+.PHONY: all build demo test deps redis-server spec-validator versitygw awscli lint fmt clean fuzz bench-jobs bench-queue
 
 all: build
 
@@ -41,7 +42,20 @@ bench-queue: redis-server
 bench-jobs:
 	$(GO) test -run '^$$' -bench BenchmarkJobAdmission -benchmem -cpu 1 -count 5 ./api
 
-deps: redis-server spec-validator
+deps: redis-server spec-validator versitygw awscli
+
+## awscli: a client that is not ours, to read back what the S3 backend wrote
+awscli:
+	@command -v aws >/dev/null 2>&1 || { \
+	  echo "installing awscli"; \
+	  python3 -m pip install --quiet awscli || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq awscli >/dev/null; }; }
+
+## versitygw: the S3-compatible server the object-storage tests run against
+versitygw:
+	@command -v versitygw >/dev/null 2>&1 || test -x $(GOBIN)/versitygw || { \
+	  echo "installing versitygw $(VERSITYGW_VERSION) with go install"; \
+	  $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \

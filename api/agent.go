@@ -13,6 +13,8 @@ import (
 type claimRequest struct {
 	GPUs        []job.GPU `json:"gpus"`
 	WaitSeconds float64   `json:"wait_seconds"`
+	GPUJobsOnly bool      `json:"gpu_jobs_only"`
+	ClaimID     string    `json:"claim_id"`
 }
 
 func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
@@ -21,9 +23,11 @@ func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cl, err := s.cfg.Queue.Claim(r.Context(), job.ClaimRequest{
-		AgentID: principal(r).Subject,
-		GPUs:    req.GPUs,
-		Wait:    time.Duration(req.WaitSeconds * float64(time.Second)),
+		AgentID:     principal(r).Subject,
+		GPUs:        req.GPUs,
+		Wait:        time.Duration(req.WaitSeconds * float64(time.Second)),
+		GPUJobsOnly: req.GPUJobsOnly,
+		ClaimID:     req.ClaimID,
 	})
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -52,6 +56,20 @@ func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
 	}
 	cl.HeartbeatIntervalSeconds = s.cfg.Queue.HeartbeatInterval().Seconds()
 	writeJSON(w, http.StatusOK, cl)
+}
+
+type abandonReply struct {
+	JobID string `json:"job_id,omitempty"`
+}
+
+// agentAbandonClaim takes back a claim the agent gave up waiting for.
+func (s *Server) agentAbandonClaim(w http.ResponseWriter, r *http.Request) {
+	id, err := s.cfg.Queue.AbandonClaim(r.Context(), principal(r).Subject, pathParam(r, "claim_id"))
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, abandonReply{JobID: id})
 }
 
 func (s *Server) agentHeartbeat(w http.ResponseWriter, r *http.Request) {

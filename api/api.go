@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
@@ -33,6 +34,7 @@ type Queue interface {
 	Cancel(ctx context.Context, id string) (*job.Job, error)
 	Restart(ctx context.Context, id string) (*job.Job, error)
 	Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error)
+	AbandonClaim(ctx context.Context, agent, claimID string) (string, error)
 	Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error)
 	Complete(ctx context.Context, id string, o job.Outcome) (job.Status, error)
 	Fail(ctx context.Context, id string, o job.Outcome) (job.Status, error)
@@ -48,7 +50,10 @@ type Config struct {
 	Verifier *auth.Verifier
 	// Secrets seals job secrets at rest and opens them for the agent that claims the job.
 	Secrets *seal.Keyring
-	Logger  *slog.Logger
+	// Store is the object storage agents write jobs' metrics, checkpoints and artifacts to;
+	// nil answers those endpoints with 503.
+	Store  blob.Store
+	Logger *slog.Logger
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64
 	// Ready, if set, must return nil before /healthz answers 200 (the local stack uses it to
@@ -89,22 +94,26 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, spec: spec, hints: hints{kinds: spec.KindSchemas()}}
 	s.handlers = map[string]http.HandlerFunc{
-		"health":          s.health,
-		"openapiDocument": s.openapiDocument,
-		"submitJob":       s.submitJob,
-		"previewJob":      s.previewJob,
-		"listJobs":        s.listJobs,
-		"getJob":          s.getJob,
-		"cancelJob":       s.cancelJob,
-		"restartJob":      s.restartJob,
-		"listJobEvents":   s.listJobEvents,
-		"agentClaim":      s.agentClaim,
-		"agentHeartbeat":  s.agentHeartbeat,
-		"agentComplete":   s.agentComplete,
-		"agentFail":       s.agentFail,
-		"agentRelease":    s.agentRelease,
-		"getOrg":          s.getOrg,
-		"setOrg":          s.setOrg,
+		"health":             s.health,
+		"openapiDocument":    s.openapiDocument,
+		"submitJob":          s.submitJob,
+		"previewJob":         s.previewJob,
+		"listJobs":           s.listJobs,
+		"getJob":             s.getJob,
+		"cancelJob":          s.cancelJob,
+		"restartJob":         s.restartJob,
+		"listJobEvents":      s.listJobEvents,
+		"agentAbandonClaim":  s.agentAbandonClaim,
+		"getJobMetrics":      s.getJobMetrics,
+		"listJobCheckpoints": s.listJobCheckpoints,
+		"listJobArtifacts":   s.listJobArtifacts,
+		"agentClaim":         s.agentClaim,
+		"agentHeartbeat":     s.agentHeartbeat,
+		"agentComplete":      s.agentComplete,
+		"agentFail":          s.agentFail,
+		"agentRelease":       s.agentRelease,
+		"getOrg":             s.getOrg,
+		"setOrg":             s.setOrg,
 	}
 	seen := map[string]bool{}
 	for path, item := range spec.Doc.Paths.Map() {

@@ -1,11 +1,17 @@
 // Package gpuagent is the long-lived agent on a GPU node. It claims jobs over the API (never
-// touching Redis), prepares each one (its prime-rl config, its environments, the newest
-// checkpoint when it resumes), runs the pipeline as a process group, heartbeats with the newest
-// metrics, commits checkpoints to object storage as they complete, and reports the end.
+// touching Redis) for the GPUs it has free, and runs each job side by side with the others on
+// its own GPUs (CUDA_VISIBLE_DEVICES): it prepares the job (its prime-rl or GEPA config, its
+// environments, the newest checkpoint when it resumes), runs the pipeline as a process group,
+// heartbeats with the newest metrics, streams metrics and logs to object storage, commits
+// checkpoints as they complete, uploads GEPA and eval outputs as artifacts, and reports the
+// end.
 //
 // A heartbeat answered "stop" terminates the pipeline (SIGTERM, a grace period, SIGKILL) and
 // reports it; a heartbeat answered 409 means another holder has the job, and the agent stops
-// the pipeline without reporting anything.
+// the pipeline without reporting anything. When the agent itself is told to stop (SIGTERM: a
+// preemption notice, a deploy), it drains: it claims nothing more, stops its pipelines with
+// the same grace, commits the checkpoints they completed and hands the jobs back so they
+// resume elsewhere at once.
 package gpuagent
 
 import (
@@ -15,40 +21,20 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
-	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
 // API is what the agent needs of the service; client.Client implements it.
 type API interface {
-	Claim(ctx context.Context, gpus []job.GPU, wait time.Duration) (*job.Claim, error)
+	Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error)
 	Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error)
 	Complete(ctx context.Context, id string, o job.Outcome) error
 	Fail(ctx context.Context, id string, o job.Outcome) error
-}
-
-// Pipeline says which commands run a job. Templates take {placeholders}: the rl command
-// {config}, {output_dir}, {run_name}; the install command {env_id}.
-type Pipeline struct {
-	// Name is shown to users as the job's runtime.
-	Name string
-	// Emulated marks the project's emulated prime-rl; users see it on the job.
-	Emulated bool
-	RL       []string
-	// Install runs once per environment before the pipeline; empty skips installation.
-	Install []string
-}
-
-// DefaultPipeline is real prime-rl, as a GPU node runs it.
-func DefaultPipeline() Pipeline {
-	return Pipeline{
-		Name:    "prime-rl",
-		RL:      []string{"uv", "run", "rl", "@", "{config}", "--output-dir", "{output_dir}", "--run.name", "{run_name}"},
-		Install: []string{"prime", "env", "install", "{env_id}"},
-	}
+	Release(ctx context.Context, id string, o job.Outcome) error
 }
 
 // Config configures an Agent.
@@ -56,32 +42,48 @@ type Config struct {
 	API      API
 	Store    blob.Store
 	WorkDir  string
-	GPUs     []job.GPU
+	Devices  []Device
 	Pipeline Pipeline
+	// MaxCPUJobs bounds the jobs that need no GPU (evals and GEPA against API models) run at
+	// once (default 2); GPU jobs are bounded by the GPUs.
+	MaxCPUJobs int
 	// ClaimWait is how long one claim waits for work (default 20 s).
 	ClaimWait time.Duration
 	// StopGrace is how long a stopped pipeline may take to exit before SIGKILL (default 120 s).
 	StopGrace time.Duration
+	// DrainTimeout bounds a drain after the pipelines have exited: committing their complete
+	// checkpoints and handing the jobs back (default 5 min).
+	DrainTimeout time.Duration
 	// PollInterval is how often metrics and checkpoints are looked at (default 1 s).
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// FlushInterval is how often metrics and log chunks are written to storage (default 10 s).
+	FlushInterval time.Duration
+	// ReportTimeout bounds the retries of a job's final report while the API is unreachable
+	// (default 15 min); after it the lease lapses and the service requeues the job.
+	ReportTimeout time.Duration
+	Logger        *slog.Logger
 }
 
 func (c *Config) validate() error {
 	if c.API == nil || c.Store == nil || c.WorkDir == "" {
 		return errors.New("gpuagent: Config needs API, Store and WorkDir")
 	}
-	if len(c.Pipeline.RL) == 0 {
-		return errors.New("gpuagent: Config.Pipeline.RL is empty")
+	if len(c.Pipeline.RL) == 0 && len(c.Pipeline.GEPA) == 0 && len(c.Pipeline.Eval) == 0 {
+		return errors.New("gpuagent: Config.Pipeline has no command")
 	}
-	if c.ClaimWait == 0 {
-		c.ClaimWait = 20 * time.Second
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
 	}
-	if c.StopGrace == 0 {
-		c.StopGrace = 120 * time.Second
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = time.Second
+	def(&c.ClaimWait, 20*time.Second)
+	def(&c.StopGrace, 120*time.Second)
+	def(&c.DrainTimeout, 5*time.Minute)
+	def(&c.PollInterval, time.Second)
+	def(&c.FlushInterval, 10*time.Second)
+	def(&c.ReportTimeout, 15*time.Minute)
+	if c.MaxCPUJobs == 0 {
+		c.MaxCPUJobs = 2
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -89,9 +91,19 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Agent claims and runs jobs, one at a time.
+// Agent claims and runs jobs.
 type Agent struct {
-	cfg Config
+	cfg  Config
+	pool *pool
+	tel  *telemetry
+
+	mu      sync.Mutex
+	cpuJobs int
+	running map[string]*run
+	// cancelClaim ends the claim in flight, when GPUs come free and a bigger claim can be
+	// made (the service hands back a job claimed for a request that has gone).
+	cancelClaim context.CancelFunc
+	changed     chan struct{} // a job ended: capacity changed
 }
 
 // New returns an agent.
@@ -99,22 +111,54 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "jobs"), 0o755); err != nil {
 		return nil, fmt.Errorf("gpuagent: %w", err)
 	}
-	return &Agent{cfg: cfg}, nil
+	a := &Agent{cfg: cfg, pool: newPool(cfg.Devices), tel: newTelemetry(), running: map[string]*run{}, changed: make(chan struct{}, 1)}
+	a.tel.setGPUs(a.pool)
+	return a, nil
 }
 
-// Run claims and runs jobs until ctx ends. A job in progress when ctx ends has its pipeline
-// stopped; its lease then lapses and the job resumes elsewhere.
+// Run claims and runs jobs until ctx ends, then drains: it claims nothing more, stops the
+// running pipelines, commits their complete checkpoints and hands their jobs back to the
+// queue. It returns once every job is handed back or reported.
 func (a *Agent) Run(ctx context.Context) error {
+	var jobs sync.WaitGroup
+	defer jobs.Wait()
 	backoff := time.Second
 	for ctx.Err() == nil {
-		cl, err := a.cfg.API.Claim(ctx, a.cfg.GPUs, a.cfg.ClaimWait)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
+		free := a.pool.free()
+		gpuFree := 0
+		for _, g := range free {
+			gpuFree += g.Count
+		}
+		a.mu.Lock()
+		cpuRoom := a.cpuJobs < a.cfg.MaxCPUJobs
+		a.mu.Unlock()
+		if gpuFree == 0 && !cpuRoom {
+			select { // full: wait for a job to end
+			case <-ctx.Done():
+			case <-a.changed:
 			}
+			continue
+		}
+		claimCtx, cancel := context.WithCancel(ctx)
+		a.mu.Lock()
+		a.cancelClaim = cancel
+		a.mu.Unlock()
+		cl, err := a.cfg.API.Claim(claimCtx, job.ClaimRequest{GPUs: free, Wait: a.cfg.ClaimWait, GPUJobsOnly: !cpuRoom})
+		a.mu.Lock()
+		a.cancelClaim = nil
+		a.mu.Unlock()
+		interrupted := claimCtx.Err() != nil
+		cancel()
+		switch {
+		case cl != nil:
+			// A job, even if the claim was interrupted after it was made.
+		case ctx.Err() != nil, interrupted:
+			continue // draining, or GPUs came free: claim again with all of them
+		case err != nil:
+			a.tel.claims.WithLabelValues("error").Inc()
 			a.cfg.Logger.Warn("claim failed; retrying", "err", err, "in", backoff)
 			select {
 			case <-ctx.Done():
@@ -122,186 +166,85 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			backoff = min(backoff*2, 30*time.Second)
 			continue
-		}
-		backoff = time.Second
-		if cl == nil {
+		default:
+			a.tel.claims.WithLabelValues("empty").Inc()
+			a.tel.nodeIdle()
+			backoff = time.Second
 			continue
 		}
-		a.runJob(ctx, cl)
+		backoff = time.Second
+		a.tel.claims.WithLabelValues("job").Inc()
+		r, err := a.admit(cl)
+		if err != nil {
+			a.cfg.Logger.Error("claimed job cannot run here; handing it back", "job", cl.Job.ID, "err", err)
+			_ = a.cfg.API.Release(context.WithoutCancel(ctx), cl.Job.ID, job.Outcome{Token: cl.Lease.Token, Reason: err.Error()})
+			continue
+		}
+		jobs.Add(1)
+		go func() {
+			defer jobs.Done()
+			a.runJob(ctx, r)
+		}()
 	}
 	return nil
 }
 
-func (a *Agent) gpuCount() int {
-	n := 0
-	for _, g := range a.cfg.GPUs {
-		n += g.Count
+// admit gives a claimed job its devices.
+func (a *Agent) admit(cl *job.Claim) (*run, error) {
+	res := cl.Job.Config.Resources
+	devs, ok := a.pool.take(res.GPUType, res.GPUs, cl.Job.ID)
+	if !ok {
+		return nil, fmt.Errorf("no %d×%s free for the job", res.GPUs, res.GPUType)
 	}
-	return n
+	r := newRun(a, cl, devs)
+	a.mu.Lock()
+	a.running[cl.Job.ID] = r
+	if len(devs) == 0 {
+		a.cpuJobs++
+	}
+	a.mu.Unlock()
+	a.tel.jobsRunning.WithLabelValues(cl.Job.Kind).Inc()
+	a.tel.setGPUs(a.pool)
+	return r, nil
 }
 
-func (a *Agent) runJob(ctx context.Context, cl *job.Claim) {
-	r := newRun(a, cl)
-	r.log.Info("job claimed", "attempt", cl.Job.Attempt, "kind", cl.Job.Kind)
-	defer os.RemoveAll(r.dir)
-
-	hbCtx, stopHeartbeats := context.WithCancel(ctx)
-	defer stopHeartbeats()
-	go r.heartbeats(hbCtx)
-
-	res := r.execute(ctx)
-	stopHeartbeats()
-	switch {
-	case res.abandon:
-		r.log.Warn("job abandoned", "reason", res.reason)
-	case res.completed:
-		r.finish(ctx, true, "")
-	default:
-		r.finish(ctx, false, res.reason)
+// freeDevices returns a job's GPUs to the pool as soon as its pipeline exits (its final
+// uploads go on without them) and lets the claim loop use them at once.
+func (a *Agent) freeDevices(r *run) {
+	a.pool.give(r.claim.Job.ID)
+	a.tel.setGPUs(a.pool)
+	a.mu.Lock()
+	if len(r.devices) == 0 && !r.cpuFreed {
+		r.cpuFreed = true
+		a.cpuJobs--
 	}
-}
-
-// result is how a run ended for the agent.
-type result struct {
-	completed bool
-	abandon   bool // lease lost or agent stopping: report nothing
-	reason    string
-}
-
-func (r *run) execute(ctx context.Context) result {
-	a := r.agent
-	spec := r.claim.Job.Config
-	if spec.Kind != jobspec.KindRL {
-		return result{reason: fmt.Sprintf("agent has no %s pipeline configured; it runs rl jobs", spec.Kind)}
+	if a.cancelClaim != nil {
+		a.cancelClaim()
 	}
-	if err := os.MkdirAll(r.outputDir(), 0o755); err != nil {
-		return result{reason: "work dir: " + err.Error()}
-	}
-	cfgPath := filepath.Join(r.dir, "rl.toml")
-	cfg, err := renderRLConfig(r.claim.Job.ID, spec, a.gpuCount())
-	if err == nil {
-		err = os.WriteFile(cfgPath, cfg, 0o644)
-	}
-	if err != nil {
-		return result{reason: "prime-rl config: " + err.Error()}
-	}
-
-	committed, err := committedSteps(ctx, a.cfg.Store, r.claim.Job.ID)
-	if err != nil {
-		return result{reason: "list checkpoints: " + err.Error()}
-	}
-	upCtx, stopUploads := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopUploads()
-	up := newUploader(a.cfg.Store, r.claim.Job.ID, r.checkpointDir(), spec.Checkpoints.KeepCloud, committed, r.log, r.committed)
-	r.mu.Lock()
-	r.uploader = up
-	r.mu.Unlock()
-	go up.run(upCtx)
-
-	resumeFrom := 0
-	if len(committed) > 0 {
-		if resumeFrom, err = restoreNewest(ctx, a.cfg.Store, r.claim.Job.ID, r.checkpointDir(), r.log); err != nil {
-			return result{reason: "restore checkpoint: " + err.Error()}
-		}
-	}
-	if err := r.installEnvs(ctx); err != nil {
-		if res, stopped := r.interrupted(ctx); stopped {
-			return res
-		}
-		return result{reason: err.Error()}
-	}
-	if res, stopped := r.interrupted(ctx); stopped {
-		return res
-	}
-
-	argv := expand(a.cfg.Pipeline.RL, map[string]string{
-		"config": cfgPath, "output_dir": r.outputDir(), "run_name": r.claim.Job.ID,
-	})
-	if resumeFrom > 0 {
-		argv = append(argv, "--resume")
-		r.log.Info("resuming", "from_step", resumeFrom)
-	}
-	proc, err := startProcess(argv, r.dir, r.env(), filepath.Join(r.dir, "pipeline.log"))
-	if err != nil {
-		return result{reason: "start pipeline: " + err.Error()}
-	}
-	r.setRunning()
-	r.log.Info("pipeline started", "argv", argv)
-	// Say so now rather than at the next tick: a short pipeline may end before it.
-	r.beat(ctx)
-
-	tick := time.NewTicker(a.cfg.PollInterval)
-	defer tick.Stop()
-	stopped := false
-	for done := false; !done; {
-		select {
-		case <-proc.done:
-			done = true
-		case <-tick.C:
-			r.poll(ctx, false)
-		case <-r.stopped:
-			if !stopped {
-				stopped = true
-				r.log.Info("stop requested; terminating the pipeline", "grace", a.cfg.StopGrace)
-				go proc.terminate(a.cfg.StopGrace)
-			}
-		case <-r.lost:
-			proc.terminate(10 * time.Second)
-			return result{abandon: true, reason: "lease lost: another agent holds the job or it ended"}
-		case <-ctx.Done():
-			proc.terminate(a.cfg.StopGrace)
-			return result{abandon: true, reason: "agent shutting down"}
-		}
-	}
-	clean := proc.exitCode() == 0 && !stopped
-	r.poll(ctx, clean)
-	r.uploader.wait(ctx)
-	r.uploadLogs(ctx)
-	switch {
-	case clean:
-		return result{completed: true}
-	case stopped:
-		return result{reason: "stopped on request"}
-	default:
-		return result{reason: fmt.Sprintf("pipeline exited with status %d: %s", proc.exitCode(), r.lastError())}
-	}
-}
-
-// interrupted reports whether the job was stopped or lost, or the agent is stopping.
-func (r *run) interrupted(ctx context.Context) (result, bool) {
+	a.mu.Unlock()
 	select {
-	case <-r.lost:
-		return result{abandon: true, reason: "lease lost"}, true
-	case <-r.stopped:
-		return result{reason: "stopped on request"}, true
+	case a.changed <- struct{}{}:
 	default:
 	}
-	if ctx.Err() != nil {
-		return result{abandon: true, reason: "agent shutting down"}, true
-	}
-	return result{}, false
 }
 
-func (r *run) installEnvs(ctx context.Context) error {
-	tmpl := r.agent.cfg.Pipeline.Install
-	if len(tmpl) == 0 {
-		return nil
-	}
-	for _, e := range r.claim.Job.Config.Env {
-		argv := expand(tmpl, map[string]string{"env_id": e.ID})
-		if err := runCommand(ctx, argv, r.dir, r.env(), filepath.Join(r.dir, "install.log")); err != nil {
-			return fmt.Errorf("install environment %s: %w", e.ID, err)
-		}
-	}
-	return nil
+// done forgets a job once it is reported.
+func (a *Agent) done(r *run, outcome string) {
+	a.freeDevices(r)
+	a.mu.Lock()
+	delete(a.running, r.claim.Job.ID)
+	a.mu.Unlock()
+	a.tel.jobsRunning.WithLabelValues(r.claim.Job.Kind).Dec()
+	a.tel.jobsEnded.WithLabelValues(outcome).Inc()
 }
 
-// env is what the pipeline gets on top of the agent's environment: the job's secrets go here
-// and nowhere else (not the config file, not the command line, not the logs).
-func (r *run) env() []string {
-	env := []string{"HOSTEDTRAIN_JOB_ID=" + r.claim.Job.ID}
-	for k, v := range r.claim.Secrets {
-		env = append(env, k+"="+v)
+// Running lists the ids of the jobs the agent holds.
+func (a *Agent) Running() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := make([]string, 0, len(a.running))
+	for id := range a.running {
+		ids = append(ids, id)
 	}
-	return env
+	return ids
 }

@@ -1,15 +1,24 @@
 package gpuagent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,22 +28,27 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/s3test"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
-var emulator string
+// emulator and agentBin are the project's binaries, built once for the package's tests.
+var emulator, agentBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "emulator")
+	dir, err := os.MkdirTemp("", "gpuagent-bins")
 	if err != nil {
 		panic(err)
 	}
 	emulator = filepath.Join(dir, "prime-rl-emulator")
-	out, err := exec.Command("go", "build", "-o", emulator, "github.com/hostedtrain/hostedtrain/cmd/prime-rl-emulator").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build emulator: %v\n%s", err, out)
-		os.Exit(1)
+	agentBin = filepath.Join(dir, "gpuagent")
+	for bin, pkg := range map[string]string{emulator: "./cmd/prime-rl-emulator", agentBin: "./cmd/gpuagent"} {
+		cmd := exec.Command("go", "build", "-o", bin, "github.com/hostedtrain/hostedtrain/"+strings.TrimPrefix(pkg, "./"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -44,43 +58,57 @@ func TestMain(m *testing.M) {
 type bundle struct {
 	stack *apitest.Stack
 	user  *client.Client
-	store *blob.Dir
+	store blob.Store
+	s3    *s3test.Server // set when the store is S3
 }
 
+// setup runs the API with a local-folder store.
 func setup(t *testing.T, qc queue.Config) bundle {
 	t.Helper()
-	s := apitest.Start(t, apitest.Options{Queue: qc})
 	store, err := blob.NewDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle{stack: s, user: client.New(s.URL, s.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite)), store: store}
+	return setupWith(t, qc, store, nil)
 }
 
-// emulatorArgv is the emulated pipeline's command with extra flags.
-func emulatorArgv(flags ...string) []string {
-	return append([]string{emulator, "@", "{config}", "--output-dir", "{output_dir}", "--run.name", "{run_name}"}, flags...)
+// setupS3 runs the API with an S3 store on a real S3-compatible server.
+func setupS3(t *testing.T, qc queue.Config) bundle {
+	t.Helper()
+	store, srv := s3test.Store(t)
+	return setupWith(t, qc, store, srv)
 }
 
-// startAgent runs an agent with the emulated pipeline until the test ends or stop is called.
+func setupWith(t *testing.T, qc queue.Config, store blob.Store, srv *s3test.Server) bundle {
+	s := apitest.Start(t, apitest.Options{Queue: qc, Store: store})
+	return bundle{stack: s, user: client.New(s.URL, s.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite)), store: store, s3: srv}
+}
+
+// agentConfig is an in-process agent with the emulated pipeline on two H100s.
+func (b bundle) agentConfig(t *testing.T, name string, emulatorFlags ...string) gpuagent.Config {
+	return gpuagent.Config{
+		API:           client.New(b.stack.URL, b.stack.AgentToken(name)),
+		Store:         b.store,
+		WorkDir:       t.TempDir(),
+		Devices:       gpuagent.DevicesFromSpec([]job.GPU{{Model: "H100", Count: 2}}),
+		Pipeline:      gpuagent.EmulatedPipeline(emulator, emulatorFlags...),
+		ClaimWait:     2 * time.Second,
+		StopGrace:     5 * time.Second,
+		PollInterval:  50 * time.Millisecond,
+		FlushInterval: 100 * time.Millisecond,
+	}
+}
+
+// startAgent runs an agent until the test ends or stop is called; stop drains it.
 func (b bundle) startAgent(t *testing.T, name string, emulatorFlags ...string) (stop func()) {
 	t.Helper()
-	return b.startAgentWith(t, name, emulatorArgv(emulatorFlags...))
+	_, stop = b.run(t, b.agentConfig(t, name, emulatorFlags...))
+	return stop
 }
 
-// startAgentWith runs an agent whose rl command is argv.
-func (b bundle) startAgentWith(t *testing.T, name string, argv []string) (stop func()) {
+func (b bundle) run(t *testing.T, cfg gpuagent.Config) (*gpuagent.Agent, func()) {
 	t.Helper()
-	a, err := gpuagent.New(gpuagent.Config{
-		API:          client.New(b.stack.URL, b.stack.AgentToken(name)),
-		Store:        b.store,
-		WorkDir:      t.TempDir(),
-		GPUs:         []job.GPU{{Model: "H100", Count: 2}},
-		Pipeline:     gpuagent.Pipeline{Name: "prime-rl", Emulated: true, RL: argv},
-		ClaimWait:    2 * time.Second,
-		StopGrace:    5 * time.Second,
-		PollInterval: 50 * time.Millisecond,
-	})
+	a, err := gpuagent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,21 +118,75 @@ func (b bundle) startAgentWith(t *testing.T, name string, argv []string) (stop f
 		defer close(done)
 		_ = a.Run(ctx)
 	}()
-	stop = func() { cancel(); <-done }
+	stop := func() { cancel(); <-done }
 	t.Cleanup(stop)
-	return stop
+	return a, stop
+}
+
+// startAgentProcess runs cmd/gpuagent as its own process, as a node does.
+func (b bundle) startAgentProcess(t *testing.T, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	store := ""
+	if b.s3 != nil {
+		s := b.store.(*blob.S3)
+		store = fmt.Sprintf("s3://%s?endpoint=%s", s.Bucket(), url.QueryEscape(b.s3.Endpoint))
+	} else {
+		store = b.store.(*blob.Dir).Root()
+	}
+	cmd := exec.Command(agentBin, append([]string{"--api", b.stack.URL, "--store", store, "--gpus", "H100:2",
+		"--work-dir", t.TempDir(), "--emulated", "--emulator", emulator, "--metrics-addr", "",
+		"--claim-wait", "2s", "--stop-grace", "5s", "--poll-interval", "50ms", "--flush-interval", "100ms"}, args...)...)
+	cmd.Env = append(os.Environ(), "HOSTEDTRAIN_AGENT_TOKEN="+b.stack.AgentToken(name))
+	if b.s3 != nil {
+		cmd.Env = append(cmd.Env, b.s3.Env()...)
+	}
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("agent %s output:\n%s", name, out.String())
+		}
+	})
+	return cmd
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (b bundle) submit(t *testing.T, toml string) *job.Job {
 	t.Helper()
-	s, err := b.user.SubmitJob(context.Background(), []byte(toml), "application/toml", "")
+	return b.submitKind(t, toml, "")
+}
+
+func (b bundle) submitKind(t *testing.T, toml, kind string) *job.Job {
+	t.Helper()
+	s, err := b.user.SubmitJob(context.Background(), []byte(toml), "application/toml", kind)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &s.Job
 }
 
-// waitFor polls the job until cond holds (the API has no push yet).
+// waitFor polls the job until cond holds.
 func (b bundle) waitFor(t *testing.T, id string, what string, cond func(*job.Job) bool) *job.Job {
 	t.Helper()
 	var j *job.Job
@@ -120,6 +202,40 @@ func (b bundle) waitFor(t *testing.T, id string, what string, cond func(*job.Job
 
 func terminal(j *job.Job) bool { return j.Status.Terminal() }
 
+func (b bundle) eventTypes(t *testing.T, id string) []string {
+	t.Helper()
+	evs, err := b.user.Events(context.Background(), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	return types
+}
+
+// logText is what the store holds of one log component of one attempt, chunks joined.
+func (b bundle) logText(t *testing.T, jobID string, fence int64, component string) string {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := b.store.List(ctx, blob.LogPrefix(jobID, fence)+component+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	for _, o := range objs {
+		rc, err := b.store.Get(ctx, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(rc)
+		rc.Close()
+		sb.Write(data)
+	}
+	return sb.String()
+}
+
 const smallJob = `
 model = "Qwen/Qwen3-4B-Instruct-2507"
 max_steps = 6
@@ -134,10 +250,17 @@ interval = 2
 keep_cloud = 2
 `
 
-func TestAgentRunsAJobToCompletion(t *testing.T) {
+func withSteps(n int) string {
+	return strings.Replace(smallJob, "max_steps = 6", fmt.Sprintf("max_steps = %d", n), 1)
+}
+
+// The main path on real S3: a job runs to COMPLETED; checkpoints are committed with their
+// manifests (and pruned to keep_cloud), every step's metrics reach storage and the API, logs
+// are stored by component, and the events tell the story.
+func TestAgentRunsAJobToCompletionOnS3(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{})
-	b.startAgent(t, "agent-a", "--emulate.step-time", "20ms")
+	b := setupS3(t, queue.Config{})
+	a, _ := b.run(t, b.agentConfig(t, "agent-a", "--emulate.step-time", "20ms"))
 	j := b.submit(t, smallJob)
 	done := b.waitFor(t, j.ID, "ended", terminal)
 
@@ -154,13 +277,14 @@ func TestAgentRunsAJobToCompletion(t *testing.T) {
 	if done.Runtime == nil || !done.Runtime.Emulated || done.Runtime.AgentID != "agent-a" {
 		t.Errorf("runtime %+v", done.Runtime)
 	}
-	// keep_cloud = 2: steps 4 and 6 are committed, step 2 was removed.
 	ctx := context.Background()
-	for step, want := range map[int]bool{2: false, 4: true, 6: true} {
-		_, err := b.store.Get(ctx, blob.CheckpointPrefix(j.ID, step)+blob.ManifestName)
-		if got := err == nil; got != want {
-			t.Errorf("step %d committed: %v, want %v (%v)", step, got, want, err)
-		}
+	// keep_cloud = 2: steps 4 and 6 are committed, step 2 was removed.
+	cps, err := b.user.JobCheckpoints(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cps) != 2 || cps[0].Step != 4 || cps[1].Step != 6 || cps[1].Status != "committed" || cps[1].Files != 2 || cps[1].Bytes < 64<<10 {
+		t.Errorf("checkpoints %+v; want steps 4 and 6 committed, 2 files each", cps)
 	}
 	rc, err := b.store.Get(ctx, blob.CheckpointPrefix(j.ID, 6)+blob.ManifestName)
 	if err != nil {
@@ -171,44 +295,52 @@ func TestAgentRunsAJobToCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc.Close()
-	if m.Step != 6 || len(m.Files) != 2 || m.Bytes == 0 {
+	if m.Step != 6 || len(m.Files) != 2 || m.Bytes == 0 || len(m.Files[0].SHA256) != 64 {
 		t.Errorf("manifest %+v", m)
 	}
-	// Every step's metrics reached storage.
-	objs, err := b.store.List(ctx, blob.JobPrefix(j.ID)+"metrics/")
+	page, err := b.user.JobMetrics(ctx, j.ID, 0, 0, []string{"reward/all/mean"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := 0
-	for _, o := range objs {
-		rc, _ := b.store.Get(ctx, o.Key)
-		data, _ := io.ReadAll(rc)
-		rc.Close()
-		steps += strings.Count(string(data), `"step"`)
+	if len(page.Items) != 6 {
+		t.Fatalf("%d metric rows from the API, want 6", len(page.Items))
 	}
-	if steps != 6 {
-		t.Errorf("%d metric lines stored across %d chunks, want 6", steps, len(objs))
+	for i, row := range page.Items {
+		if string(row["step"]) != fmt.Sprint(i+1) || row["reward/all/mean"] == nil || row["entropy/mean"] != nil {
+			t.Errorf("row %d: %v; want step %d with reward/all/mean only", i, row, i+1)
+		}
 	}
-	logs, _ := b.store.List(ctx, blob.JobPrefix(j.ID)+"logs/attempt_1/")
-	var names []string
-	for _, o := range logs {
-		names = append(names, strings.TrimPrefix(o.Key, blob.JobPrefix(j.ID)+"logs/attempt_1/"))
+	trainer := b.logText(t, j.ID, 1, "trainer")
+	if !strings.Contains(trainer, "training finished after step 6") || !strings.Contains(trainer, "EMULATED") {
+		t.Errorf("trainer log in storage:\n%s", trainer)
 	}
-	if !strings.Contains(strings.Join(names, " "), "trainer.log") {
-		t.Errorf("logs stored: %v, want trainer.log among them", names)
+	for _, comp := range []string{"orchestrator", "inference", "envs/alphabet-sort", "pipeline", "install", "agent"} {
+		if b.logText(t, j.ID, 1, comp) == "" {
+			t.Errorf("no %s log stored", comp)
+		}
 	}
-	evs, err := b.user.Events(ctx, j.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var types []string
-	for _, e := range evs {
-		types = append(types, e.Type)
+	if agentLog := b.logText(t, j.ID, 1, "agent"); !strings.Contains(agentLog, "checkpoint committed step=6") {
+		t.Errorf("agent log:\n%s", agentLog)
 	}
 	want := "job.queued job.pending job.started job.checkpoint job.checkpoint job.checkpoint job.completed"
-	if strings.Join(types, " ") != want {
-		t.Errorf("events %v, want %s", types, want)
+	if got := strings.Join(b.eventTypes(t, j.ID), " "); got != want {
+		t.Errorf("events %s, want %s", got, want)
 	}
+	// The agent's own metrics say so too.
+	body := scrape(t, a)
+	for _, want := range []string{`hostedtrain_agent_jobs_ended_total{outcome="completed"} 1`, `hostedtrain_agent_checkpoint_uploads_total{result="committed"} 3`,
+		`hostedtrain_agent_gpus{model="H100",state="free"} 2`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func scrape(t *testing.T, a *gpuagent.Agent) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
 }
 
 func TestAgentReportsACrash(t *testing.T) {
@@ -220,32 +352,155 @@ func TestAgentReportsACrash(t *testing.T) {
 	if done.Status != job.Failed || !strings.Contains(done.Error, "status 1") || !strings.Contains(done.Error, "emulated crash at step 3") {
 		t.Errorf("got %s %q; want FAILED naming the exit status and the crash", done.Status, done.Error)
 	}
+	// The step_2 folder is the newest and the run did not end cleanly: nothing says it is
+	// whole (a crash can come in the middle of writing one), so it is not committed.
+	if done.Progress.CheckpointStep != 0 {
+		t.Errorf("checkpoint step %d committed from a crashed run's newest folder", done.Progress.CheckpointStep)
+	}
 }
 
+// A stop reaches the pipeline as SIGTERM; it shuts down cleanly, so its newest checkpoint is
+// whole and committed, and the job is STOPPED.
 func TestStopReachesTheRunningPipeline(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
-	b.startAgent(t, "agent-a", "--emulate.step-time", "1s")
-	j := b.submit(t, strings.Replace(smallJob, "max_steps = 6", "max_steps = 1000", 1))
-	b.waitFor(t, j.ID, "RUNNING", func(j *job.Job) bool { return j.Status == job.Running })
+	b.startAgent(t, "agent-a", "--emulate.step-time", "100ms")
+	j := b.submit(t, withSteps(1000))
+	b.waitFor(t, j.ID, "past step 4", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 4 })
 	if _, err := b.user.CancelJob(context.Background(), j.ID); err != nil {
 		t.Fatal(err)
 	}
 	done := b.waitFor(t, j.ID, "ended", terminal)
 	if done.Status != job.Stopped {
-		t.Errorf("status %s (%s), want STOPPED", done.Status, done.Error)
+		t.Fatalf("status %s (%s), want STOPPED", done.Status, done.Error)
+	}
+	newest := done.Progress.Step - done.Progress.Step%2
+	if done.Progress.CheckpointStep != newest {
+		t.Errorf("newest committed checkpoint %d, want %d (the last one the trainer wrote before it stopped at step %d)",
+			done.Progress.CheckpointStep, newest, done.Progress.Step)
 	}
 }
 
+// Two jobs of two GPUs each run side by side on a four-GPU node, each on its own GPUs; a job
+// that needs no GPU runs beside them; a four-GPU job waits for both and then runs.
+func TestJobsRunSideBySideOnTheirOwnGPUs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	seen := t.TempDir()
+	wrapper := filepath.Join(t.TempDir(), "record-gpus")
+	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s' \"$CUDA_VISIBLE_DEVICES\" > %s/$HOSTEDTRAIN_JOB_ID\nexec %s \"$@\"\n", seen, emulator)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.agentConfig(t, "agent-4", "--emulate.step-time", "50ms")
+	cfg.Pipeline = gpuagent.EmulatedPipeline(wrapper, "--emulate.step-time", "50ms")
+	cfg.Devices = gpuagent.DevicesFromSpec([]job.GPU{{Model: "H100", Count: 4}})
+	b.run(t, cfg)
+
+	two := strings.Replace(withSteps(40), "[sampling]", "num_gpus = 2\n[sampling]", 1)
+	j1, j2 := b.submit(t, two), b.submit(t, two)
+	eval := b.submitKind(t, "env_id = \"acme/wordle\"\nmodel = \"openai/gpt-4.1-mini\"\nnum_examples = 3\nrollouts_per_example = 2\n", "eval")
+	if eval.Config.Resources.GPUs != 0 {
+		t.Fatalf("the eval against an API model needs %d GPUs, want 0", eval.Config.Resources.GPUs)
+	}
+	testwait.Until(t, time.Minute, "both two-GPU jobs running at once", func() bool {
+		a, _ := b.user.GetJob(context.Background(), j1.ID)
+		c, _ := b.user.GetJob(context.Background(), j2.ID)
+		return a.Status == job.Running && c.Status == job.Running
+	})
+	four := b.submit(t, strings.Replace(withSteps(4), "[sampling]", "num_gpus = 4\n[sampling]", 1))
+	for _, id := range []string{j1.ID, j2.ID, eval.ID, four.ID} {
+		if done := b.waitFor(t, id, "ended", terminal); done.Status != job.Completed {
+			t.Fatalf("job %s: %s (%s)", id, done.Status, done.Error)
+		}
+	}
+	read := func(id string) string {
+		b, err := os.ReadFile(filepath.Join(seen, id))
+		if err != nil {
+			t.Fatalf("job %s never started its pipeline: %v", id, err)
+		}
+		return string(b)
+	}
+	got := []string{read(j1.ID), read(j2.ID)}
+	slices.Sort(got)
+	if got[0] != "0,1" || got[1] != "2,3" {
+		t.Errorf("the two-GPU jobs saw CUDA_VISIBLE_DEVICES %q; want 0,1 and 2,3", got)
+	}
+	if g := read(eval.ID); g != "" {
+		t.Errorf("the eval saw CUDA_VISIBLE_DEVICES=%q, want none", g)
+	}
+	if g := read(four.ID); g != "0,1,2,3" {
+		t.Errorf("the four-GPU job saw CUDA_VISIBLE_DEVICES=%q", g)
+	}
+}
+
+// GEPA and eval jobs run their commands (environments installed first) and their outputs
+// become the job's artifacts.
+func TestGEPAAndEvalOutputsBecomeArtifacts(t *testing.T) {
+	t.Parallel()
+	b := setupS3(t, queue.Config{})
+	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms")
+	fixtures := filepath.Join("..", "testdata", "jobs")
+	read := func(name string) string {
+		data, err := os.ReadFile(filepath.Join(fixtures, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	g := b.submitKind(t, read("gepa.toml"), "gepa")
+	e := b.submitKind(t, read("eval.toml"), "eval")
+	for id, want := range map[string][]string{
+		g.ID: {"metadata.json", "pareto_frontier.jsonl", "system_prompt.txt"},
+		e.ID: {"metadata.json", "results.jsonl"},
+	} {
+		done := b.waitFor(t, id, "ended", terminal)
+		if done.Status != job.Completed {
+			t.Fatalf("%s job: %s (%s)", done.Kind, done.Status, done.Error)
+		}
+		arts, err := b.user.JobArtifacts(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, a := range arts {
+			names = append(names, a.Name)
+			if a.Bytes == 0 {
+				t.Errorf("%s job: artifact %s is empty", done.Kind, a.Name)
+			}
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("%s job: artifacts %v, want %v", done.Kind, names, want)
+		}
+		if inst := b.logText(t, id, 1, "install"); !strings.Contains(inst, "Installed my-env") {
+			t.Errorf("%s job: install log %q", done.Kind, inst)
+		}
+	}
+	// The eval's results: rollouts_per_example × num_examples scored rollouts.
+	rc, err := b.store.Get(context.Background(), blob.ArtifactPrefix(e.ID)+"results.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(rc)
+	rc.Close()
+	if n := bytes.Count(data, []byte("\n")); n != 100*5 {
+		t.Errorf("results.jsonl has %d rollouts, want 500 (100 examples × 5)", n)
+	}
+}
+
+// A node that vanishes (SIGKILL: no goodbye) loses its lease; the job is requeued and resumes
+// on another agent from its newest committed checkpoint.
 func TestALostJobResumesFromItsCheckpointOnAnotherAgent(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RetryBackoff: 50 * time.Millisecond})
-	stopA := b.startAgent(t, "agent-a", "--emulate.step-time", "100ms")
-	j := b.submit(t, strings.Replace(smallJob, "max_steps = 6", "max_steps = 12", 1))
+	b := setupS3(t, queue.Config{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RetryBackoff: 50 * time.Millisecond})
+	node := b.startAgentProcess(t, "agent-a", "--emulate-flags", "--emulate.step-time 100ms")
+	j := b.submit(t, withSteps(12))
 	b.waitFor(t, j.ID, "checkpointed twice", func(j *job.Job) bool { return j.Progress.CheckpointStep >= 4 })
-	stopA() // the node vanishes: no report, the lease lapses
+	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = node.Wait()
 
-	// The reaper's turn: wait for the lease to lapse and requeue the job.
 	testwait.Until(t, time.Minute, "the lease to lapse", func() bool {
 		n, err := b.stack.Queue.Reap(context.Background(), 10)
 		if err != nil {
@@ -267,15 +522,155 @@ func TestALostJobResumesFromItsCheckpointOnAnotherAgent(t *testing.T) {
 	if done.Status != job.Completed || done.Runtime.AgentID != "agent-b" {
 		t.Fatalf("got %s on %+v, want COMPLETED on agent-b", done.Status, done.Runtime)
 	}
-	// The second attempt's trainer log says where it started.
-	rc, err := b.store.Get(context.Background(), blob.JobPrefix(j.ID)+"logs/attempt_2/trainer.log")
+	if log := b.logText(t, j.ID, 2, "trainer"); !strings.Contains(log, fmt.Sprintf("start_step=%d", resumeFrom+1)) {
+		t.Errorf("attempt 2 trainer log lacks start_step=%d:\n%s", resumeFrom+1, log)
+	}
+	if log := b.logText(t, j.ID, 2, "agent"); !strings.Contains(log, fmt.Sprintf("checkpoint restored and verified; the run resumes from it step=%d", resumeFrom)) {
+		t.Errorf("attempt 2 agent log:\n%s", log)
+	}
+	// Metrics: every step once, the resumed ones from the second attempt.
+	page, err := b.user.JobMetrics(context.Background(), j.ID, 0, 0, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
-	log, _ := io.ReadAll(rc)
-	if want := fmt.Sprintf("start_step=%d", resumeFrom+1); !strings.Contains(string(log), want) {
-		t.Errorf("attempt 2 trainer log lacks %q:\n%s", want, log)
+	if len(page.Items) != 12 {
+		t.Errorf("%d metric rows, want 12", len(page.Items))
+	}
+}
+
+// SIGTERM to the agent (a preemption notice) drains it: the pipeline is stopped, the
+// checkpoint it completed is committed, and the job goes back to the queue at once — no lease
+// has to lapse — to resume on another agent from that checkpoint.
+func TestADrainedAgentHandsItsJobBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{LeaseTTL: time.Hour})
+	node := b.startAgentProcess(t, "agent-a", "--emulate-flags", "--emulate.step-time 100ms")
+	j := b.submit(t, withSteps(40))
+	running := b.waitFor(t, j.ID, "past step 5", func(j *job.Job) bool { return j.Progress.Step >= 5 })
+	if err := node.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Wait(); err != nil {
+		t.Fatalf("the agent did not exit cleanly after draining: %v", err)
+	}
+	back, err := b.user.GetJob(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With a one-hour lease, only a hand-back explains a QUEUED job now.
+	if back.Status != job.Queued || back.Attempt != 1 {
+		t.Fatalf("after the drain: %s attempt %d; want QUEUED, attempt still 1", back.Status, back.Attempt)
+	}
+	if back.ResumeStep < running.Progress.CheckpointStep || back.ResumeStep == 0 {
+		t.Errorf("resumes from step %d; the checkpoint before the drain was %d", back.ResumeStep, running.Progress.CheckpointStep)
+	}
+	types := b.eventTypes(t, j.ID)
+	if types[len(types)-1] != "job.retrying" {
+		t.Errorf("events %v end without job.retrying", types)
+	}
+	b.startAgent(t, "agent-b", "--emulate.step-time", "10ms")
+	done := b.waitFor(t, j.ID, "ended", terminal)
+	if done.Status != job.Completed || done.Progress.Step != 40 {
+		t.Fatalf("got %s at step %d", done.Status, done.Progress.Step)
+	}
+	if log := b.logText(t, j.ID, 2, "trainer"); !strings.Contains(log, fmt.Sprintf("start_step=%d", back.ResumeStep+1)) {
+		t.Errorf("the second attempt did not resume from step %d:\n%s", back.ResumeStep, log)
+	}
+}
+
+// flakyAPI stands between an agent and the API; while down it answers 503 to every request,
+// as a load balancer does when the API is out.
+type flakyAPI struct {
+	*httptest.Server
+	down     atomic.Bool
+	refused  atomic.Int64
+	attempts atomic.Int64
+}
+
+func newFlakyAPI(t *testing.T, target string) *flakyAPI {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &flakyAPI{}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.attempts.Add(1)
+		if f.down.Load() {
+			f.refused.Add(1)
+			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// While the API is out, the pipeline keeps training; heartbeats are retried, and what they
+// carried (progress, committed checkpoints) arrives when the API is back.
+func TestTheAgentRidesOutAnAPIOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{LeaseTTL: time.Minute})
+	api := newFlakyAPI(t, b.stack.URL)
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "50ms")
+	cfg.API = client.New(api.URL, b.stack.AgentToken("agent-a"))
+	b.run(t, cfg)
+	j := b.submit(t, withSteps(60))
+	before := b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 2 })
+	api.down.Store(true)
+	testwait.Until(t, time.Minute, "heartbeats refused during the outage", func() bool { return api.refused.Load() >= 3 })
+	// The pipeline trains on: its checkpoints reach storage though the API is out.
+	testwait.Until(t, time.Minute, "checkpoints committed during the outage", func() bool {
+		cps, err := blob.ListCheckpoints(context.Background(), b.store, j.ID)
+		return err == nil && len(cps) > 0 && cps[len(cps)-1].Step >= before.Progress.Step+6
+	})
+	api.down.Store(false)
+	done := b.waitFor(t, j.ID, "ended", terminal)
+	if done.Status != job.Completed || done.Progress.Step != 60 {
+		t.Fatalf("got %s at step %d (%s)", done.Status, done.Progress.Step, done.Error)
+	}
+	checkpoints := 0
+	for _, ty := range b.eventTypes(t, j.ID) {
+		if ty == "job.checkpoint" {
+			checkpoints++
+		}
+	}
+	if checkpoints != 30 {
+		t.Errorf("%d job.checkpoint events, want 30: none lost in the outage", checkpoints)
+	}
+}
+
+// When the lease turns out lost (the API was out longer than the lease and the job went to
+// another agent), the agent stops its pipeline and reports nothing.
+func TestALostLeaseStopsThePipeline(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{LeaseTTL: time.Second, HeartbeatInterval: 100 * time.Millisecond, RetryBackoff: time.Hour})
+	api := newFlakyAPI(t, b.stack.URL)
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "50ms")
+	cfg.API = client.New(api.URL, b.stack.AgentToken("agent-a"))
+	a, _ := b.run(t, cfg)
+	j := b.submit(t, withSteps(100000))
+	b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status == job.Running })
+	api.down.Store(true)
+	testwait.Until(t, time.Minute, "the lease to lapse", func() bool {
+		n, err := b.stack.Queue.Reap(context.Background(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	api.down.Store(false)
+	testwait.Until(t, time.Minute, "the agent to let the job go", func() bool { return len(a.Running()) == 0 })
+	if !strings.Contains(scrape(t, a), `hostedtrain_agent_jobs_ended_total{outcome="lost"} 1`) {
+		t.Error("the agent does not count the job as lost")
+	}
+	back, err := b.user.GetJob(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Status != job.Queued || back.Attempt != 2 {
+		t.Errorf("the job is %s attempt %d; the stale agent must not have changed it", back.Status, back.Attempt)
 	}
 }
 
@@ -284,7 +679,7 @@ func TestAStaleAgentCannotFinishAJob(t *testing.T) {
 	b := setup(t, queue.Config{})
 	j := b.submit(t, smallJob)
 	agent := client.New(b.stack.URL, b.stack.AgentToken("agent-x"))
-	cl, err := agent.Claim(context.Background(), []job.GPU{{Model: "H100", Count: 8}}, 0)
+	cl, err := agent.Claim(context.Background(), job.ClaimRequest{GPUs: []job.GPU{{Model: "H100", Count: 8}}})
 	if err != nil || cl == nil {
 		t.Fatalf("claim: %v %v", cl, err)
 	}
@@ -294,20 +689,37 @@ func TestAStaleAgentCannotFinishAJob(t *testing.T) {
 	}
 }
 
-func TestSecretsReachThePipelineEnvironment(t *testing.T) {
+func TestSecretsReachOnlyThePipelineEnvironment(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
 	seen := filepath.Join(t.TempDir(), "seen")
-	// A wrapper records what the pipeline sees, then runs the emulator.
-	argv := append([]string{"sh", "-c", `printf %s "$OPENAI_API_KEY" > ` + seen + `; exec "$0" "$@"`},
-		emulatorArgv("--emulate.step-time", "10ms")...)
-	b.startAgentWith(t, "agent-s", argv)
+	wrapper := filepath.Join(t.TempDir(), "record-secret")
+	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s|%%s' \"$OPENAI_API_KEY\" \"$CUDA_VISIBLE_DEVICES\" > %s\nexec %s \"$@\"\n", seen, emulator)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.agentConfig(t, "agent-s")
+	cfg.Pipeline = gpuagent.EmulatedPipeline(wrapper, "--emulate.step-time", "10ms")
+	b.run(t, cfg)
 	j := b.submit(t, smallJob+"[secrets]\nOPENAI_API_KEY = \"sk-for-the-judge\"\n")
 	if done := b.waitFor(t, j.ID, "ended", terminal); done.Status != job.Completed {
 		t.Fatalf("status %s (%s)", done.Status, done.Error)
 	}
 	got, err := os.ReadFile(seen)
-	if err != nil || string(got) != "sk-for-the-judge" {
-		t.Errorf("the pipeline saw OPENAI_API_KEY=%q (%v)", got, err)
+	if err != nil || string(got) != "sk-for-the-judge|0,1" {
+		t.Errorf("the pipeline saw %q (%v); want the secret and the job's GPUs 0,1", got, err)
+	}
+	// Nothing the agent stored holds the secret.
+	objs, err := b.store.List(context.Background(), blob.JobPrefix(j.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		rc, _ := b.store.Get(context.Background(), o.Key)
+		data, _ := io.ReadAll(rc)
+		rc.Close()
+		if bytes.Contains(data, []byte("sk-for-the-judge")) {
+			t.Errorf("%s holds the secret", o.Key)
+		}
 	}
 }

@@ -27,28 +27,38 @@ import (
 // never waits on it. A step folder is uploaded once it is complete — the next one exists, or
 // the run ended cleanly — and committed by writing its manifest last. Only the newest keep
 // committed checkpoints stay in storage (keep < 0 keeps all).
+//
+// The uploader owns the node's copies too: prime-rl is told to keep every step folder, and a
+// folder is deleted here once a newer one is committed, so nothing is deleted before it is
+// stored. When the trainer completes checkpoints faster than they can be stored, the oldest
+// waiting ones are skipped (the newest matters for resuming) rather than letting the disk
+// fill.
 type uploader struct {
 	store  blob.Store
 	jobID  string
 	dir    string // <output>/<run>/checkpoints
 	keep   int
 	logger *slog.Logger
+	tel    *telemetry
 	// onCommit hears of every step committed, including ones pruned right after.
 	onCommit func(step int)
 
 	mu        sync.Mutex
 	seen      map[int]bool // queued or done
+	queue     []int        // complete steps waiting, ascending
+	busy      bool         // an upload is in progress
 	committed []int        // ascending, including ones from earlier attempts
-	pending   int
 	idle      *sync.Cond
-
-	work chan int
+	wake      chan struct{}
 }
 
-func newUploader(store blob.Store, jobID, dir string, keep int, committed []int, logger *slog.Logger, onCommit func(int)) *uploader {
+// maxBacklog is how many complete checkpoints may wait for upload before the oldest is skipped.
+const maxBacklog = 3
+
+func newUploader(store blob.Store, jobID, dir string, keep int, committed []int, logger *slog.Logger, onCommit func(int), tel *telemetry) *uploader {
 	u := &uploader{
-		store: store, jobID: jobID, dir: dir, keep: keep, logger: logger, onCommit: onCommit,
-		seen: map[int]bool{}, committed: slices.Clone(committed), work: make(chan int, 1024),
+		store: store, jobID: jobID, dir: dir, keep: keep, logger: logger, onCommit: onCommit, tel: tel,
+		seen: map[int]bool{}, committed: slices.Clone(committed), wake: make(chan struct{}, 1),
 	}
 	for _, s := range committed {
 		u.seen[s] = true
@@ -57,40 +67,75 @@ func newUploader(store blob.Store, jobID, dir string, keep int, committed []int,
 	return u
 }
 
-// run uploads queued steps one at a time until ctx ends.
+// run uploads waiting steps, oldest first, until ctx ends.
 func (u *uploader) run(ctx context.Context) {
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case step := <-u.work:
-			u.uploadWithRetry(ctx, step)
-			u.mu.Lock()
-			u.pending--
+		u.mu.Lock()
+		for len(u.queue) > maxBacklog {
+			skipped := u.queue[0]
+			u.queue = u.queue[1:]
+			u.logger.Warn("checkpoint skipped: the trainer completes checkpoints faster than they can be stored", "step", skipped)
+			_ = os.RemoveAll(filepath.Join(u.dir, fmt.Sprintf("step_%d", skipped)))
+		}
+		if len(u.queue) == 0 {
+			u.busy = false
 			u.idle.Broadcast()
 			u.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-u.wake:
+			}
+			continue
+		}
+		step := u.queue[0]
+		u.queue = u.queue[1:]
+		u.busy = true
+		u.mu.Unlock()
+		if u.uploadWithRetry(ctx, step) {
+			u.pruneLocal(step)
+		}
+		if ctx.Err() != nil {
+			u.mu.Lock()
+			u.busy = false
+			u.idle.Broadcast()
+			u.mu.Unlock()
+			return
 		}
 	}
 }
 
-// scan queues every complete step folder not yet queued. final says the run ended cleanly,
-// which completes the newest folder too.
-func (u *uploader) scan(final bool) {
+// pruneLocal deletes the node's step folders older than step, which is committed.
+func (u *uploader) pruneLocal(step int) {
+	for _, s := range localSteps(u.dir) {
+		if s < step {
+			_ = os.RemoveAll(filepath.Join(u.dir, fmt.Sprintf("step_%d", s)))
+		}
+	}
+}
+
+// scan queues every complete step folder not yet queued and reports whether it found one.
+// final says the run ended cleanly, which completes the newest folder too.
+func (u *uploader) scan(final bool) bool {
 	steps := localSteps(u.dir)
-	var queue []int
+	found := false
 	u.mu.Lock()
 	for i, s := range steps {
 		complete := i < len(steps)-1 || final
 		if complete && !u.seen[s] {
 			u.seen[s] = true
-			u.pending++
-			queue = append(queue, s)
+			u.queue = append(u.queue, s)
+			found = true
 		}
 	}
 	u.mu.Unlock()
-	for _, s := range queue {
-		u.work <- s
+	if found {
+		select {
+		case u.wake <- struct{}{}:
+		default:
+		}
 	}
+	return found
 }
 
 // wait blocks until every queued step is committed (or ctx ends).
@@ -103,7 +148,7 @@ func (u *uploader) wait(ctx context.Context) {
 	defer stop()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for u.pending > 0 && ctx.Err() == nil {
+	for (u.busy || len(u.queue) > 0) && ctx.Err() == nil {
 		u.idle.Wait()
 	}
 }
@@ -115,31 +160,39 @@ func (u *uploader) committedSteps() []int {
 	return slices.Clone(u.committed)
 }
 
-func (u *uploader) uploadWithRetry(ctx context.Context, step int) {
+// uploadWithRetry uploads step until it is committed (true) or cannot be: ctx ended, or the
+// folder is gone.
+func (u *uploader) uploadWithRetry(ctx context.Context, step int) bool {
 	backoff := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := u.upload(ctx, step)
+		began := time.Now()
+		n, err := u.upload(ctx, step)
 		if err == nil {
-			return
+			u.tel.uploads.WithLabelValues("committed").Inc()
+			u.tel.uploadBytes.Add(float64(n))
+			u.tel.uploadSeconds.Observe(time.Since(began).Seconds())
+			return true
 		}
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		if errors.Is(err, fs.ErrNotExist) {
 			u.logger.Warn("checkpoint vanished before upload", "step", step, "err", err)
-			return
+			return false
 		}
+		u.tel.uploads.WithLabelValues("retried").Inc()
 		u.logger.Warn("checkpoint upload failed; retrying", "step", step, "attempt", attempt, "err", err)
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
 }
 
-func (u *uploader) upload(ctx context.Context, step int) error {
+// upload stores step's folder, then its manifest; it returns the bytes stored.
+func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 	local := filepath.Join(u.dir, fmt.Sprintf("step_%d", step))
 	prefix := blob.CheckpointPrefix(u.jobID, step)
 	m := blob.Manifest{JobID: u.jobID, Step: step}
@@ -166,12 +219,12 @@ func (u *uploader) upload(ctx context.Context, step int) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("upload step %d: %w", step, err)
+		return 0, fmt.Errorf("upload step %d: %w", step, err)
 	}
 	m.CreatedAt = time.Now().UTC()
 	body, _ := json.MarshalIndent(m, "", "  ")
 	if err := u.store.Put(ctx, prefix+blob.ManifestName, bytes.NewReader(body)); err != nil {
-		return fmt.Errorf("commit step %d: %w", step, err)
+		return 0, fmt.Errorf("commit step %d: %w", step, err)
 	}
 	u.mu.Lock()
 	u.committed = append(u.committed, step)
@@ -189,7 +242,7 @@ func (u *uploader) upload(ctx context.Context, step int) error {
 			u.logger.Warn("old checkpoint not deleted", "step", s, "err", err)
 		}
 	}
-	return nil
+	return m.Bytes, nil
 }
 
 // deleteCheckpoint uncommits a step (manifest first) and then removes its files.

@@ -19,38 +19,36 @@ type metricsTail struct {
 	latest map[string]float64
 }
 
-// sample is one step of metrics.jsonl.
-type sample struct {
-	step   int
-	values map[string]float64
-}
-
-// read returns the steps appended since the last call and remembers the newest.
-func (m *metricsTail) read() ([]sample, [][]byte, error) {
+// read returns the lines appended since the last call (whole lines that parse) and
+// remembers the newest step's values. A tail with no path (a pipeline that writes no
+// metrics) reads nothing.
+func (m *metricsTail) read() ([][]byte, error) {
+	if m.path == "" {
+		return nil, nil
+	}
 	f, err := os.Open(m.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer f.Close()
 	if _, err := f.Seek(m.offset, io.SeekStart); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	chunk, err := io.ReadAll(f)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	m.offset += int64(len(chunk))
 	data := append(m.partial, chunk...)
 	last := bytes.LastIndexByte(data, '\n')
 	if last < 0 {
 		m.partial = data
-		return nil, nil, nil
+		return nil, nil
 	}
 	m.partial = bytes.Clone(data[last+1:])
-	var out []sample
 	var lines [][]byte
 	for _, line := range bytes.Split(data[:last], []byte{'\n'}) {
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -60,7 +58,7 @@ func (m *metricsTail) read() ([]sample, [][]byte, error) {
 		if err := json.Unmarshal(line, &raw); err != nil {
 			continue // a line prime-rl did not finish cleanly; skip rather than stop
 		}
-		s := sample{values: map[string]float64{}}
+		step, values := 0, map[string]float64{}
 		for k, v := range raw {
 			f, ok := v.(float64)
 			if !ok {
@@ -68,17 +66,24 @@ func (m *metricsTail) read() ([]sample, [][]byte, error) {
 			}
 			switch k {
 			case "step":
-				s.step = int(f)
+				step = int(f)
 			case "time":
 			default:
-				s.values[k] = f
+				values[k] = f
 			}
 		}
-		out = append(out, s)
 		lines = append(lines, line)
-		if s.step >= m.step {
-			m.step, m.latest = s.step, s.values
+		if step >= m.step {
+			m.step, m.latest = step, values
 		}
 	}
-	return out, lines, nil
+	return lines, nil
+}
+
+func stepOf(line []byte) int {
+	var s struct {
+		Step int `json:"step"`
+	}
+	_ = json.Unmarshal(line, &s)
+	return s.Step
 }

@@ -99,14 +99,35 @@ func runCommand(ctx context.Context, argv []string, dir string, env []string, lo
 	return nil
 }
 
-// expand fills the {placeholders} of a command template.
-func expand(template []string, vars map[string]string) []string {
-	out := make([]string, len(template))
-	for i, a := range template {
-		for k, v := range vars {
-			a = strings.ReplaceAll(a, "{"+k+"}", v)
+// retry runs f until it succeeds, ctx ends, or five tries have failed, backing off between.
+func retry(ctx context.Context, f func() error) error {
+	backoff := 250 * time.Millisecond
+	var err error
+	for range 5 {
+		if err = f(); err == nil || ctx.Err() != nil {
+			return err
 		}
-		out[i] = a
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff *= 2
 	}
-	return out
+	return err
+}
+
+// until is a context that ends with parent or when any of chans closes.
+func until(parent context.Context, chans ...<-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	for _, ch := range chans {
+		go func() {
+			select {
+			case <-ch:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, cancel
 }

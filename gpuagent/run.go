@@ -2,9 +2,7 @@ package gpuagent
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,44 +13,54 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
 // run is one claimed job on this agent.
 type run struct {
-	agent *Agent
-	claim *job.Claim
-	dir   string
-	log   *slog.Logger
+	agent   *Agent
+	claim   *job.Claim
+	devices []Device
+	dir     string
+	log     *slog.Logger
+	notes   *os.File // agent.log: what the agent did for the job, shipped with its logs
 
 	uploader *uploader
-	metrics  metricsTail
-	pending  [][]byte // metrics lines not yet in storage
+	tail     metricsTail
+	metrics  *metricsStream
+	logs     *logShipper
 
 	mu         sync.Mutex
 	running    bool
 	progress   job.Progress
 	unreported []int // steps committed but not yet acknowledged by a heartbeat
+	cpuFreed   bool  // guarded by agent.mu
 
 	stopped  chan struct{} // closed when the service says stop
 	lost     chan struct{} // closed when the lease is lost
+	kick     chan struct{} // asks for a heartbeat now
 	stopOnce sync.Once
 	lostOnce sync.Once
 }
 
-func newRun(a *Agent, cl *job.Claim) *run {
+func newRun(a *Agent, cl *job.Claim, devs []Device) *run {
 	dir := filepath.Join(a.cfg.WorkDir, "jobs", cl.Job.ID)
 	_ = os.RemoveAll(dir)
 	_ = os.MkdirAll(dir, 0o755)
 	r := &run{
-		agent: a, claim: cl, dir: dir,
-		log:      a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence),
+		agent: a, claim: cl, devices: devs, dir: dir,
+		log:      a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence, "kind", cl.Job.Kind),
 		progress: job.Progress{MaxSteps: cl.Job.Config.MaxSteps},
 		stopped:  make(chan struct{}),
 		lost:     make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		metrics:  newMetricsStream(a.cfg.Store, cl.Job.ID, cl.Lease.Fence),
+		logs:     newLogShipper(a.cfg.Store, cl.Job.ID, cl.Lease.Fence),
 	}
-	r.metrics.path = filepath.Join(r.outputDir(), cl.Job.ID, "metrics.jsonl")
+	r.notes, _ = os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	r.logs.fixed["agent"] = filepath.Join(dir, "agent.log")
+	r.logs.fixed["install"] = filepath.Join(dir, "install.log")
+	r.logs.fixed["pipeline"] = filepath.Join(dir, "pipeline.log")
 	return r
 }
 
@@ -60,22 +68,46 @@ func (r *run) outputDir() string     { return filepath.Join(r.dir, "outputs") }
 func (r *run) runDir() string        { return filepath.Join(r.outputDir(), r.claim.Job.ID) }
 func (r *run) checkpointDir() string { return filepath.Join(r.runDir(), "checkpoints") }
 
+// note tells the user (agent.log, shipped with the job's logs) and the operator (the agent's
+// own log) what the agent did.
+func (r *run) note(msg string, args ...any) {
+	r.log.Info(msg, args...)
+	if r.notes != nil {
+		line := msg
+		for i := 0; i+1 < len(args); i += 2 {
+			line += fmt.Sprintf(" %v=%v", args[i], args[i+1])
+		}
+		fmt.Fprintf(r.notes, "%s INFO %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
+	}
+}
+
 func (r *run) setRunning() {
 	r.mu.Lock()
 	r.running = true
 	r.mu.Unlock()
+	r.beatNow()
 }
 
-// committed records a newly committed step for the next heartbeat to report.
+// beatNow asks the heartbeat loop for a heartbeat at once.
+func (r *run) beatNow() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// committed records a newly committed step for the next heartbeat to report, and sends that
+// heartbeat now: the user hears of the checkpoint (job.checkpoint) without waiting.
 func (r *run) committed(step int) {
 	r.mu.Lock()
 	r.unreported = append(r.unreported, step)
 	r.mu.Unlock()
+	r.note("checkpoint committed", "step", step)
+	r.beatNow()
 }
 
 // acknowledged drops the steps a heartbeat has reported. Steps are committed in ascending
-// order, so everything up to the newest one sent is known to the service — even when two
-// heartbeats overlap.
+// order, so everything up to the newest one sent is known to the service.
 func (r *run) acknowledged(sent []int) {
 	if len(sent) == 0 {
 		return
@@ -113,25 +145,39 @@ func (r *run) heartbeatInterval() time.Duration {
 	return 10 * time.Second
 }
 
-// heartbeats renews the lease until ctx ends. A failed heartbeat (the API unreachable) is
-// retried at the next tick while the pipeline keeps running; a 409 means the lease is lost.
+// heartbeats renews the lease until ctx ends. A heartbeat that does not get through (the API
+// unreachable) is retried with a backoff while the pipeline keeps running; what it carried
+// (progress, committed steps) goes with the next one. A 409 means the lease is lost.
 func (r *run) heartbeats(ctx context.Context) {
-	t := time.NewTicker(r.heartbeatInterval())
-	defer t.Stop()
+	interval := r.heartbeatInterval()
+	failures := 0
 	for {
-		if lost := r.beat(ctx); lost {
+		ok, lost := r.beat(ctx)
+		if lost {
 			return
 		}
+		wait := interval
+		if ok {
+			failures = 0
+		} else {
+			failures++
+			wait = min(interval, (250*time.Millisecond)<<min(failures, 8))
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-r.kick:
 		case <-t.C:
 		}
+		t.Stop()
 	}
 }
 
-// beat sends one heartbeat and acts on the answer; it reports whether the lease is lost.
-func (r *run) beat(ctx context.Context) bool {
+// beat sends one heartbeat and acts on the answer; it reports whether it got through and
+// whether the lease is lost.
+func (r *run) beat(ctx context.Context) (ok, lost bool) {
 	p := r.agent.cfg.Pipeline
 	running, prog, fresh := r.snapshot()
 	rep, err := r.agent.cfg.API.Heartbeat(ctx, r.claim.Job.ID, job.Heartbeat{
@@ -142,86 +188,64 @@ func (r *run) beat(ctx context.Context) bool {
 	case errors.Is(err, job.ErrLeaseLost):
 		r.log.Warn("lease lost; stopping the pipeline")
 		r.lostOnce.Do(func() { close(r.lost) })
-		return true
+		return false, true
 	case err != nil:
 		if ctx.Err() == nil {
+			r.agent.tel.heartbeatFails.Inc()
 			r.log.Warn("heartbeat failed; the pipeline keeps running", "err", err)
 		}
-	default:
-		r.acknowledged(fresh)
-		if rep.Action == job.Stop {
-			r.stopOnce.Do(func() { close(r.stopped) })
-		}
+		return false, false
 	}
-	return false
+	r.acknowledged(fresh)
+	if rep.Action == job.Stop {
+		r.stopOnce.Do(func() { close(r.stopped) })
+	}
+	return true, false
 }
 
-// poll reads new metrics (and stores them) and queues checkpoints that are complete.
+// poll reads new metrics and queues the checkpoints that are complete.
 func (r *run) poll(ctx context.Context, final bool) {
-	samples, lines, err := r.metrics.read()
+	lines, err := r.tail.read()
 	if err != nil {
 		r.log.Warn("read metrics", "err", err)
 	}
-	if len(samples) > 0 {
+	if len(lines) > 0 {
 		r.mu.Lock()
-		r.progress.Step = r.metrics.step
-		r.progress.Metrics = r.metrics.latest
+		r.progress.Step = r.tail.step
+		r.progress.Metrics = r.tail.latest
 		r.mu.Unlock()
-		r.pending = append(r.pending, lines...)
+		r.metrics.addLines(lines)
 	}
+	// A new checkpoint: store the metrics up to it first, so that a run resumed from it finds
+	// every earlier step's metrics in storage.
+	if r.uploader != nil && r.uploader.scan(final) {
+		r.flushMetrics(ctx)
+	}
+}
+
+// flush writes the metrics and log chunks that changed. Whatever fails stays and goes with the
+// next flush.
+func (r *run) flush(ctx context.Context) {
+	tel := r.agent.tel
 	r.flushMetrics(ctx)
-	r.uploader.scan(final)
+	if err := r.logs.ship(ctx); err != nil {
+		tel.objectWrites.WithLabelValues("logs", "error").Inc()
+		r.log.Warn("store logs; will retry", "err", err)
+	} else {
+		tel.objectWrites.WithLabelValues("logs", "ok").Inc()
+	}
 }
 
-// flushMetrics stores the metrics lines not yet stored as one chunk named by its step range.
-// On failure the lines stay and go with the next chunk.
 func (r *run) flushMetrics(ctx context.Context) {
-	if len(r.pending) == 0 {
+	if r.metrics.pending() == 0 {
 		return
 	}
-	first, last := stepOf(r.pending[0]), stepOf(r.pending[len(r.pending)-1])
-	key := fmt.Sprintf("%smetrics/%08d-%08d.jsonl", blob.JobPrefix(r.claim.Job.ID), first, last)
-	body := append(bytes.Join(r.pending, []byte{'\n'}), '\n')
-	if err := r.agent.cfg.Store.Put(ctx, key, bytes.NewReader(body)); err != nil {
-		r.log.Warn("store metrics", "err", err)
+	if err := r.metrics.flush(ctx); err != nil {
+		r.agent.tel.objectWrites.WithLabelValues("metrics", "error").Inc()
+		r.log.Warn("store metrics; will retry", "err", err)
 		return
 	}
-	r.pending = nil
-}
-
-func stepOf(line []byte) int {
-	var s struct {
-		Step int `json:"step"`
-	}
-	_ = json.Unmarshal(line, &s)
-	return s.Step
-}
-
-// uploadLogs stores the pipeline's logs under logs/attempt_<fence>/.
-func (r *run) uploadLogs(ctx context.Context) {
-	prefix := fmt.Sprintf("%slogs/attempt_%d/", blob.JobPrefix(r.claim.Job.ID), r.claim.Lease.Fence)
-	files := map[string]string{
-		"pipeline.log": filepath.Join(r.dir, "pipeline.log"),
-		"install.log":  filepath.Join(r.dir, "install.log"),
-	}
-	latest := filepath.Join(r.runDir(), "logs", "latest")
-	_ = filepath.WalkDir(latest+"/", func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			rel, _ := filepath.Rel(latest, p)
-			files[filepath.ToSlash(rel)] = p
-		}
-		return nil
-	})
-	for name, p := range files {
-		f, err := os.Open(p)
-		if err != nil {
-			continue
-		}
-		if err := r.agent.cfg.Store.Put(ctx, prefix+name, f); err != nil {
-			r.log.Warn("store log", "file", name, "err", err)
-		}
-		f.Close()
-	}
+	r.agent.tel.objectWrites.WithLabelValues("metrics", "ok").Inc()
 }
 
 // lastError finds the most telling line for a failure: the newest ERROR line of the
@@ -235,23 +259,27 @@ func (r *run) lastError() string {
 		return nil
 	})
 	candidates = append(candidates, filepath.Join(r.dir, "pipeline.log"))
-	last := ""
+	last, lastLine := "", ""
 	for _, p := range candidates {
 		f, err := os.Open(p)
 		if err != nil {
 			continue
 		}
 		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := strings.TrimSpace(sc.Text())
 			if strings.Contains(line, "ERROR") || strings.Contains(line, "Error") {
 				last = line
 			}
-			if last == "" && filepath.Base(p) == "pipeline.log" && line != "" {
-				last = line
+			if filepath.Base(p) == "pipeline.log" && line != "" {
+				lastLine = line
 			}
 		}
 		f.Close()
+	}
+	if last == "" {
+		last = lastLine
 	}
 	if last == "" {
 		return "no error message in the logs"
@@ -262,32 +290,79 @@ func (r *run) lastError() string {
 	return last
 }
 
-// finish reports the end of the job, retrying while the API is unreachable.
-func (r *run) finish(ctx context.Context, completed bool, reason string) {
+// report sends the end of the job (complete, fail or release), retrying while the API is
+// unreachable, up to ReportTimeout.
+func (r *run) report(ctx context.Context, how string, reason string) {
 	_, prog, fresh := r.snapshot()
 	o := job.Outcome{Token: r.claim.Lease.Token, Progress: &prog, Checkpoints: fresh, Reason: reason}
-	backoff := 500 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		var err error
-		if completed {
-			err = r.agent.cfg.API.Complete(ctx, r.claim.Job.ID, o)
-		} else {
-			err = r.agent.cfg.API.Fail(ctx, r.claim.Job.ID, o)
-		}
+	api := r.agent.cfg.API
+	send := map[string]func(context.Context, string, job.Outcome) error{
+		"complete": api.Complete, "fail": api.Fail, "release": api.Release,
+	}[how]
+	ctx, cancel := context.WithTimeout(ctx, r.agent.cfg.ReportTimeout)
+	defer cancel()
+	backoff := 250 * time.Millisecond
+	for {
+		err := send(ctx, r.claim.Job.ID, o)
 		switch {
 		case err == nil:
-			r.log.Info("job reported", "completed", completed, "reason", reason, "step", prog.Step)
+			r.log.Info("job reported", "as", how, "reason", reason, "step", prog.Step)
 			return
-		case errors.Is(err, job.ErrLeaseLost), ctx.Err() != nil, attempt >= 10:
-			r.log.Warn("job end not reported", "err", err)
+		case errors.Is(err, job.ErrLeaseLost), ctx.Err() != nil:
+			r.log.Warn("job end not reported", "as", how, "err", err)
 			return
 		}
-		r.log.Warn("report failed; retrying", "err", err)
+		r.log.Warn("report failed; retrying", "as", how, "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
-			return
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
+}
+
+// env is what the pipeline gets on top of the agent's environment: its GPUs, and the job's
+// secrets, which go here and nowhere else (not the config file, not the command line, not
+// the logs).
+func (r *run) env() []string {
+	env := []string{"HOSTEDTRAIN_JOB_ID=" + r.claim.Job.ID, "CUDA_VISIBLE_DEVICES=" + visibleDevices(r.devices)}
+	for k, v := range r.claim.Secrets {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// installEnvs installs the job's environments with the configured command.
+func (r *run) installEnvs(ctx context.Context) error {
+	tmpl := r.agent.cfg.Pipeline.Install
+	if len(tmpl) == 0 {
+		return nil
+	}
+	spec := r.claim.Job.Config
+	ids := make([]string, 0, len(spec.Env))
+	for _, e := range spec.Env {
+		ids = append(ids, e.ID)
+	}
+	if spec.Eval != nil {
+		for _, e := range spec.Eval.Env {
+			if !slices.Contains(ids, e.ID) {
+				ids = append(ids, e.ID)
+			}
+		}
+	}
+	for _, id := range ids {
+		r.note("installing environment", "env", id)
+		argv := expand(tmpl, map[string]string{"env_id": id}, nil)
+		if err := runCommand(ctx, argv, r.dir, r.env(), filepath.Join(r.dir, "install.log")); err != nil {
+			return fmt.Errorf("install environment %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// timeLimit is when the agent stops the pipeline itself if the service has not: the job's
+// own time limit, counted from the claim. The service's reaper normally asks first (a
+// heartbeat answered stop); this holds when the API cannot be reached.
+func (r *run) timeLimit() time.Duration {
+	return r.claim.Job.Config.TimeLimitDuration()
 }

@@ -41,6 +41,8 @@ var (
 	reapLua string
 	//go:embed lua/position.lua
 	positionLua string
+	//go:embed lua/abandon.lua
+	abandonLua string
 	//go:embed lua/set_org.lua
 	setOrgLua string
 )
@@ -49,7 +51,7 @@ var (
 var library = buildLibrary(map[string]string{
 	"submit": submitLua, "claim": claimLua, "heartbeat": heartbeatLua, "finish": finishLua,
 	"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
-	"position": positionLua, "set_org": setOrgLua,
+	"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua,
 })
 
 type lib struct {

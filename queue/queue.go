@@ -302,15 +302,19 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 		deadline = t.C
 	}
 	free := encodeGPUs(req.GPUs)
+	gpuOnly := "0"
+	if req.GPUJobsOnly {
+		gpuOnly = "1"
+	}
 	if wait <= 0 {
-		cl, _, err := c.claimOnce(ctx, req.AgentID, free)
+		cl, _, err := c.claimOnce(ctx, req, free, gpuOnly)
 		return cl, err
 	}
 	for {
 		// Take the wake-up channel before looking, so a submit between the look and the
 		// wait still wakes us.
 		woken := c.wakeup.wait(ctx)
-		cl, nextReady, err := c.claimOnce(ctx, req.AgentID, free)
+		cl, nextReady, err := c.claimOnce(ctx, req, free, gpuOnly)
 		if err != nil || cl != nil {
 			return cl, err
 		}
@@ -348,11 +352,18 @@ func encodeGPUs(gpus []job.GPU) string {
 }
 
 // claimOnce claims if something fits; if not, it reports when the next retry backoff ends.
-func (c *Client) claimOnce(ctx context.Context, agent, free string) (*job.Claim, time.Time, error) {
+//
+// The script runs even if ctx ends while it is in flight: a claim made and then lost on the way
+// back would hold the job until its lease lapsed. An agent that gives up on a claim abandons
+// it by its claim id (AbandonClaim).
+func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuOnly string) (*job.Claim, time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, time.Time{}, err
+	}
 	now := c.cfg.Now()
-	res, err := c.callAt(ctx, now, "claim", c.keys.leases(),
-		c.cfg.LeaseTTL.Milliseconds(), agent, randomHex(12), free, c.cfg.MaxRunning, c.cfg.ClaimQuantum.Milliseconds(),
-		ms(now.Add(c.cfg.LeaseTTL)), ms(now.Add(c.cfg.ClaimQuantum)),
+	res, err := c.callAt(context.WithoutCancel(ctx), now, "claim", c.keys.leases(),
+		c.cfg.LeaseTTL.Milliseconds(), req.AgentID, randomHex(12), free, c.cfg.MaxRunning, c.cfg.ClaimQuantum.Milliseconds(),
+		ms(now.Add(c.cfg.LeaseTTL)), ms(now.Add(c.cfg.ClaimQuantum)), gpuOnly, req.ClaimID,
 	).Result()
 	if err != nil {
 		return nil, time.Time{}, scriptErr("claim", err)
@@ -466,6 +477,20 @@ func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Sta
 		return "", scriptErr("release", err)
 	}
 	return job.Status(st), nil
+}
+
+// AbandonClaim takes back the claim agent made under claimID and never heard the answer to:
+// its job, if the claim was made and the agent never started it, goes back to the queue at
+// once without spending an attempt; a claim not made yet never will be. It returns the id of
+// the job handed back, or "".
+func (c *Client) AbandonClaim(ctx context.Context, agent, claimID string) (string, error) {
+	// The mark outlives any claim that could still be waiting under the id.
+	mark := c.cfg.LeaseTTL + c.cfg.MaxClaimWait + time.Minute
+	id, err := c.call(ctx, "abandon", c.keys.leases(), claimID, agent, mark.Milliseconds()).Text()
+	if err != nil {
+		return "", scriptErr("abandon", err)
+	}
+	return id, nil
 }
 
 // Reap does the queue's timed work, batch at a time: lapsed leases, stops whose grace ended,

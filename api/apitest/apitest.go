@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/redistest"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/openapi"
@@ -32,6 +33,8 @@ type Stack struct {
 // Options adjust the stack.
 type Options struct {
 	Queue queue.Config
+	// Store is the object storage the API reads jobs' data from (nil: none).
+	Store blob.Store
 }
 
 // Start runs the stack for t and stops it when t ends.
@@ -58,7 +61,7 @@ func Start(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets})
+	h, err := api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,9 +143,13 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	q := queue.New(rdb, qc)
 	defer q.Close()
 
+	store, err := blob.NewDir(filepath.Join(data, "objects"))
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
 	handler, err := api.New(api.Config{
-		Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Logger: logger.With("part", "api"),
+		Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Logger: logger.With("part", "api"),
 		Ready: func() error {
 			if !ready.Load() {
 				return errors.New("the local stack is still starting")
@@ -171,10 +175,6 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	}
 	defer reaper.Stop()
 
-	store, err := blob.NewDir(filepath.Join(data, "objects"))
-	if err != nil {
-		return err
-	}
 	agentCtx, stopAgents := context.WithCancel(ctx)
 	var agents sync.WaitGroup
 	// Agents stop first (their pipelines with them), before the API and Redis go.
@@ -186,18 +186,16 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			return err
 		}
 		a, err := gpuagent.New(gpuagent.Config{
-			API:     client.New(baseURL, tok),
-			Store:   store,
-			WorkDir: filepath.Join(data, "agents", name),
-			GPUs:    gpus,
-			Pipeline: gpuagent.Pipeline{
-				Name: "prime-rl", Emulated: true,
-				RL: []string{emulator, "@", "{config}", "--output-dir", "{output_dir}", "--run.name", "{run_name}",
-					"--emulate.step-time", o.stepTime.String()},
-			},
-			StopGrace:    10 * time.Second,
-			PollInterval: 250 * time.Millisecond,
-			Logger:       logger.With("part", "agent", "agent", name),
+			API:           client.New(baseURL, tok),
+			Store:         store,
+			WorkDir:       filepath.Join(data, "agents", name),
+			Devices:       gpuagent.DevicesFromSpec(gpus),
+			Pipeline:      gpuagent.EmulatedPipeline(emulator, "--emulate.step-time", o.stepTime.String()),
+			StopGrace:     10 * time.Second,
+			DrainTimeout:  30 * time.Second,
+			PollInterval:  250 * time.Millisecond,
+			FlushInterval: time.Second,
+			Logger:        logger.With("part", "agent", "agent", name),
 		})
 		if err != nil {
 			return err

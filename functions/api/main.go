@@ -46,7 +46,11 @@ func newHandler(getenv lambdaenv.Getenv, logger *slog.Logger) (http.Handler, err
 	if err != nil {
 		return nil, err
 	}
-	return api.New(api.Config{Queue: queue.New(rdb, qc), Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Logger: logger})
+	store, err := lambdaenv.Store(context.Background(), getenv)
+	if err != nil {
+		return nil, err
+	}
+	return api.New(api.Config{Queue: queue.New(rdb, qc), Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Logger: logger})
 }
 
 // lambdaHandler converts API Gateway HTTP API events to requests of h and back.

@@ -2,6 +2,7 @@ package blob
 
 import (
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -10,12 +11,45 @@ import (
 // The layout of a job's objects, shared by the agent that writes them and the API that reads
 // them:
 //
-//	jobs/{id}/config.toml
-//	jobs/{id}/metrics/{first:08d}-{last:08d}.jsonl      metrics.jsonl in chunks, by step
-//	jobs/{id}/logs/attempt_{n}/{component}.log
-//	jobs/{id}/checkpoints/step_{n}/...                   the step folder's files
-//	jobs/{id}/checkpoints/step_{n}/manifest.json         written last: the commit mark
-//	jobs/{id}/artifacts/...
+//	jobs/{id}/metrics/{fence:06d}-{first:08d}.jsonl         metrics.jsonl in chunks: the attempt
+//	                                                         (lease fence) and the chunk's first step
+//	jobs/{id}/logs/attempt_{fence}/{component}/{offset:012d}.log   logs in chunks, by where
+//	                                                         each starts in its file
+//	jobs/{id}/checkpoints/step_{n}/...                       the step folder's files
+//	jobs/{id}/checkpoints/step_{n}/manifest.json             written last: the commit mark
+//	jobs/{id}/artifacts/{name}                               GEPA and eval outputs
+
+// MetricsPrefix holds a job's metrics chunks.
+func MetricsPrefix(jobID string) string { return JobPrefix(jobID) + "metrics/" }
+
+// MetricsChunkKey names the metrics chunk of attempt fence that starts at step first.
+func MetricsChunkKey(jobID string, fence int64, first int) string {
+	return fmt.Sprintf("%s%06d-%08d.jsonl", MetricsPrefix(jobID), fence, first)
+}
+
+// parseMetricsChunk reads a chunk key's fence and first step.
+func parseMetricsChunk(key string) (fence int64, first int, ok bool) {
+	name := path.Base(key)
+	name, ok = strings.CutSuffix(name, ".jsonl")
+	if !ok {
+		return 0, 0, false
+	}
+	f, s, ok := strings.Cut(name, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	fence, err1 := strconv.ParseInt(f, 10, 64)
+	first, err2 := strconv.Atoi(s)
+	return fence, first, err1 == nil && err2 == nil
+}
+
+// LogPrefix holds the logs of one attempt (lease fence) of a job.
+func LogPrefix(jobID string, fence int64) string {
+	return fmt.Sprintf("%slogs/attempt_%d/", JobPrefix(jobID), fence)
+}
+
+// ArtifactPrefix holds a job's outputs (GEPA's prompts, an eval's results).
+func ArtifactPrefix(jobID string) string { return JobPrefix(jobID) + "artifacts/" }
 
 // CheckpointPrefix is where step n of a job is stored.
 func CheckpointPrefix(jobID string, step int) string {

@@ -14,9 +14,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
@@ -311,18 +313,75 @@ func (c *Client) Events(ctx context.Context, id string, after int64) ([]job.Even
 	return page.Items, nil
 }
 
-// Claim asks for the next job, waiting up to wait for one; nil when none came.
-func (c *Client) Claim(ctx context.Context, gpus []job.GPU, wait time.Duration) (*job.Claim, error) {
-	var cl job.Claim
-	req := map[string]any{"wait_seconds": wait.Seconds()}
-	if len(gpus) > 0 {
-		req["gpus"] = gpus
+// Claim asks for the next job that fits req.GPUs, waiting up to req.Wait for one; nil when
+// none came.
+//
+// Ending ctx while the claim waits is safe: the claim is abandoned by its id (one is made up
+// when req.ClaimID is empty), so a job claimed as the agent stopped waiting goes back to the
+// queue rather than being held by nobody. Once the answer has begun to arrive, it is read
+// whole even if ctx ends. (The agent is the token's subject, not req.AgentID.)
+func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error) {
+	if req.ClaimID == "" {
+		req.ClaimID = newClaimID()
 	}
-	ok, err := c.postJSON(ctx, "/v1/agent/claim", req, &cl)
+	var cl job.Claim
+	body := map[string]any{"wait_seconds": req.Wait.Seconds(), "claim_id": req.ClaimID}
+	if len(req.GPUs) > 0 {
+		body["gpus"] = req.GPUs
+	}
+	if req.GPUJobsOnly {
+		body["gpu_jobs_only"] = true
+	}
+	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var answering atomic.Bool
+	reqCtx = httptrace.WithClientTrace(reqCtx, &httptrace.ClientTrace{GotFirstResponseByte: func() { answering.Store(true) }})
+	stop := context.AfterFunc(ctx, func() {
+		if !answering.Load() {
+			cancel()
+		}
+	})
+	defer stop()
+	ok, err := c.postJSON(reqCtx, "/v1/agent/claim", body, &cl)
+	if err != nil && reqCtx.Err() != nil {
+		// We stopped waiting: whatever the service did with the claim, take it back.
+		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer acancel()
+		if aerr := c.AbandonClaim(actx, req.ClaimID); aerr != nil {
+			return nil, fmt.Errorf("%w; abandoning the claim also failed: %v", err, aerr)
+		}
+		return nil, err
+	}
 	if err != nil || !ok {
 		return nil, err
 	}
 	return &cl, nil
+}
+
+// AbandonClaim takes back a claim whose answer never arrived (see Claim).
+func (c *Client) AbandonClaim(ctx context.Context, claimID string) error {
+	var err error
+	for attempt := range 3 {
+		if _, err = c.do(ctx, http.MethodPost, "/v1/agent/claims/"+url.PathEscape(claimID)+"/abandon", "", nil, nil); err == nil {
+			return nil
+		}
+		var apiErr *Error
+		if errors.As(err, &apiErr) && apiErr.Status < 500 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func newClaimID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Heartbeat renews a lease and reports progress. A lost lease is job.ErrLeaseLost.
@@ -351,4 +410,63 @@ func (c *Client) Fail(ctx context.Context, id string, o job.Outcome) error {
 	}
 	_, err := c.postJSON(ctx, "/v1/agent/jobs/"+url.PathEscape(id)+"/fail", o, nil)
 	return err
+}
+
+// MetricsPage is a page of a job's metrics, one row a step.
+type MetricsPage struct {
+	Items       []map[string]json.RawMessage `json:"items"`
+	NextMinStep *int                         `json:"next_min_step,omitempty"`
+}
+
+// JobMetrics reads a job's metrics: steps from minStep to maxStep (0: no bound), only the
+// named metrics (none: all), at most limit rows (0: the service's default).
+func (c *Client) JobMetrics(ctx context.Context, id string, minStep, maxStep int, names []string, limit int) (*MetricsPage, error) {
+	q := url.Values{}
+	q.Set("min_step", strconv.Itoa(minStep))
+	if maxStep > 0 {
+		q.Set("max_step", strconv.Itoa(maxStep))
+	}
+	if len(names) > 0 {
+		q.Set("names", strings.Join(names, ","))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var page MetricsPage
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/metrics?"+q.Encode(), "", nil, &page)
+	return &page, err
+}
+
+// Checkpoint is one of a job's checkpoints in storage.
+type Checkpoint struct {
+	Step   int        `json:"step"`
+	Status string     `json:"status"`
+	Bytes  int64      `json:"bytes"`
+	Files  int        `json:"files"`
+	Time   *time.Time `json:"time,omitempty"`
+}
+
+// JobCheckpoints lists a job's checkpoints, ascending by step.
+func (c *Client) JobCheckpoints(ctx context.Context, id string) ([]Checkpoint, error) {
+	var page struct {
+		Items []Checkpoint `json:"items"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/checkpoints", "", nil, &page)
+	return page.Items, err
+}
+
+// Artifact is one of a job's outputs.
+type Artifact struct {
+	Name  string     `json:"name"`
+	Bytes int64      `json:"bytes"`
+	Time  *time.Time `json:"time,omitempty"`
+}
+
+// JobArtifacts lists a job's outputs.
+func (c *Client) JobArtifacts(ctx context.Context, id string) ([]Artifact, error) {
+	var page struct {
+		Items []Artifact `json:"items"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/artifacts", "", nil, &page)
+	return page.Items, err
 }

@@ -155,6 +155,11 @@ type ClaimRequest struct {
 	GPUs    []GPU
 	// Wait bounds how long a claim may wait for a job to arrive when none is queued.
 	Wait time.Duration
+	// GPUJobsOnly skips jobs that need no GPU: the agent runs as many of those as it will.
+	GPUJobsOnly bool
+	// ClaimID names this claim, so that an agent that gives up waiting for the answer can
+	// take it back (abandon it) whether or not it was made; "" for none.
+	ClaimID string
 }
 
 // GPU is a kind of accelerator and how many of it an agent has free.

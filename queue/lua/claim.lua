@@ -6,7 +6,9 @@
 -- ARGV[4] lease TTL (ms)  ARGV[5] agent id  ARGV[6] random part of the token
 -- ARGV[7] free GPUs, "H100:8,A100:2" ("" for none)  ARGV[8] default running limit (0: none)
 -- ARGV[9] usage prepaid at claim (ms of each GPU)  ARGV[10] the lease's expiry (ms)
--- ARGV[11] the end of the prepaid time (ms)
+-- ARGV[11] the end of the prepaid time (ms)  ARGV[12] "1": only jobs that need a GPU (the agent
+-- runs as many GPU-less jobs as it will)  ARGV[13] the agent's claim id, or "": a claim made
+-- is recorded under it, and a claim the agent already abandoned takes nothing (abandon.lua)
 -- Returns {lease token, the job's CLAIMED fields in order, config, sealed secrets or false};
 -- the token is "<fence>.<random>", and the fence grows with every claim of the job. When nothing fits: {"", the time (ms) the next
 -- retry backoff ends, or 0}, so a waiting claim knows when to look again.
@@ -15,12 +17,20 @@
 local CLAIMED = {'id', 'org', 'kind', 'name', 'status', 'attempt', 'max_attempts', 'resume_step',
   'created_at', 'updated_at', 'agent_id'}
 local agent, quantum = ARGV[5], tonumber(ARGV[9])
+local claim_id = ARGV[13]
+if claim_id ~= '' and redis.call('EXISTS', claimkey(claim_id)) == 1 then
+  return {'', 0}
+end
 promote('100')
 
 local free = parse_free(ARGV[7])
+local gpu_only = ARGV[12] == '1'
 local function fits(class)
   local c = parse_class(class)
-  return c.count == 0 or (free[c.model] or 0) >= c.count
+  if c.count == 0 then
+    return not gpu_only
+  end
+  return (free[c.model] or 0) >= c.count
 end
 
 local default_limit = tonumber(ARGV[8])
@@ -92,6 +102,9 @@ for org in fair_order() do
       -- The answer shows the job as this claim left it.
       j[5], j[10], j[11] = 'PENDING', T, agent
       redis.call('ZADD', LEASES, exp, id)
+      if claim_id ~= '' then
+        redis.call('SET', claimkey(claim_id), id .. ' ' .. token .. ' ' .. agent, 'PX', ARGV[4])
+      end
       emit(id, org, 'job.pending', 'PENDING', agent, o[8])
       j[1] = id
       local big = redis.call('MGET', cfgkey(id), seckey(id))

@@ -58,6 +58,9 @@ local function progkey(id) return PFX .. 'prog:' .. id end
 local function evkey(id) return PFX .. 'ev:' .. id end
 local function orgkey(org) return PFX .. 'org:' .. org end
 local function classq(org, class) return PFX .. 'q:' .. org .. ':' .. class end
+-- A claim an agent names (its claim id): "<job id> <lease token> <agent>" once made, "-" once
+-- abandoned. It lives as long as a lease.
+local function claimkey(cid) return PFX .. 'claim:' .. cid end
 -- An org's hash holds its counters (queued, running, running_gpus), its usage and weight, its
 -- limits, `classes` — the GPU classes it has jobs ready in, comma-separated — and `hooked` —
 -- "1" if it has a webhook endpoint. Keeping these in the hash the scripts read anyway saves
@@ -281,6 +284,35 @@ local function restart_job(id, org)
     detail = 'restarted from the checkpoint of step ' .. j[2]
   end
   emit(id, org, 'job.queued', 'QUEUED', detail)
+end
+
+-- RELEASE_FIELDS are the job fields hand_back needs.
+local RELEASE_FIELDS = {'lease_token', 'status', 'stop_requested', 'org', 'restart_requested',
+  'class', 'rank', 'agent_id', 'gpus', 'charged_until', 'time_limit_ms'}
+
+-- hand_back ends an agent's hold on a live job (j has RELEASE_FIELDS) without spending an
+-- attempt: it goes back to its place in the queue at once, to resume from its newest
+-- checkpoint; a job that was told to stop stops, one told to restart restarts. It returns the
+-- job's status.
+local function hand_back(id, j, detail)
+  local org = j.org
+  release(id, j)
+  if j.stop_requested == '1' then
+    if j.restart_requested == '1' then
+      restart_job(id, org)
+      return 'QUEUED'
+    end
+    finish_as(id, org, 'STOPPED', 'job.stopped', 'stopped on request')
+    return 'STOPPED'
+  end
+  local step = redis.call('HGET', jobkey(id), 'checkpoint_step')
+  redis.call('HSET', jobkey(id), 'resume_step', tonumber(step) or 0)
+  requeue(id, org, j.class, tonumber(j.rank), 0)
+  if step then
+    detail = detail .. '; resumes from the checkpoint of step ' .. step
+  end
+  emit(id, org, 'job.retrying', 'QUEUED', detail)
+  return 'QUEUED'
 end
 
 -- checkpoints records newly committed checkpoint steps (ARGV from index first on) as events.

@@ -14,9 +14,12 @@
 //	HOSTEDTRAIN_DEFAULT_TIME_LIMIT  time limit of a run whose job sets none (default none)
 //	HOSTEDTRAIN_USAGE_HALF_LIFE     how fast past GPU use stops counting (default 24h)
 //	HOSTEDTRAIN_STOP_GRACE     how long a stopped job's agent has to confirm (default 5m)
+//	HOSTEDTRAIN_STORE          s3://BUCKET[/PREFIX] the agents write jobs' data to (optional: without
+//	                           it the metrics, checkpoints and artifacts endpoints answer 503)
 package lambdaenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -25,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
@@ -114,4 +118,17 @@ func duration(getenv Getenv, name string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
 	return d, nil
+}
+
+// Store is the object storage jobs' data lives in; nil when HOSTEDTRAIN_STORE is not set.
+func Store(ctx context.Context, getenv Getenv) (blob.Store, error) {
+	v := getenv("HOSTEDTRAIN_STORE")
+	if v == "" {
+		return nil, nil
+	}
+	cfg, err := blob.ParseS3URL(v)
+	if err != nil {
+		return nil, fmt.Errorf("HOSTEDTRAIN_STORE: %w", err)
+	}
+	return blob.NewS3(ctx, cfg)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -21,7 +22,7 @@ import (
 )
 
 // banner opens the output and every log, so nobody mistakes this for a real run.
-const banner = "EMULATED prime-rl: hostedtrain's stand-in for the trainer; no GPU work is done"
+const banner = "EMULATED prime-rl: hostedtrain's stand-in for prime-rl and the prime CLI; no GPU work is done and no model is called"
 
 type config struct {
 	configFiles []string
@@ -31,6 +32,7 @@ type config struct {
 	maxSteps    int // from --max-steps; 0: from the config
 
 	stepTime    time.Duration
+	stepWork    int // MiB hashed a step: CPU work that a concurrent upload can slow
 	crashAtStep int
 	ckptBytes   int64
 }
@@ -60,6 +62,7 @@ func parseArgs(args []string) (config, error) {
 	fs.BoolVar(&c.resume, "resume", false, "continue from the newest checkpoint of the run")
 	fs.IntVar(&c.maxSteps, "max-steps", 0, "override max_steps")
 	fs.DurationVar(&c.stepTime, "emulate.step-time", 200*time.Millisecond, "emulated time a training step takes")
+	fs.IntVar(&c.stepWork, "emulate.step-work", 0, "MiB to hash each step instead of sleeping: a step that needs the CPU")
 	fs.IntVar(&c.crashAtStep, "emulate.crash-at-step", 0, "exit with an error at this step (0: never)")
 	fs.Int64Var(&c.ckptBytes, "emulate.ckpt-bytes", 64<<10, "bytes of emulated weights in each checkpoint")
 	if err := fs.Parse(rest); err != nil {
@@ -195,16 +198,28 @@ func (r *runner) run(ctx context.Context) error {
 
 	tick := time.NewTicker(r.cfg.stepTime)
 	defer tick.Stop()
+	work := newWork(r.cfg.stepWork)
 	for step := first; step <= r.rl.MaxSteps; step++ {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
+		began := time.Now()
+		if work != nil {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			work.do()
+		} else {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
 		}
 		if r.cfg.crashAtStep > 0 && step == r.cfg.crashAtStep {
 			return fmt.Errorf("RuntimeError: CUDA error: an illegal memory access was encountered (emulated crash at step %d)", step)
 		}
 		m := r.metrics(step)
+		if work != nil {
+			m["time/step"] = time.Since(began).Seconds()
+		}
 		line, _ := json.Marshal(m)
 		if _, err := metrics.Write(append(line, '\n')); err != nil {
 			return err
@@ -245,6 +260,23 @@ func (r *runner) metrics(step int) map[string]any {
 }
 
 func round(f float64) float64 { return math.Round(f*1e4) / 1e4 }
+
+// work is a fixed amount of CPU work: hashing a buffer, the stand-in for a trainer step's
+// compute when a benchmark wants to see what else competes for the machine.
+type work struct{ buf []byte }
+
+func newWork(mib int) *work {
+	if mib <= 0 {
+		return nil
+	}
+	w := &work{buf: make([]byte, mib<<20)}
+	for i := range w.buf {
+		w.buf[i] = byte(i * 31)
+	}
+	return w
+}
+
+func (w *work) do() { _ = sha256.Sum256(w.buf) }
 
 // checkpoint writes step_N/{trainer,orchestrator}; like prime-rl it writes in place, so the
 // folder is complete only once the next one exists or the run has ended.

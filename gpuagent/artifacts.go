@@ -1,0 +1,79 @@
+package gpuagent
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+
+	"github.com/hostedtrain/hostedtrain/internal/blob"
+)
+
+// artifactNames are the outputs GEPA and evals write (seed 004; fixtures/jobs/README.md):
+// the optimized prompt (system_prompt.txt, or best_prompt.txt from older versions), the
+// Pareto frontier, the run's metadata, and an eval's scored rollouts.
+var artifactNames = map[string]bool{
+	"system_prompt.txt": true, "best_prompt.txt": true, "pareto_frontier.jsonl": true,
+	"metadata.json": true, "results.jsonl": true,
+}
+
+// findArtifacts finds the outputs under root and names each: by its file name, or by its
+// path under root where two share a name.
+func findArtifacts(root string) map[string]string {
+	var found []string
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && p != root && (d.Name() == ".venv" || d.Name() == "node_modules") {
+			return fs.SkipDir
+		}
+		if !d.IsDir() && d.Type().IsRegular() && artifactNames[d.Name()] {
+			found = append(found, p)
+		}
+		return nil
+	})
+	sort.Strings(found)
+	count := map[string]int{}
+	for _, p := range found {
+		count[filepath.Base(p)]++
+	}
+	out := map[string]string{}
+	for _, p := range found {
+		name := filepath.Base(p)
+		if count[name] > 1 {
+			rel, _ := filepath.Rel(root, p)
+			name = filepath.ToSlash(rel)
+		}
+		out[name] = p
+	}
+	return out
+}
+
+// uploadArtifacts stores the pipeline's outputs under jobs/{id}/artifacts/.
+func (r *run) uploadArtifacts(ctx context.Context) {
+	found := findArtifacts(r.dir)
+	if len(found) == 0 {
+		r.note("the pipeline wrote none of the expected outputs (system_prompt.txt, best_prompt.txt, pareto_frontier.jsonl, metadata.json, results.jsonl)")
+		return
+	}
+	for name, p := range found {
+		err := retry(ctx, func() error {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return r.agent.cfg.Store.Put(ctx, path.Join(blob.ArtifactPrefix(r.claim.Job.ID), name), f)
+		})
+		if err != nil {
+			r.agent.tel.objectWrites.WithLabelValues("artifacts", "error").Inc()
+			r.log.Warn("artifact not stored", "name", name, "err", err)
+			continue
+		}
+		r.agent.tel.objectWrites.WithLabelValues("artifacts", "ok").Inc()
+		r.note("artifact stored", "name", name)
+	}
+}
