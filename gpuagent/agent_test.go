@@ -723,3 +723,23 @@ func TestSecretsReachOnlyThePipelineEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// A run that reaches its time limit is stopped through its heartbeat (the reaper asks), and
+// the job FAILS saying why.
+func TestATimeLimitStopsTheRun(t *testing.T) {
+	t.Parallel()
+	var offset atomic.Int64 // how far the service's clock is ahead of the wall's
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	b := setup(t, queue.Config{LeaseTTL: time.Hour, Now: now})
+	b.startAgent(t, "agent-a", "--emulate.step-time", "50ms")
+	j := b.submit(t, "time_limit = \"1m\"\n"+withSteps(100000))
+	b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status == job.Running })
+	offset.Store(int64(2 * time.Minute))
+	if _, err := b.stack.Queue.Reap(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	done := b.waitFor(t, j.ID, "ended", terminal)
+	if done.Status != job.Failed || !strings.Contains(done.Error, "time limit") {
+		t.Errorf("got %s %q; want FAILED at its time limit", done.Status, done.Error)
+	}
+}
