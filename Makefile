@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build demo test deps redis-server spec-validator versitygw awscli lint fmt clean fuzz bench-jobs bench-queue
+.PHONY: all build demo test deps redis-server spec-validator versitygw awscli lint fmt clean fuzz bench-jobs bench-queue bench-agent
 
 all: build
 
@@ -37,6 +37,16 @@ fuzz:
 BENCH_QUEUE_ARGS ?= -n 20000 -c 16
 bench-queue: redis-server
 	cd bench && $(GO) run ./cmd/queuebench $(BENCH_QUEUE_ARGS)
+
+## bench-agent: the GPU agent's figures (docs/performance.md): a 2 GiB checkpoint's upload
+## against a plain PUT to the same S3 server; the emulated trainer's step time alone and during
+## an upload (unpinned, then the trainer pinned to CPU 0 and the rest to CPU 1); the idle gap
+## between one job's end and the next one's start
+bench-agent: versitygw
+	$(GO) test -run '^$$' -bench BenchmarkCheckpointUpload -benchtime 3x ./gpuagent
+	$(GO) test -run '^$$' -bench BenchmarkStepTimeDuringUpload -benchtime 1x ./gpuagent
+	HOSTEDTRAIN_BENCH_TRAINER_CPU=0 taskset -c 1 $(GO) test -run '^$$' -bench BenchmarkStepTimeDuringUpload -benchtime 1x ./gpuagent
+	$(GO) test -run '^$$' -bench BenchmarkJobToJobGap -benchtime 50x ./gpuagent
 
 ## bench-jobs: decode + validate + normalize of every fixture, on one core
 bench-jobs:

@@ -63,7 +63,7 @@ type bundle struct {
 }
 
 // setup runs the API with a local-folder store.
-func setup(t *testing.T, qc queue.Config) bundle {
+func setup(t testing.TB, qc queue.Config) bundle {
 	t.Helper()
 	store, err := blob.NewDir(t.TempDir())
 	if err != nil {
@@ -73,19 +73,19 @@ func setup(t *testing.T, qc queue.Config) bundle {
 }
 
 // setupS3 runs the API with an S3 store on a real S3-compatible server.
-func setupS3(t *testing.T, qc queue.Config) bundle {
+func setupS3(t testing.TB, qc queue.Config) bundle {
 	t.Helper()
 	store, srv := s3test.Store(t)
 	return setupWith(t, qc, store, srv)
 }
 
-func setupWith(t *testing.T, qc queue.Config, store blob.Store, srv *s3test.Server) bundle {
+func setupWith(t testing.TB, qc queue.Config, store blob.Store, srv *s3test.Server) bundle {
 	s := apitest.Start(t, apitest.Options{Queue: qc, Store: store})
 	return bundle{stack: s, user: client.New(s.URL, s.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite)), store: store, s3: srv}
 }
 
 // agentConfig is an in-process agent with the emulated pipeline on two H100s.
-func (b bundle) agentConfig(t *testing.T, name string, emulatorFlags ...string) gpuagent.Config {
+func (b bundle) agentConfig(t testing.TB, name string, emulatorFlags ...string) gpuagent.Config {
 	return gpuagent.Config{
 		API:           client.New(b.stack.URL, b.stack.AgentToken(name)),
 		Store:         b.store,
@@ -100,13 +100,13 @@ func (b bundle) agentConfig(t *testing.T, name string, emulatorFlags ...string) 
 }
 
 // startAgent runs an agent until the test ends or stop is called; stop drains it.
-func (b bundle) startAgent(t *testing.T, name string, emulatorFlags ...string) (stop func()) {
+func (b bundle) startAgent(t testing.TB, name string, emulatorFlags ...string) (stop func()) {
 	t.Helper()
 	_, stop = b.run(t, b.agentConfig(t, name, emulatorFlags...))
 	return stop
 }
 
-func (b bundle) run(t *testing.T, cfg gpuagent.Config) (*gpuagent.Agent, func()) {
+func (b bundle) run(t testing.TB, cfg gpuagent.Config) (*gpuagent.Agent, func()) {
 	t.Helper()
 	a, err := gpuagent.New(cfg)
 	if err != nil {
@@ -124,7 +124,7 @@ func (b bundle) run(t *testing.T, cfg gpuagent.Config) (*gpuagent.Agent, func())
 }
 
 // startAgentProcess runs cmd/gpuagent as its own process, as a node does.
-func (b bundle) startAgentProcess(t *testing.T, name string, args ...string) *exec.Cmd {
+func (b bundle) startAgentProcess(t testing.TB, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	store := ""
 	if b.s3 != nil {
@@ -172,12 +172,12 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func (b bundle) submit(t *testing.T, toml string) *job.Job {
+func (b bundle) submit(t testing.TB, toml string) *job.Job {
 	t.Helper()
 	return b.submitKind(t, toml, "")
 }
 
-func (b bundle) submitKind(t *testing.T, toml, kind string) *job.Job {
+func (b bundle) submitKind(t testing.TB, toml, kind string) *job.Job {
 	t.Helper()
 	s, err := b.user.SubmitJob(context.Background(), []byte(toml), "application/toml", kind)
 	if err != nil {
@@ -187,7 +187,7 @@ func (b bundle) submitKind(t *testing.T, toml, kind string) *job.Job {
 }
 
 // waitFor polls the job until cond holds.
-func (b bundle) waitFor(t *testing.T, id string, what string, cond func(*job.Job) bool) *job.Job {
+func (b bundle) waitFor(t testing.TB, id string, what string, cond func(*job.Job) bool) *job.Job {
 	t.Helper()
 	var j *job.Job
 	testwait.Until(t, time.Minute, "job "+what, func() bool {
@@ -202,7 +202,7 @@ func (b bundle) waitFor(t *testing.T, id string, what string, cond func(*job.Job
 
 func terminal(j *job.Job) bool { return j.Status.Terminal() }
 
-func (b bundle) eventTypes(t *testing.T, id string) []string {
+func (b bundle) eventTypes(t testing.TB, id string) []string {
 	t.Helper()
 	evs, err := b.user.Events(context.Background(), id, 0)
 	if err != nil {
@@ -216,7 +216,7 @@ func (b bundle) eventTypes(t *testing.T, id string) []string {
 }
 
 // logText is what the store holds of one log component of one attempt, chunks joined.
-func (b bundle) logText(t *testing.T, jobID string, fence int64, component string) string {
+func (b bundle) logText(t testing.TB, jobID string, fence int64, component string) string {
 	t.Helper()
 	ctx := context.Background()
 	objs, err := b.store.List(ctx, blob.LogPrefix(jobID, fence)+component+"/")

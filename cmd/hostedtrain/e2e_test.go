@@ -171,6 +171,16 @@ func TestDevRunsTheQuickstartToCompletion(t *testing.T) {
 	if code != 0 || !strings.Contains(get, "20/20") || !strings.Contains(get, "emulated") {
 		t.Errorf("train get (%d):\n%s", code, get)
 	}
+	// The run's metrics and checkpoints, as the agent stored them, through the API.
+	api := client.New(d.url, d.token)
+	page, err := api.JobMetrics(context.Background(), j.ID, 0, 0, []string{"reward/all/mean"}, 0)
+	if err != nil || len(page.Items) != 20 || page.Items[19]["reward/all/mean"] == nil {
+		t.Errorf("metrics: %d rows, %v", len(page.Items), err)
+	}
+	cps, err := api.JobCheckpoints(context.Background(), j.ID)
+	if err != nil || len(cps) == 0 || cps[len(cps)-1].Step != 20 || cps[len(cps)-1].Status != "committed" {
+		t.Errorf("checkpoints: %+v, %v", cps, err)
+	}
 	d.stop(t)
 }
 
