@@ -33,11 +33,18 @@ type S3Config struct {
 	// Static credentials; empty uses the SDK's default chain (environment, profile, role).
 	AccessKeyID, SecretAccessKey, SessionToken string
 
-	// PartSize is the multipart part size (default 16 MiB); objects under it go in one PUT.
+	// PartSize is the multipart part size (DefaultPartSize); objects under it go in one PUT.
 	PartSize int64
-	// Concurrency is how many parts of one object are in flight at once (default 8).
+	// Concurrency is how many parts of one object are in flight at once (DefaultConcurrency).
 	Concurrency int
 }
+
+// Multipart defaults: parts of 16 MiB, 8 in flight per object (about 144 MiB of buffers for
+// one large upload).
+const (
+	DefaultPartSize    = 16 << 20
+	DefaultConcurrency = 8
+)
 
 // ParseS3URL reads a store address of the form
 //
@@ -81,10 +88,10 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 		cfg.Region = "us-east-1"
 	}
 	if cfg.PartSize == 0 {
-		cfg.PartSize = 16 << 20
+		cfg.PartSize = DefaultPartSize
 	}
 	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 8
+		cfg.Concurrency = DefaultConcurrency
 	}
 	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(cfg.Region)}
 	if cfg.AccessKeyID != "" {
