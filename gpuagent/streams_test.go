@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
@@ -85,14 +86,27 @@ func TestLogChunksReassembleTheFile(t *testing.T) {
 	}
 }
 
-// failingStore refuses writes while down, like object storage during an outage.
+// failingStore refuses writes while down, like object storage during an outage. mu, when
+// set, guards down and refused for a store shared with another goroutine.
 type failingStore struct {
 	blob.Store
-	down bool
+	mu      *sync.Mutex
+	down    bool
+	refused int
 }
 
 func (f *failingStore) Put(ctx context.Context, key string, r io.Reader) error {
-	if f.down {
+	if f.mu != nil {
+		f.mu.Lock()
+	}
+	down := f.down
+	if down {
+		f.refused++
+	}
+	if f.mu != nil {
+		f.mu.Unlock()
+	}
+	if down {
 		return fmt.Errorf("storage unavailable")
 	}
 	return f.Store.Put(ctx, key, r)

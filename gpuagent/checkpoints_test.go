@@ -1,0 +1,98 @@
+package gpuagent
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
+)
+
+// A checkpoint whose upload fails while storage is down is retried until it is committed; the
+// node's older folders go only once a newer one is stored.
+func TestCheckpointUploadsRetryUntilCommitted(t *testing.T) {
+	t.Parallel()
+	dir, err := blob.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &failingStore{Store: dir, down: true}
+	var mu sync.Mutex
+	store.mu = &mu
+	local := filepath.Join(t.TempDir(), "checkpoints")
+	writeCheckpoint(t, local, 2, 1<<20)
+	writeCheckpoint(t, local, 4, 1<<20)
+	var committed []int
+	u := newUploader(store, "j1", local, -1, nil, slog.New(slog.DiscardHandler), func(s int) {
+		mu.Lock()
+		committed = append(committed, s)
+		mu.Unlock()
+	}, newTelemetry())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go u.run(ctx)
+	u.scan(true)
+	testwait.Until(t, 30*time.Second, "uploads to be refused", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return store.refused >= 2
+	})
+	if _, err := os.Stat(filepath.Join(local, "step_2")); err != nil {
+		t.Fatal("a folder was deleted before it was stored")
+	}
+	mu.Lock()
+	store.down = false
+	mu.Unlock()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	u.wait(wctx)
+	if got := u.committedSteps(); len(got) != 2 || got[1] != 4 {
+		t.Fatalf("committed %v, want [2 4]", got)
+	}
+	if _, err := os.Stat(filepath.Join(local, "step_2")); err == nil {
+		t.Error("step_2 is still on the node after step_4 was committed")
+	}
+}
+
+// A resume takes the newest checkpoint that verifies against its manifest; a damaged one is
+// passed over for the one before.
+func TestRestoreSkipsACheckpointThatDoesNotVerify(t *testing.T) {
+	t.Parallel()
+	store, err := blob.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := filepath.Join(t.TempDir(), "checkpoints")
+	writeCheckpoint(t, local, 10, 1<<20)
+	writeCheckpoint(t, local, 20, 1<<20)
+	u := newUploader(store, "j1", local, -1, nil, slog.New(slog.DiscardHandler), func(int) {}, newTelemetry())
+	ctx := context.Background()
+	for _, s := range []int{10, 20} {
+		if _, err := u.upload(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Step 20's weights are damaged in storage after they were committed.
+	key := blob.CheckpointPrefix("j1", 20) + "trainer/model.safetensors"
+	if err := store.Put(ctx, key, strings.NewReader("not the weights")); err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(t.TempDir(), "restored")
+	step, err := restoreNewest(ctx, store, "j1", dest, slog.New(slog.DiscardHandler))
+	if err != nil || step != 10 {
+		t.Fatalf("restored step %d (%v), want 10", step, err)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "step_20")); err == nil {
+		t.Error("the damaged step_20 was left on disk")
+	}
+	got, _ := os.ReadFile(filepath.Join(dest, "step_10", "orchestrator", "progress.json"))
+	if string(got) != `{"step":1}` {
+		t.Errorf("restored progress.json %q", got)
+	}
+}
