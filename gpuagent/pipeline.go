@@ -17,7 +17,7 @@ import (
 //	rl       {config} (the rl.toml written for the job), {output_dir}, {run_name}
 //	gepa     {config} (the gepa.toml written for the job), {output_dir}
 //	eval     {env_id}, {model}, {num_examples}, {rollouts_per_example}, {output_dir}
-//	install  {env_id}
+//	install  {env_id} (or {id})
 //
 // An argument that is exactly {eval_flags} becomes the eval's optional flags, or nothing:
 // -a with the environment's arguments and -S with the sampling settings as JSON, and -s

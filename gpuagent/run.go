@@ -352,7 +352,7 @@ func (r *run) installEnvs(ctx context.Context) error {
 	}
 	for _, id := range ids {
 		r.note("installing environment", "env", id)
-		argv := expand(tmpl, map[string]string{"env_id": id}, nil)
+		argv := expand(tmpl, map[string]string{"env_id": id, "id": id}, nil)
 		if err := runCommand(ctx, argv, r.dir, r.env(), filepath.Join(r.dir, "install.log")); err != nil {
 			return fmt.Errorf("install environment %s: %w", id, err)
 		}
