@@ -136,6 +136,7 @@ func (s *Server) validate(r *http.Request, route *routers.Route, params map[stri
 	b := &body{raw: raw, mediaType: r.Header.Get("Content-Type")}
 	r = r.WithContext(context.WithValue(r.Context(), bodyKey, b))
 	if route.Operation.Parameters.GetByInAndName("query", "kind") != nil {
+		b.job = true
 		kind := r.URL.Query().Get("kind")
 		if kind == "" {
 			kind = jobspec.KindRL

@@ -77,6 +77,7 @@ type body struct {
 	raw       []byte
 	mediaType string
 	pos       jobspec.Positions
+	job       bool // a job file (submit, preview), not another request body
 }
 
 func (b *body) toml() bool { return strings.Contains(b.mediaType, "toml") }
@@ -144,6 +145,9 @@ func validationProblem(err error, b *body, h hints) *Problem {
 	for i := range fields {
 		b.place(&fields[i])
 	}
+	if b == nil || !b.job {
+		return invalidBody(fields)
+	}
 	return invalidJob(fields, b)
 }
 
@@ -151,6 +155,14 @@ func validationProblem(err error, b *body, h hints) *Problem {
 func invalidJob(fields []FieldError, b *body) *Problem {
 	p := newProblem(http.StatusUnprocessableEntity, "invalid-job",
 		fmt.Sprintf("the %s job does not validate: %d problem(s)", b.format(), len(fields)))
+	p.Errors = fields
+	return p
+}
+
+// invalidBody is the 422 for any other request body that breaks the schema or a rule.
+func invalidBody(fields []FieldError) *Problem {
+	p := newProblem(http.StatusUnprocessableEntity, "invalid-body",
+		fmt.Sprintf("the request body does not validate: %d problem(s)", len(fields)))
 	p.Errors = fields
 	return p
 }

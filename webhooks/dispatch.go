@@ -1,0 +1,494 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/webhook"
+)
+
+// Message is what a delivery's body holds: the Standard Webhooks payload shape.
+type Message struct {
+	Type      string    `json:"type"`
+	Timestamp time.Time `json:"timestamp"`
+	Data      any       `json:"data"`
+}
+
+// JobEvent is the data of a job event: the event as it happened (its per-job sequence number,
+// the job's status then, a detail), and the job as it stood when the delivery was made — never
+// with secret values, which a job never holds.
+type JobEvent struct {
+	JobID    string   `json:"job_id"`
+	Sequence int64    `json:"sequence"`
+	Status   string   `json:"status"`
+	Detail   string   `json:"detail,omitempty"`
+	Job      *job.Job `json:"job,omitempty"`
+}
+
+// Stats counts what one dispatch round did.
+type Stats struct {
+	Events, Deliveries, Delivered, Failed int
+}
+
+// Idle reports whether the round found nothing to do.
+func (s Stats) Idle() bool { return s.Events == 0 && s.Deliveries == 0 }
+
+// Run dispatches until ctx ends, checking for work every interval when there was none.
+func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	for ctx.Err() == nil {
+		st, err := s.DispatchOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("webhook dispatch", "err", err)
+		}
+		if st.Idle() || err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(interval):
+			}
+		}
+	}
+}
+
+// DrainFor dispatches until there is nothing to do or budget has passed (a scheduled Lambda's
+// run).
+func (s *Service) DrainFor(ctx context.Context, budget time.Duration) (Stats, error) {
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	var total Stats
+	for ctx.Err() == nil {
+		st, err := s.DispatchOnce(ctx)
+		total.Events += st.Events
+		total.Deliveries += st.Deliveries
+		total.Delivered += st.Delivered
+		total.Failed += st.Failed
+		if err != nil {
+			if ctx.Err() != nil {
+				return total, nil
+			}
+			return total, err
+		}
+		if st.Idle() {
+			break
+		}
+	}
+	return total, nil
+}
+
+// DispatchOnce turns the outbox's new events into deliveries, then sends the deliveries that
+// are due.
+func (s *Service) DispatchOnce(ctx context.Context) (Stats, error) {
+	var st Stats
+	n, err := s.readOutbox(ctx)
+	st.Events = n
+	if err != nil {
+		return st, err
+	}
+	ids, err := takeScript.Run(ctx, s.rdb, []string{s.k.due()}, s.k.p, ms(s.cfg.Now()),
+		(s.cfg.Timeout + 30*time.Second).Milliseconds(), s.cfg.Concurrency*2).StringSlice()
+	if err != nil {
+		return st, fmt.Errorf("webhooks: take: %w", err)
+	}
+	st.Deliveries = len(ids)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, s.cfg.Concurrency)
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			status, err := s.deliver(ctx, id)
+			if err != nil {
+				s.cfg.Logger.Warn("webhook delivery bookkeeping", "delivery", id, "err", err)
+			}
+			mu.Lock()
+			switch status {
+			case "delivered":
+				st.Delivered++
+			case "failed":
+				st.Failed++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return st, nil
+}
+
+// readOutbox fans out the outbox entries this consumer has not handled: ones another
+// dispatcher took and never acknowledged (it died), then new ones.
+func (s *Service) readOutbox(ctx context.Context) (int, error) {
+	if err := s.ensureGroup(ctx); err != nil {
+		return 0, err
+	}
+	var msgs []redis.XMessage
+	claimed, _, err := s.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: s.k.outbox, Group: group, Consumer: s.cfg.Consumer, MinIdle: 2 * time.Minute, Start: "0", Count: 100,
+	}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		if strings.Contains(err.Error(), "NOGROUP") {
+			s.groupReady.Store(false) // the stream was removed: make the group again next time
+		}
+		return 0, fmt.Errorf("webhooks: reclaim outbox entries: %w", err)
+	}
+	msgs = append(msgs, claimed...)
+	streams, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: group, Consumer: s.cfg.Consumer, Streams: []string{s.k.outbox, ">"}, Count: 200, Block: -1,
+	}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("webhooks: read the outbox: %w", err)
+	}
+	for _, st := range streams {
+		msgs = append(msgs, st.Messages...)
+	}
+	for _, m := range msgs {
+		if err := s.fanOut(ctx, m); err != nil {
+			return 0, err
+		}
+	}
+	return len(msgs), nil
+}
+
+func (s *Service) ensureGroup(ctx context.Context) error {
+	if s.groupReady.Load() {
+		return nil
+	}
+	// From the start of the stream: events written before the first dispatcher ran are
+	// delivered too.
+	err := s.rdb.XGroupCreateMkStream(ctx, s.k.outbox, group, "0").Err()
+	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("webhooks: create the outbox's consumer group: %w", err)
+	}
+	s.groupReady.Store(true)
+	return nil
+}
+
+// fanOut makes the deliveries of one outbox entry.
+func (s *Service) fanOut(ctx context.Context, m redis.XMessage) error {
+	field := func(k string) string { v, _ := m.Values[k].(string); return v }
+	org, typ, jobID := field("org"), field("type"), field("job_id")
+	seq, _ := strconv.ParseInt(field("seq"), 10, 64)
+	ev := JobEvent{JobID: jobID, Sequence: seq, Status: field("status"), Detail: field("detail")}
+	if j, err := s.cfg.Jobs.Get(ctx, jobID); err == nil {
+		ev.Job = j
+	} else if !errors.Is(err, job.ErrNotFound) {
+		return fmt.Errorf("webhooks: read job %s: %w", jobID, err)
+	}
+	body, err := json.Marshal(Message{Type: typ, Timestamp: fromMS(field("time")), Data: ev})
+	if err != nil {
+		return err
+	}
+	_, err = s.makeDeliveries(ctx, m.ID, org, typ, jobID, seq, "msg_"+m.ID, body, "", "")
+	return err
+}
+
+func (s *Service) makeDeliveries(ctx context.Context, entry, org, typ, jobID string, seq int64, msgID string, body []byte, only, except string) ([]string, error) {
+	ids, err := fanoutScript.Run(ctx, s.rdb, []string{s.k.due()}, s.k.p, ms(s.cfg.Now()),
+		s.k.outbox, group, entry, org, typ, jobID, seq, msgID, body, s.cfg.Retention.Milliseconds(), only, except).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: fan out %s: %w", msgID, err)
+	}
+	return ids, nil
+}
+
+// deliver makes one attempt at a delivery and records it; it returns the delivery's status.
+func (s *Service) deliver(ctx context.Context, id string) (string, error) {
+	d, err := s.rdb.HGetAll(ctx, s.k.delivery(id)).Result()
+	if err != nil {
+		return "", err
+	}
+	if len(d) == 0 {
+		return "", nil // expired or removed; nothing to do
+	}
+	ep, err := s.rdb.HGetAll(ctx, s.k.endpoint(d["ep"])).Result()
+	if err != nil {
+		return "", err
+	}
+	if len(ep) == 0 || (ep["enabled"] != "1" && d["force"] != "1") {
+		why := "the endpoint was deleted"
+		if len(ep) > 0 {
+			why = "the endpoint is disabled: " + ep["disabled_reason"]
+		}
+		return s.record(ctx, id, d["org"], d["ep"], "skipped", 0, 0, why, time.Time{})
+	}
+	secrets, err := s.secrets(d["ep"], ep, s.cfg.Now())
+	if err != nil {
+		return s.record(ctx, id, d["org"], d["ep"], "failed", 0, 0, err.Error(), time.Time{})
+	}
+	code, latency, retryAfter, sendErr := s.send(ctx, ep["url"], d["msg"], []byte(d["body"]), secrets)
+	if ctx.Err() != nil {
+		return "", ctx.Err() // shutting down: the take's lease brings it back
+	}
+	attempts, _ := strconv.Atoi(d["attempts"])
+	errText := ""
+	if sendErr != nil {
+		errText = sendErr.Error()
+	}
+	switch {
+	case sendErr == nil && code >= 200 && code < 300:
+		return s.record(ctx, id, d["org"], d["ep"], "delivered", code, latency, "", time.Time{})
+	case code == http.StatusGone:
+		return s.record(ctx, id, d["org"], d["ep"], "gone", code, latency, "410 Gone: the receiver asks for no more deliveries", time.Time{})
+	case attempts >= len(s.cfg.Schedule):
+		return s.record(ctx, id, d["org"], d["ep"], "failed", code, latency, errText, time.Time{})
+	}
+	wait := retryAfter
+	if wait <= 0 {
+		wait = s.jittered(s.cfg.Schedule[attempts])
+	}
+	return s.record(ctx, id, d["org"], d["ep"], "retry", code, latency, errText, s.cfg.Now().Add(wait))
+}
+
+// send POSTs the body, signed, and reports the status code, the latency, the wait the
+// receiver asked for (Retry-After), and an error for anything but a 2xx.
+func (s *Service) send(ctx context.Context, url, msgID string, body []byte, secrets []string) (int, time.Duration, time.Duration, error) {
+	h, err := webhook.Headers(msgID, s.cfg.Now(), body, secrets...)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	req.Header = h
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "hostedtrain-webhooks/1")
+	began := time.Now()
+	resp, err := s.http.Do(req)
+	latency := time.Since(began)
+	if err != nil {
+		return 0, latency, 0, fmt.Errorf("no answer: %w", err)
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp.StatusCode, latency, 0, nil
+	}
+	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		msg += " (redirects are not followed: register the final URL)"
+	}
+	if t := strings.TrimSpace(string(snippet)); t != "" {
+		msg += ": " + t
+	}
+	return resp.StatusCode, latency, retryAfter(resp.Header.Get("Retry-After"), s.cfg.Now()), errors.New(msg)
+}
+
+// retryAfter reads a Retry-After header (seconds or an HTTP date), bounded to 1 s..10 h; 0 when
+// there is none.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	} else {
+		return 0
+	}
+	return min(max(d, time.Second), 10*time.Hour)
+}
+
+func (s *Service) jittered(d time.Duration) time.Duration {
+	f := 1 + s.cfg.Jitter*(2*rand.Float64()-1)
+	return time.Duration(float64(d) * f)
+}
+
+// record writes down an attempt; when it disabled the endpoint, it tells the organization's
+// other endpoints.
+func (s *Service) record(ctx context.Context, id, org, ep, outcome string, code int, latency time.Duration, errText string, next time.Time) (string, error) {
+	now := s.cfg.Now()
+	codeText := ""
+	if code > 0 {
+		codeText = strconv.Itoa(code)
+	}
+	line, _ := json.Marshal(webhook.Attempt{At: now.UTC(), ResponseCode: code, LatencyMS: latency.Milliseconds(), Error: errText})
+	nextMS := ""
+	if !next.IsZero() {
+		nextMS = ms(next)
+	}
+	reason := fmt.Sprintf("every delivery failed for %s; fix the receiver, then re-enable the endpoint", human(s.cfg.DisableAfter))
+	res, err := recordScript.Run(context.WithoutCancel(ctx), s.rdb, []string{s.k.due()}, s.k.p, ms(now), id, outcome, codeText,
+		latency.Milliseconds(), errText, nextMS, line, s.cfg.DisableAfter.Milliseconds(), reason, int64(s.cfg.Retention.Seconds())).StringSlice()
+	if err != nil {
+		return "", fmt.Errorf("webhooks: record %s: %w", id, err)
+	}
+	if len(res) == 2 && res[1] != "" {
+		s.cfg.Logger.Warn("webhook endpoint disabled", "endpoint", ep, "org", org, "reason", res[1])
+		if err := s.notifyDisabled(ctx, org, ep, res[1]); err != nil {
+			return res[0], err
+		}
+	}
+	return res[0], nil
+}
+
+// notifyDisabled sends webhook.endpoint_disabled to the organization's other endpoints.
+func (s *Service) notifyDisabled(ctx context.Context, org, ep, reason string) error {
+	m, err := s.rdb.HGetAll(ctx, s.k.endpoint(ep)).Result()
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now().UTC()
+	body, err := json.Marshal(Message{Type: webhook.EventEndpointDisabled, Timestamp: now, Data: map[string]any{
+		"webhook_id": ep, "url": m["url"], "reason": reason, "disabled_at": now,
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = s.makeDeliveries(context.WithoutCancel(ctx), "", org, webhook.EventEndpointDisabled, "", 0, "msg_"+randomHex(12), body, "", ep)
+	return err
+}
+
+func human(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		n := int(d / (24 * time.Hour))
+		if n == 1 {
+			return "1 day"
+		}
+		return fmt.Sprintf("%d days", n)
+	}
+	return d.String()
+}
+
+// Deliveries lists an endpoint's deliveries, newest first, limit at a time; cursor is the
+// previous page's next cursor ("" for the first).
+func (s *Service) Deliveries(ctx context.Context, org, ep, cursor string, limit int) ([]*webhook.Delivery, string, error) {
+	if _, err := s.Get(ctx, org, ep); err != nil {
+		return nil, "", err
+	}
+	max, afterID := "+inf", ""
+	if cursor != "" {
+		at, id, ok := strings.Cut(cursor, ".")
+		if _, err := strconv.ParseInt(at, 10, 64); !ok || err != nil {
+			return nil, "", &webhook.InvalidError{Field: "cursor", Msg: "cursor is not one this endpoint gave"}
+		}
+		max, afterID = at, id
+	}
+	zs, err := s.rdb.ZRevRangeByScoreWithScores(ctx, s.k.log(ep), &redis.ZRangeBy{Max: max, Min: "-inf", Count: int64(limit + 64)}).Result()
+	if err != nil {
+		return nil, "", err
+	}
+	var out []*webhook.Delivery
+	next := ""
+	for _, z := range zs {
+		id := z.Member.(string)
+		if afterID != "" && strconv.FormatInt(int64(z.Score), 10) == max && id >= afterID {
+			continue // on the previous page
+		}
+		if len(out) == limit {
+			last := out[len(out)-1]
+			next = strconv.FormatInt(last.CreatedAt.UnixMilli(), 10) + "." + last.ID
+			break
+		}
+		d, err := s.delivery(ctx, id)
+		if err != nil {
+			return nil, "", err
+		}
+		if d != nil {
+			out = append(out, d)
+		}
+	}
+	return out, next, nil
+}
+
+// webhook.Delivery returns one of an endpoint's deliveries.
+func (s *Service) Delivery(ctx context.Context, org, ep, id string) (*webhook.Delivery, error) {
+	if _, err := s.Get(ctx, org, ep); err != nil {
+		return nil, err
+	}
+	d, err := s.delivery(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if d == nil || d.WebhookID != ep {
+		return nil, webhook.ErrNotFound
+	}
+	return d, nil
+}
+
+func (s *Service) delivery(ctx context.Context, id string) (*webhook.Delivery, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k.delivery(id)).Result()
+	if err != nil || len(m) == 0 {
+		return nil, err
+	}
+	seq, _ := strconv.ParseInt(m["seq"], 10, 64)
+	attempts, _ := strconv.Atoi(m["attempts"])
+	code, _ := strconv.Atoi(m["last_code"])
+	lat, _ := strconv.ParseInt(m["last_latency_ms"], 10, 64)
+	d := &webhook.Delivery{ID: id, WebhookID: m["ep"], MessageID: m["msg"], Type: m["type"], JobID: m["job_id"], Sequence: seq,
+		Status: m["status"], Attempts: attempts, ResponseCode: code, LatencyMS: lat, Error: m["last_error"],
+		CreatedAt: fromMS(m["created_at"]), AttemptLog: []webhook.Attempt{}}
+	if t := fromMS(m["last_at"]); !t.IsZero() {
+		d.LastAttemptAt = &t
+	}
+	if t := fromMS(m["next_at"]); !t.IsZero() && d.Status == "pending" {
+		d.NextAttemptAt = &t
+	}
+	lines, err := s.rdb.LRange(ctx, s.k.attempts(id), 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range lines {
+		var a webhook.Attempt
+		if json.Unmarshal([]byte(l), &a) == nil {
+			d.AttemptLog = append(d.AttemptLog, a)
+		}
+	}
+	return d, nil
+}
+
+// Redeliver sends a delivery again at once (its message id stays the same, so a receiver that
+// already has it can tell).
+func (s *Service) Redeliver(ctx context.Context, org, ep, id string) (*webhook.Delivery, error) {
+	if _, err := s.Delivery(ctx, org, ep, id); err != nil {
+		return nil, err
+	}
+	ok, err := redeliverScript.Run(ctx, s.rdb, []string{s.k.due()}, s.k.p, ms(s.cfg.Now()), id, ep).Int()
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: redeliver: %w", err)
+	}
+	if ok == 0 {
+		return nil, webhook.ErrNotFound
+	}
+	return s.Delivery(ctx, org, ep, id)
+}
+
+// Test queues a webhook.test delivery to the endpoint (sent even if the endpoint does not
+// subscribe to it, or is disabled) and returns it.
+func (s *Service) Test(ctx context.Context, org, ep string) (*webhook.Delivery, error) {
+	if _, err := s.Get(ctx, org, ep); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now().UTC()
+	body, err := json.Marshal(Message{Type: webhook.EventTest, Timestamp: now, Data: map[string]any{
+		"webhook_id": ep, "message": "a test delivery from hostedtrain: if its signature verifies, the endpoint is ready",
+	}})
+	if err != nil {
+		return nil, err
+	}
+	ids, err := s.makeDeliveries(ctx, "", org, webhook.EventTest, "", 0, "msg_test_"+randomHex(10), body, ep, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) != 1 {
+		return nil, fmt.Errorf("webhooks: test delivery to %s not made", ep)
+	}
+	return s.Delivery(ctx, org, ep, ids[0])
+}
