@@ -52,8 +52,11 @@ type Config struct {
 	Secrets *seal.Keyring
 	// Store is the object storage agents write jobs' metrics, checkpoints and artifacts to;
 	// nil answers those endpoints with 503.
-	Store  blob.Store
-	Logger *slog.Logger
+	Store blob.Store
+	// Webhooks keeps webhook endpoints and their deliveries; nil answers those endpoints
+	// with 503.
+	Webhooks Webhooks
+	Logger   *slog.Logger
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64
 	// Ready, if set, must return nil before /healthz answers 200 (the local stack uses it to
@@ -94,26 +97,34 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, spec: spec, hints: hints{kinds: spec.KindSchemas()}}
 	s.handlers = map[string]http.HandlerFunc{
-		"health":             s.health,
-		"openapiDocument":    s.openapiDocument,
-		"submitJob":          s.submitJob,
-		"previewJob":         s.previewJob,
-		"listJobs":           s.listJobs,
-		"getJob":             s.getJob,
-		"cancelJob":          s.cancelJob,
-		"restartJob":         s.restartJob,
-		"listJobEvents":      s.listJobEvents,
-		"agentAbandonClaim":  s.agentAbandonClaim,
-		"getJobMetrics":      s.getJobMetrics,
-		"listJobCheckpoints": s.listJobCheckpoints,
-		"listJobArtifacts":   s.listJobArtifacts,
-		"agentClaim":         s.agentClaim,
-		"agentHeartbeat":     s.agentHeartbeat,
-		"agentComplete":      s.agentComplete,
-		"agentFail":          s.agentFail,
-		"agentRelease":       s.agentRelease,
-		"getOrg":             s.getOrg,
-		"setOrg":             s.setOrg,
+		"health":                   s.health,
+		"openapiDocument":          s.openapiDocument,
+		"submitJob":                s.submitJob,
+		"previewJob":               s.previewJob,
+		"listJobs":                 s.listJobs,
+		"getJob":                   s.getJob,
+		"cancelJob":                s.cancelJob,
+		"restartJob":               s.restartJob,
+		"listJobEvents":            s.listJobEvents,
+		"agentAbandonClaim":        s.agentAbandonClaim,
+		"createWebhook":            s.createWebhook,
+		"listWebhooks":             s.listWebhooks,
+		"getWebhook":               s.getWebhook,
+		"updateWebhook":            s.updateWebhook,
+		"deleteWebhook":            s.deleteWebhook,
+		"testWebhook":              s.testWebhook,
+		"listWebhookDeliveries":    s.listWebhookDeliveries,
+		"redeliverWebhookDelivery": s.redeliverWebhookDelivery,
+		"getJobMetrics":            s.getJobMetrics,
+		"listJobCheckpoints":       s.listJobCheckpoints,
+		"listJobArtifacts":         s.listJobArtifacts,
+		"agentClaim":               s.agentClaim,
+		"agentHeartbeat":           s.agentHeartbeat,
+		"agentComplete":            s.agentComplete,
+		"agentFail":                s.agentFail,
+		"agentRelease":             s.agentRelease,
+		"getOrg":                   s.getOrg,
+		"setOrg":                   s.setOrg,
 	}
 	seen := map[string]bool{}
 	for path, item := range spec.Doc.Paths.Map() {

@@ -309,7 +309,7 @@ func (h hints) fieldError(se *openapi3.SchemaError) FieldError {
 		if len(path) == 0 || path[len(path)-1] != key {
 			path = append(path, key)
 		}
-	case se.SchemaField == "pattern":
+	case se.SchemaField == "pattern" || se.SchemaField == "enum":
 		if m, ok := se.Schema.Extensions["x-message"].(string); ok {
 			msg = m
 		}

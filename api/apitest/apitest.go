@@ -17,17 +17,20 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/redistest"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
+	"github.com/hostedtrain/hostedtrain/internal/webhook"
 	"github.com/hostedtrain/hostedtrain/openapi"
 	"github.com/hostedtrain/hostedtrain/queue"
+	"github.com/hostedtrain/hostedtrain/webhooks"
 )
 
 // Stack is a running API with what a test needs to drive it.
 type Stack struct {
-	URL   string
-	Queue *queue.Client
-	Redis *redis.Client
-	Keys  *auth.KeySet
-	t     testing.TB
+	URL      string
+	Queue    *queue.Client
+	Redis    *redis.Client
+	Keys     *auth.KeySet
+	Webhooks *webhooks.Service
+	t        testing.TB
 }
 
 // Options adjust the stack.
@@ -35,6 +38,10 @@ type Options struct {
 	Queue queue.Config
 	// Store is the object storage the API reads jobs' data from (nil: none).
 	Store blob.Store
+	// Webhooks, if set, configures the webhook service (Secrets, Jobs, Hooks and, unless set,
+	// a guard that allows loopback receivers are filled in); the test drives its dispatcher
+	// through Stack.Webhooks.
+	Webhooks *webhooks.Config
 }
 
 // Start runs the stack for t and stops it when t ends.
@@ -61,13 +68,26 @@ func Start(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store})
+	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store}
+	var wh *webhooks.Service
+	if o.Webhooks != nil {
+		wc := *o.Webhooks
+		wc.Secrets, wc.Jobs, wc.Hooks = secrets, q, q
+		if wc.Guard == nil {
+			wc.Guard = &webhook.Guard{AllowLoopback: true}
+		}
+		if wh, err = webhooks.New(rdb, wc); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Webhooks = wh
+	}
+	h, err := api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(ValidateResponses(t, h))
 	t.Cleanup(srv.Close)
-	return &Stack{URL: srv.URL, Queue: q, Redis: rdb, Keys: keys, t: t}
+	return &Stack{URL: srv.URL, Queue: q, Redis: rdb, Keys: keys, Webhooks: wh, t: t}
 }
 
 // Token mints a token for org with the given scopes.

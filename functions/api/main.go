@@ -50,7 +50,12 @@ func newHandler(getenv lambdaenv.Getenv, logger *slog.Logger) (http.Handler, err
 	if err != nil {
 		return nil, err
 	}
-	return api.New(api.Config{Queue: queue.New(rdb, qc), Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Logger: logger})
+	q := queue.New(rdb, qc)
+	hooks, err := lambdaenv.Webhooks(getenv, rdb, q, qc, secrets, logger)
+	if err != nil {
+		return nil, err
+	}
+	return api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Webhooks: hooks, Logger: logger})
 }
 
 // lambdaHandler converts API Gateway HTTP API events to requests of h and back.

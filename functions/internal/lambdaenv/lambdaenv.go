@@ -16,13 +16,19 @@
 //	HOSTEDTRAIN_STOP_GRACE     how long a stopped job's agent has to confirm (default 5m)
 //	HOSTEDTRAIN_STORE          s3://BUCKET[/PREFIX] the agents write jobs' data to (optional: without
 //	                           it the metrics, checkpoints and artifacts endpoints answer 503)
+//	HOSTEDTRAIN_WEBHOOK_SCHEDULE  retry waits of webhook deliveries, comma-separated Go durations
+//	                           (default 5s,5m,30m,2h,5h,10h,10h)
+//	HOSTEDTRAIN_WEBHOOKS_ALLOW_LOOPBACK  "true" lets deliveries reach 127.0.0.1 (tests only; never
+//	                           in production)
 package lambdaenv
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,7 +36,9 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
+	"github.com/hostedtrain/hostedtrain/internal/webhook"
 	"github.com/hostedtrain/hostedtrain/queue"
+	"github.com/hostedtrain/hostedtrain/webhooks"
 )
 
 // Getenv reads a variable; os.Getenv in production, a map in tests.
@@ -131,4 +139,33 @@ func Store(ctx context.Context, getenv Getenv) (blob.Store, error) {
 		return nil, fmt.Errorf("HOSTEDTRAIN_STORE: %w", err)
 	}
 	return blob.NewS3(ctx, cfg)
+}
+
+// Webhooks is the webhook service over the queue q, sealing secrets with secrets.
+func Webhooks(getenv Getenv, rdb redis.UniversalClient, q *queue.Client, qc queue.Config, secrets *seal.Keyring, logger *slog.Logger) (*webhooks.Service, error) {
+	cfg := webhooks.Config{
+		Prefix: qc.Prefix, Secrets: secrets, Jobs: q, Hooks: q, Logger: logger,
+		Guard: &webhook.Guard{AllowLoopback: getenv("HOSTEDTRAIN_WEBHOOKS_ALLOW_LOOPBACK") == "true"},
+	}
+	if v := getenv("HOSTEDTRAIN_WEBHOOK_SCHEDULE"); v != "" {
+		sched, err := ParseSchedule(v)
+		if err != nil {
+			return nil, fmt.Errorf("HOSTEDTRAIN_WEBHOOK_SCHEDULE: %w", err)
+		}
+		cfg.Schedule = sched
+	}
+	return webhooks.New(rdb, cfg)
+}
+
+// ParseSchedule reads comma-separated Go durations ("5s,5m,30m").
+func ParseSchedule(v string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, p := range strings.Split(v, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(p))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q is not a positive duration", p)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
