@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build demo test deps redis-server spec-validator versitygw awscli lint fmt clean fuzz bench-jobs bench-queue bench-agent
+.PHONY: all build demo test deps redis-server spec-validator versitygw awscli webhook-receiver lint fmt clean fuzz bench-jobs bench-queue bench-agent
 
 all: build
 
@@ -52,7 +52,14 @@ bench-agent: versitygw
 bench-jobs:
 	$(GO) test -run '^$$' -bench BenchmarkJobAdmission -benchmem -cpu 1 -count 5 ./api
 
-deps: redis-server spec-validator versitygw awscli
+deps: redis-server spec-validator versitygw awscli webhook-receiver
+
+## webhook-receiver: the standardwebhooks npm package the end-to-end webhook test verifies with
+webhook-receiver:
+	@test -d testdata/webhook-receiver/node_modules/standardwebhooks || { \
+	  command -v npm >/dev/null 2>&1 || { echo "npm is needed (Node 18 or later)"; exit 1; }; \
+	  echo "installing the webhook receiver's npm packages"; \
+	  cd testdata/webhook-receiver && npm ci --silent --no-audit --no-fund; }
 
 ## awscli: a client that is not ours, to read back what the S3 backend wrote
 awscli:

@@ -389,3 +389,16 @@ func fromMS(s string) time.Time {
 	}
 	return time.UnixMilli(n).UTC()
 }
+
+// ParseSchedule reads a retry schedule: comma-separated Go durations ("5s,5m,30m").
+func ParseSchedule(v string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, p := range strings.Split(v, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(p))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q is not a positive duration", p)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}

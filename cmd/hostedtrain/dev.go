@@ -26,7 +26,9 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/redisproc"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
+	"github.com/hostedtrain/hostedtrain/internal/webhook"
 	"github.com/hostedtrain/hostedtrain/queue"
+	"github.com/hostedtrain/hostedtrain/webhooks"
 )
 
 type devOptions struct {
@@ -39,6 +41,9 @@ type devOptions struct {
 	heartbeat time.Duration
 	gpus      string
 	queue     queue.Config
+
+	allowLoopbackWebhooks bool
+	webhookSchedule       string
 }
 
 func newDevCmd() *cobra.Command {
@@ -47,8 +52,9 @@ func newDevCmd() *cobra.Command {
 		Use:   "dev",
 		Short: "Run the whole service on this machine: Redis, the API, the reaper and emulated GPU agents",
 		Long: `dev starts a private redis-server (AOF on, files under --data), the API on --addr, the
-reaper, and --agents GPU agents that run the EMULATED prime-rl (no GPU needed), with object
-storage in --data/objects. It writes an admin token to --data/admin.token. GET /healthz answers
+reaper, the webhook dispatcher, and --agents GPU agents that run the EMULATED prime-rl (no GPU
+needed), with object storage in --data/objects. Webhooks may reach receivers on this machine
+unless --allow-loopback-webhooks=false. It writes an admin token to --data/admin.token. GET /healthz answers
 200 once everything is up. Ctrl-C or SIGTERM stops every process it started.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,6 +74,9 @@ storage in --data/objects. It writes an admin token to --data/admin.token. GET /
 	f.IntVar(&o.queue.MaxQueued, "max-queued", 0, "per-organization queued limit (0: none)")
 	f.DurationVar(&o.queue.RetryBackoff, "retry-backoff", 2*time.Second, "wait before a job whose lease lapsed is retried (doubles each time)")
 	f.DurationVar(&o.queue.StopGrace, "stop-grace", 30*time.Second, "how long a stopped job's agent has to confirm")
+	f.BoolVar(&o.allowLoopbackWebhooks, "allow-loopback-webhooks", true,
+		"let webhooks reach receivers on this machine (127.0.0.1, ::1); false refuses them as production does")
+	f.StringVar(&o.webhookSchedule, "webhook-schedule", "5s,5m,30m,2h,5h,10h,10h", "waits between a webhook delivery's retries")
 	return c
 }
 
@@ -147,9 +156,21 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	schedule, err := webhooks.ParseSchedule(o.webhookSchedule)
+	if err != nil {
+		return fmt.Errorf("--webhook-schedule: %w", err)
+	}
+	hooks, err := webhooks.New(rdb, webhooks.Config{
+		Prefix: qc.Prefix, Secrets: secrets, Jobs: q, Hooks: q, Schedule: schedule,
+		Guard:  &webhook.Guard{AllowLoopback: o.allowLoopbackWebhooks},
+		Logger: logger.With("part", "webhooks"),
+	})
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
 	handler, err := api.New(api.Config{
-		Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Logger: logger.With("part", "api"),
+		Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Webhooks: hooks, Logger: logger.With("part", "api"),
 		Ready: func() error {
 			if !ready.Load() {
 				return errors.New("the local stack is still starting")
@@ -174,6 +195,11 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		return err
 	}
 	defer reaper.Stop()
+
+	hookCtx, stopHooks := context.WithCancel(ctx)
+	hooksDone := make(chan struct{})
+	go func() { defer close(hooksDone); hooks.Run(hookCtx, 200*time.Millisecond) }()
+	defer func() { stopHooks(); <-hooksDone }()
 
 	agentCtx, stopAgents := context.WithCancel(ctx)
 	var agents sync.WaitGroup
@@ -219,8 +245,12 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err := writeFileAtomic(urlPath, []byte(baseURL+"\n")); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "hostedtrain dev is up\n  API          %s (health: %s/healthz)\n  admin token  %s\n  url file     %s\n  redis        %s (data in %s)\n  agents       %d emulated (prime-rl-emulator: no GPU work is done)\n  logs         %s\nCtrl-C stops everything.\n",
-		baseURL, baseURL, tokenPath, urlPath, rs.Addr, rs.Dir, o.agents, logf.Name())
+	webhookNote := "public internet only (loopback refused, as in production)"
+	if o.allowLoopbackWebhooks {
+		webhookNote = "may reach receivers on this machine (loopback allowed; --allow-loopback-webhooks=false refuses them as production does)"
+	}
+	fmt.Fprintf(out, "hostedtrain dev is up\n  API          %s (health: %s/healthz)\n  admin token  %s\n  url file     %s\n  redis        %s (data in %s)\n  agents       %d emulated (prime-rl-emulator: no GPU work is done)\n  webhooks     %s\n  logs         %s\nCtrl-C stops everything.\n",
+		baseURL, baseURL, tokenPath, urlPath, rs.Addr, rs.Dir, o.agents, webhookNote, logf.Name())
 
 	select {
 	case <-ctx.Done():

@@ -72,12 +72,12 @@ type devStack struct {
 }
 
 // startDev runs `hostedtrain dev` on a free port and waits until it is ready.
-func startDev(t *testing.T, stepTime string) *devStack {
+func startDev(t *testing.T, stepTime string, extra ...string) *devStack {
 	t.Helper()
 	data := t.TempDir()
 	out := &syncBuffer{}
-	cmd := exec.Command(filepath.Join(binDir, "hostedtrain"), "dev", "--addr", "127.0.0.1:0", "--data", data,
-		"--agents", "1", "--step-time", stepTime, "--heartbeat", "200ms")
+	cmd := exec.Command(filepath.Join(binDir, "hostedtrain"), append([]string{"dev", "--addr", "127.0.0.1:0", "--data", data,
+		"--agents", "1", "--step-time", stepTime, "--heartbeat", "200ms"}, extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

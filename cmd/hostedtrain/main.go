@@ -47,7 +47,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTrainCmd(), newGEPACmd(), newEvalCmd(), newDevCmd(), newAdminCmd())
+	root.AddCommand(newTrainCmd(), newGEPACmd(), newEvalCmd(), newWebhookCmd(), newDevCmd(), newAdminCmd())
 	return root
 }
 

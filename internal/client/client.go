@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/webhook"
 )
 
 // Client calls one API with one token.
@@ -469,4 +470,91 @@ func (c *Client) JobArtifacts(ctx context.Context, id string) ([]Artifact, error
 	}
 	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/artifacts", "", nil, &page)
 	return page.Items, err
+}
+
+// CreateWebhook registers an endpoint; the answer carries its signing secret, once.
+func (c *Client) CreateWebhook(ctx context.Context, url string, events []string, description string) (*webhook.Endpoint, error) {
+	var ep webhook.Endpoint
+	body := map[string]any{"url": url, "events": events}
+	if description != "" {
+		body["description"] = description
+	}
+	if _, err := c.postJSON(ctx, "/v1/webhooks", body, &ep); err != nil {
+		return nil, err
+	}
+	return &ep, nil
+}
+
+// ListWebhooks lists the organization's endpoints.
+func (c *Client) ListWebhooks(ctx context.Context) ([]webhook.Endpoint, error) {
+	var page struct {
+		Items []webhook.Endpoint `json:"items"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/webhooks", "", nil, &page)
+	return page.Items, err
+}
+
+// GetWebhook reads one endpoint.
+func (c *Client) GetWebhook(ctx context.Context, id string) (*webhook.Endpoint, error) {
+	var ep webhook.Endpoint
+	if _, err := c.do(ctx, http.MethodGet, "/v1/webhooks/"+url.PathEscape(id), "", nil, &ep); err != nil {
+		return nil, err
+	}
+	return &ep, nil
+}
+
+// UpdateWebhook changes an endpoint: the fields of patch that are set (see the API's
+// WebhookPatch: url, events, enabled, description, rotate_secret).
+func (c *Client) UpdateWebhook(ctx context.Context, id string, patch map[string]any) (*webhook.Endpoint, error) {
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return nil, err
+	}
+	var ep webhook.Endpoint
+	if _, err := c.do(ctx, http.MethodPatch, "/v1/webhooks/"+url.PathEscape(id), "application/json", body, &ep); err != nil {
+		return nil, err
+	}
+	return &ep, nil
+}
+
+// DeleteWebhook removes an endpoint.
+func (c *Client) DeleteWebhook(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/webhooks/"+url.PathEscape(id), "", nil, nil)
+	return err
+}
+
+// TestWebhook queues a webhook.test delivery.
+func (c *Client) TestWebhook(ctx context.Context, id string) (*webhook.Delivery, error) {
+	var d webhook.Delivery
+	if _, err := c.do(ctx, http.MethodPost, "/v1/webhooks/"+url.PathEscape(id)+"/test", "", nil, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// WebhookDeliveries lists an endpoint's deliveries, newest first.
+func (c *Client) WebhookDeliveries(ctx context.Context, id, cursor string, limit int) ([]webhook.Delivery, string, error) {
+	q := url.Values{}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var page struct {
+		Items      []webhook.Delivery `json:"items"`
+		NextCursor string             `json:"next_cursor"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/webhooks/"+url.PathEscape(id)+"/deliveries?"+q.Encode(), "", nil, &page)
+	return page.Items, page.NextCursor, err
+}
+
+// RedeliverWebhook sends a delivery again now.
+func (c *Client) RedeliverWebhook(ctx context.Context, id, deliveryID string) (*webhook.Delivery, error) {
+	var d webhook.Delivery
+	path := "/v1/webhooks/" + url.PathEscape(id) + "/deliveries/" + url.PathEscape(deliveryID) + "/redeliver"
+	if _, err := c.do(ctx, http.MethodPost, path, "", nil, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
 }

@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -148,24 +147,11 @@ func Webhooks(getenv Getenv, rdb redis.UniversalClient, q *queue.Client, qc queu
 		Guard: &webhook.Guard{AllowLoopback: getenv("HOSTEDTRAIN_WEBHOOKS_ALLOW_LOOPBACK") == "true"},
 	}
 	if v := getenv("HOSTEDTRAIN_WEBHOOK_SCHEDULE"); v != "" {
-		sched, err := ParseSchedule(v)
+		sched, err := webhooks.ParseSchedule(v)
 		if err != nil {
 			return nil, fmt.Errorf("HOSTEDTRAIN_WEBHOOK_SCHEDULE: %w", err)
 		}
 		cfg.Schedule = sched
 	}
 	return webhooks.New(rdb, cfg)
-}
-
-// ParseSchedule reads comma-separated Go durations ("5s,5m,30m").
-func ParseSchedule(v string) ([]time.Duration, error) {
-	var out []time.Duration
-	for _, p := range strings.Split(v, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(p))
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("%q is not a positive duration", p)
-		}
-		out = append(out, d)
-	}
-	return out, nil
 }
