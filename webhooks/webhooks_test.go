@@ -89,6 +89,7 @@ type received struct {
 	msg  Message
 	data JobEvent
 	raw  map[string]any
+	body string
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -119,6 +120,7 @@ func newReceiver(t *testing.T) *receiver {
 		}
 		var got received
 		got.id = req.Header.Get(webhook.HeaderID)
+		got.body = string(body)
 		_ = json.Unmarshal(body, &got.msg)
 		_ = json.Unmarshal(body, &got.raw)
 		data, _ := json.Marshal(got.raw["data"])
@@ -150,7 +152,7 @@ func spec() jobspec.Spec {
 // run takes a job through its life on the queue: queued, started, two checkpoints, completed.
 func (b bundle) run(t *testing.T, org string) string {
 	t.Helper()
-	j, _, err := b.q.Submit(b.ctx, job.Submission{Org: org, Spec: spec(), SealedSecrets: ""}, "", "")
+	j, _, err := b.q.Submit(b.ctx, job.Submission{Org: org, Spec: spec(), SealedSecrets: "sealed:sk-live-0123456789"}, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,6 +273,9 @@ func TestJobEventsAreDeliveredSignedAndInOrder(t *testing.T) {
 			}
 			if e.data.Job == nil || e.data.Job.ID != id || e.data.Job.Config.Model != "m" {
 				t.Errorf("event without the job: %+v", e.data)
+			}
+			if strings.Contains(e.body, "sk-live") {
+				t.Errorf("a delivery carries the job's secret: %s", e.body)
 			}
 			if !strings.HasPrefix(e.id, "msg_") || e.msg.Timestamp.IsZero() {
 				t.Errorf("message id %q, timestamp %v", e.id, e.msg.Timestamp)
