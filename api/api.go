@@ -8,6 +8,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,7 +30,7 @@ type Queue interface {
 	RunsAhead(ctx context.Context, org string, spec jobspec.Spec) (job.Position, error)
 	Position(ctx context.Context, id string) (job.Position, bool, error)
 	Get(ctx context.Context, id string) (*job.Job, error)
-	List(ctx context.Context, org, cursor string, limit int) ([]*job.Job, string, error)
+	List(ctx context.Context, org string, f job.ListFilter, cursor string, limit int) ([]*job.Job, string, error)
 	Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error)
 	Cancel(ctx context.Context, id string) (*job.Job, error)
 	Restart(ctx context.Context, id string) (*job.Job, error)
@@ -56,6 +57,12 @@ type Config struct {
 	// Webhooks keeps webhook endpoints and their deliveries; nil answers those endpoints
 	// with 503.
 	Webhooks Webhooks
+	// DownloadKey signs the download links the API serves itself (where the store cannot
+	// presign); empty makes a random one (links then work only with this process).
+	DownloadKey []byte
+	// StreamLimit ends event and log streams after this long (0: when the job ends): under
+	// Lambda a response is buffered, so a stream must end for the client to see it.
+	StreamLimit time.Duration
 	Logger   *slog.Logger
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64
@@ -79,10 +86,11 @@ func (c *Config) validate() error {
 
 // Server is the API.
 type Server struct {
-	cfg      Config
-	spec     *openapi.Spec
-	hints    hints
-	handlers map[string]http.HandlerFunc // by operationId
+	cfg         Config
+	spec        *openapi.Spec
+	hints       hints
+	handlers    map[string]http.HandlerFunc // by operationId
+	downloadKey []byte
 }
 
 // New builds the API. It fails if the OpenAPI document and the handlers disagree on which
@@ -95,7 +103,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, spec: spec, hints: hints{kinds: spec.KindSchemas()}}
+	s := &Server{cfg: cfg, spec: spec, hints: hints{kinds: spec.KindSchemas()}, downloadKey: cfg.DownloadKey}
+	if len(s.downloadKey) == 0 {
+		s.downloadKey = make([]byte, 32)
+		if _, err := rand.Read(s.downloadKey); err != nil {
+			return nil, err
+		}
+	}
 	s.handlers = map[string]http.HandlerFunc{
 		"health":                   s.health,
 		"openapiDocument":          s.openapiDocument,
@@ -115,6 +129,10 @@ func New(cfg Config) (*Server, error) {
 		"testWebhook":              s.testWebhook,
 		"listWebhookDeliveries":    s.listWebhookDeliveries,
 		"redeliverWebhookDelivery": s.redeliverWebhookDelivery,
+		"getJobLogs":               s.getJobLogs,
+		"getJobProgress":           s.getJobProgress,
+		"getUsage":                 s.getUsage,
+		"download":                 s.download,
 		"getJobMetrics":            s.getJobMetrics,
 		"listJobCheckpoints":       s.listJobCheckpoints,
 		"listJobArtifacts":         s.listJobArtifacts,

@@ -1,11 +1,16 @@
 package api
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
 // What agents wrote to object storage for a job: metrics, checkpoints, artifacts. The API
@@ -58,11 +63,19 @@ func (s *Server) getJobMetrics(w http.ResponseWriter, r *http.Request) {
 }
 
 type checkpointItem struct {
-	Step   int        `json:"step"`
-	Status string     `json:"status"`
-	Bytes  int64      `json:"bytes"`
-	Files  int        `json:"files"`
-	Time   *time.Time `json:"time,omitempty"`
+	Step     int            `json:"step"`
+	Status   string         `json:"status"`
+	Bytes    int64          `json:"bytes"`
+	Files    int            `json:"files"`
+	Time     *time.Time     `json:"time,omitempty"`
+	Download []downloadFile `json:"download,omitempty"`
+}
+
+type downloadFile struct {
+	Path   string `json:"path"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256,omitempty"`
+	URL    string `json:"url"`
 }
 
 func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
@@ -75,25 +88,61 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	expires := time.Now().Add(downloadTTL).UTC().Truncate(time.Second)
 	items := make([]checkpointItem, 0, len(cps))
 	for _, c := range cps {
 		it := checkpointItem{Step: c.Step, Status: "uploading", Bytes: c.Bytes, Files: c.Files}
-		if c.Committed {
-			it.Status = "committed"
-		}
 		if !c.Time.IsZero() {
 			t := c.Time.UTC()
 			it.Time = &t
 		}
+		if c.Committed {
+			it.Status = "committed"
+			files, err := s.checkpointDownloads(r, j.ID, c.Step, expires)
+			if err != nil {
+				s.internalError(w, r, err)
+				return
+			}
+			it.Download = files
+		}
 		items = append(items, it)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items})
+	writeJSON(w, http.StatusOK, map[string]any{"items": items, "expires_at": expires})
+}
+
+// checkpointDownloads lists a committed checkpoint's files, as its manifest has them, with
+// download links.
+func (s *Server) checkpointDownloads(r *http.Request, jobID string, step int, expires time.Time) ([]downloadFile, error) {
+	prefix := blob.CheckpointPrefix(jobID, step)
+	rc, err := s.cfg.Store.Get(r.Context(), prefix+blob.ManifestName)
+	if errors.Is(err, blob.ErrNotFound) {
+		return nil, nil // pruned between the listing and now
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m blob.Manifest
+	err = json.NewDecoder(rc).Decode(&m)
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("manifest of step %d: %w", step, err)
+	}
+	out := make([]downloadFile, 0, len(m.Files))
+	for _, f := range m.Files {
+		u, err := s.downloadURL(r.Context(), r, prefix+f.Path, expires)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, downloadFile{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256, URL: u})
+	}
+	return out, nil
 }
 
 type artifactItem struct {
 	Name  string     `json:"name"`
 	Bytes int64      `json:"bytes"`
 	Time  *time.Time `json:"time,omitempty"`
+	URL   string     `json:"url"`
 }
 
 func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
@@ -107,10 +156,136 @@ func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	expires := time.Now().Add(downloadTTL).UTC().Truncate(time.Second)
 	items := make([]artifactItem, 0, len(objs))
 	for _, o := range objs {
 		t := o.Modified.UTC()
-		items = append(items, artifactItem{Name: strings.TrimPrefix(o.Key, prefix), Bytes: o.Size, Time: &t})
+		u, err := s.downloadURL(r.Context(), r, o.Key, expires)
+		if err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+		items = append(items, artifactItem{Name: strings.TrimPrefix(o.Key, prefix), Bytes: o.Size, Time: &t, URL: u})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items})
+	writeJSON(w, http.StatusOK, map[string]any{"items": items, "expires_at": expires})
 }
+
+type jobProgress struct {
+	JobID          string             `json:"job_id"`
+	Status         job.Status         `json:"status"`
+	Step           int                `json:"step"`
+	MaxSteps       int                `json:"max_steps"`
+	Percent        float64            `json:"percent"`
+	Metrics        map[string]float64 `json:"metrics,omitempty"`
+	CheckpointStep int                `json:"checkpoint_step,omitempty"`
+	StepSeconds    *float64           `json:"step_seconds,omitempty"`
+	ETASeconds     *float64           `json:"eta_seconds,omitempty"`
+	ElapsedSeconds *float64           `json:"elapsed_seconds,omitempty"`
+	StartedAt      *time.Time         `json:"started_at,omitempty"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+}
+
+// progressWindow is how many of the newest steps the pace is measured over.
+const progressWindow = 20
+
+func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.ownJob(w, r)
+	if !ok {
+		return
+	}
+	p := jobProgress{JobID: j.ID, Status: j.Status, Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps,
+		Metrics: j.Progress.Metrics, CheckpointStep: j.Progress.CheckpointStep, StartedAt: j.StartedAt, UpdatedAt: j.UpdatedAt}
+	if p.MaxSteps > 0 {
+		p.Percent = math.Round(1000*float64(p.Step)/float64(p.MaxSteps)) / 10
+	}
+	if j.StartedAt != nil {
+		end := time.Now()
+		if j.FinishedAt != nil {
+			end = *j.FinishedAt
+		}
+		e := end.Sub(*j.StartedAt).Seconds()
+		p.ElapsedSeconds = &e
+	}
+	if s.cfg.Store != nil && p.Step > 1 {
+		rows, _, err := blob.ReadMetrics(r.Context(), s.cfg.Store, j.ID, blob.MetricsQuery{
+			MinStep: max(0, p.Step-progressWindow), Names: []string{"time"}})
+		if err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+		if pace, ok := stepPace(rows); ok {
+			p.StepSeconds = &pace
+			if j.Status == job.Running && p.MaxSteps > p.Step {
+				eta := pace * float64(p.MaxSteps-p.Step)
+				p.ETASeconds = &eta
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// stepPace is the mean time between consecutive steps of rows (by their `time`), over the
+// longest run of consecutive steps at their end.
+func stepPace(rows []blob.MetricsRow) (float64, bool) {
+	var times []float64
+	var steps []int
+	for _, r := range rows {
+		var t float64
+		if json.Unmarshal(r["time"], &t) == nil && t > 0 {
+			times = append(times, t)
+			steps = append(steps, r.Step())
+		}
+	}
+	if len(times) < 2 {
+		return 0, false
+	}
+	first := len(times) - 1
+	for first > 0 && steps[first-1] == steps[first]-1 && times[first-1] <= times[first] {
+		first--
+	}
+	n := len(times) - 1 - first
+	if n < 1 {
+		return 0, false
+	}
+	return (times[len(times)-1] - times[first]) / float64(n), true
+}
+
+type usageJob struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name,omitempty"`
+	Kind       string     `json:"kind"`
+	Status     job.Status `json:"status"`
+	GPUs       int        `json:"gpus"`
+	GPUType    string     `json:"gpu_type,omitempty"`
+	GPUSeconds float64    `json:"gpu_seconds"`
+	CreatedAt  time.Time  `json:"created_at"`
+}
+
+func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
+	org := principal(r).Org
+	st, err := s.cfg.Queue.GetOrg(r.Context(), org)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	jobs, next, err := s.cfg.Queue.List(r.Context(), org, job.ListFilter{}, r.URL.Query().Get("cursor"), intQuery(r, "limit", 20))
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	items := make([]usageJob, 0, len(jobs))
+	for _, j := range jobs {
+		items = append(items, usageJob{ID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, GPUs: j.Config.Resources.GPUs,
+			GPUType: j.Config.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), CreatedAt: j.CreatedAt})
+	}
+	out := map[string]any{
+		"organization": map[string]any{"org": org, "gpu_seconds": round3(st.GPUSeconds), "running": st.Running, "running_gpus": st.RunningGPUs},
+		"jobs":         items,
+	}
+	if next != "" {
+		out["next_cursor"] = next
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
@@ -158,7 +160,16 @@ type jobList struct {
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	limit := intQuery(r, "limit", 20)
-	jobs, next, err := s.cfg.Queue.List(r.Context(), principal(r).Org, r.URL.Query().Get("cursor"), limit)
+	q := r.URL.Query()
+	f := job.ListFilter{Kind: q.Get("kind")}
+	for _, st := range strings.Split(q.Get("status"), ",") {
+		if st != "" {
+			f.Statuses = append(f.Statuses, job.Status(st))
+		}
+	}
+	f.CreatedAfter, _ = time.Parse(time.RFC3339Nano, q.Get("created_after"))
+	f.CreatedBefore, _ = time.Parse(time.RFC3339Nano, q.Get("created_before"))
+	jobs, next, err := s.cfg.Queue.List(r.Context(), principal(r).Org, f, q.Get("cursor"), limit)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -248,6 +259,14 @@ type eventList struct {
 func (s *Server) listJobEvents(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
 	if !ok {
+		return
+	}
+	if wantsStream(r) {
+		after := int64(intQuery(r, "after", 0))
+		if id, err := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && id >= 0 {
+			after = id
+		}
+		s.streamEvents(w, r, j.ID, after)
 		return
 	}
 	evs, err := s.cfg.Queue.Events(r.Context(), j.ID, int64(intQuery(r, "after", 0)), intQuery(r, "limit", 20))

@@ -10,9 +10,11 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -38,6 +40,35 @@ const KindHeader = "Hostedtrain-Default-Kind"
 func init() {
 	openapi3filter.RegisterBodyDecoder(MediaTOML, decodeTOMLBody)
 	openapi3filter.RegisterBodyDecoder("application/json", decodeJSONBody)
+	openapi3filter.RegisterBodyDecoder("text/event-stream", decodeEventStream)
+}
+
+// decodeEventStream reads a Server-Sent Events stream as the list of its events' data, each
+// JSON, so a stream's content is validated against the schema like any other answer.
+// Comments and the id and event fields are skipped.
+func decodeEventStream(r io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for _, frame := range strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n\n") {
+		var payload strings.Builder
+		for _, line := range strings.Split(frame, "\n") {
+			if d, ok := strings.CutPrefix(line, "data:"); ok {
+				payload.WriteString(strings.TrimPrefix(d, " "))
+			}
+		}
+		if payload.Len() == 0 {
+			continue
+		}
+		var v any
+		if err := json.Unmarshal([]byte(payload.String()), &v); err != nil {
+			return nil, fmt.Errorf("event data is not JSON: %w", err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 func decodeTOMLBody(r io.Reader, h http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {

@@ -24,7 +24,8 @@ func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) erro
 
 // GetOrg reports an organization's settings in effect and its use of the queue now.
 func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) {
-	vals, err := c.rdb.HMGet(ctx, c.keys.org(org), "weight", "max_running", "max_queued", "queued", "running", "running_gpus", "usage").Result()
+	vals, err := c.rdb.HMGet(ctx, c.keys.org(org), "weight", "max_running", "max_queued", "queued", "running", "running_gpus", "usage",
+		"gpu_ms", "hold_anchor").Result()
 	if err != nil {
 		return job.OrgStatus{}, fmt.Errorf("queue: org %s: %w", org, err)
 	}
@@ -53,5 +54,11 @@ func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) 
 	// usage is GPU-milliseconds scaled to the reference time; bring it to now.
 	decay := math.Exp(-float64(ms(c.cfg.Now())-tref) / float64(c.tau))
 	st.UsageGPUHours = f(6) * decay / 3600e3
+	// Raw GPU time: what ended holds used, plus what the holds now running have used so far.
+	now := float64(ms(c.cfg.Now()) - usageEpoch)
+	st.GPUSeconds = (f(7) + float64(st.RunningGPUs)*now - f(8)) / 1000
 	return st, nil
 }
+
+// usageEpoch is the origin of hold_anchor (prelude.lua's USAGE_EPOCH, 2025-01-01).
+const usageEpoch = 1735689600000

@@ -149,7 +149,7 @@ func TestEveryAcknowledgedJobSurvivesARestart(t *testing.T) {
 	}
 	total := 0
 	for _, org := range []string{"org0", "org1"} {
-		jobs, _, err := q.List(ctx, org, "", 100000)
+		jobs, _, err := q.List(ctx, org, job.ListFilter{}, "", 100000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -219,7 +220,7 @@ func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) 
 		v := strs[i].Val()
 		cfg, _ := v[0].(string)
 		prog, _ := v[1].(string)
-		j, err := jobFromMap(m, cfg, prog)
+		j, err := jobFromMap(m, cfg, prog, c.cfg.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -228,27 +229,74 @@ func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) 
 	return jobs, nil
 }
 
-// List returns up to limit of org's jobs, newest first, starting after cursor (an id from a
-// previous page; "" for the first). next is "" on the last page.
-func (c *Client) List(ctx context.Context, org, cursor string, limit int) (jobs []*job.Job, next string, err error) {
-	start := "+"
-	if cursor != "" {
+// List returns an organization's jobs that pass f, newest first, up to limit, and a cursor for
+// the next page ("" when there is none). Job ids are UUIDv7, so the organization's index of
+// ids (ordered by id) is ordered by creation time, and a time bound is a range of ids; status
+// and kind are checked job by job. One call looks at no more than listScanMax jobs: a narrow
+// filter over many jobs may return a short page with a cursor to go on from.
+func (c *Client) List(ctx context.Context, org string, f job.ListFilter, cursor string, limit int) (jobs []*job.Job, next string, err error) {
+	start, stop := "+", "-"
+	if !f.CreatedBefore.IsZero() {
+		start = "(" + idPrefix(f.CreatedBefore)
+	}
+	if cursor != "" && (start == "+" || "("+cursor < start) {
 		start = "(" + cursor
 	}
-	ids, err := c.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
-		Key: c.keys.orgJobs(org), Start: start, Stop: "-", ByLex: true, Rev: true, Count: int64(limit) + 1,
-	}).Result()
+	if !f.CreatedAfter.IsZero() {
+		stop = "[" + idPrefix(f.CreatedAfter)
+	}
+	scanned := 0
+	for len(jobs) < limit && scanned < max(listScanMax, limit) {
+		batch := max(limit-len(jobs), 20)
+		ids, err := c.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
+			Key: c.keys.orgJobs(org), Start: start, Stop: stop, ByLex: true, Rev: true, Count: int64(batch),
+		}).Result()
+		if err != nil {
+			return nil, "", fmt.Errorf("queue: list: %w", err)
+		}
+		if len(ids) == 0 {
+			return jobs, "", nil
+		}
+		page, err := c.getMany(ctx, ids)
+		if err != nil {
+			return nil, "", fmt.Errorf("queue: list: %w", err)
+		}
+		for _, j := range page {
+			scanned++
+			next = j.ID
+			if matchesFilter(f, j) {
+				jobs = append(jobs, j)
+				if len(jobs) == limit {
+					break
+				}
+			}
+		}
+		if len(page) > 0 {
+			start = "(" + next
+		}
+		if len(ids) < batch && len(jobs) < limit {
+			return jobs, "", nil
+		}
+	}
+	// Whether anything is left past next: look one id ahead.
+	more, err := c.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: c.keys.orgJobs(org), Start: "(" + next, Stop: stop, ByLex: true, Rev: true, Count: 1}).Result()
 	if err != nil {
 		return nil, "", fmt.Errorf("queue: list: %w", err)
 	}
-	if len(ids) > limit {
-		ids = ids[:limit]
-		next = ids[limit-1]
-	}
-	if jobs, err = c.getMany(ctx, ids); err != nil {
-		return nil, "", fmt.Errorf("queue: list: %w", err)
+	if len(more) == 0 {
+		next = ""
 	}
 	return jobs, next, nil
+}
+
+// listScanMax bounds the jobs one List call reads.
+const listScanMax = 2000
+
+// idPrefix is the start of the UUIDv7 ids of jobs created at t: its 48-bit millisecond time
+// as hex, "xxxxxxxx-xxxx".
+func idPrefix(t time.Time) string {
+	m := uint64(t.UnixMilli())
+	return fmt.Sprintf("%08x-%04x", m>>16, m&0xffff)
 }
 
 // Events returns the job's events with a sequence number above after, oldest first, at most
@@ -396,7 +444,7 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuO
 	}
 	cfg, _ := arr[2].(string)
 	sealed, _ := arr[3].(string)
-	j, err := jobFromMap(m, cfg, "")
+	j, err := jobFromMap(m, cfg, "", c.cfg.Now())
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -611,7 +659,7 @@ func scriptErr(op string, err error) error {
 }
 
 // jobFromMap reads a job from its hash and its config and progress strings.
-func jobFromMap(m map[string]string, config, progress string) (*job.Job, error) {
+func jobFromMap(m map[string]string, config, progress string, now time.Time) (*job.Job, error) {
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
 	when := func(k string) *time.Time {
 		if m[k] == "" {
@@ -640,6 +688,11 @@ func jobFromMap(m map[string]string, config, progress string) (*job.Job, error) 
 	if j.Attempt == 0 {
 		j.Attempt = 1
 	}
+	used := num("gpu_ms")
+	if held := num("held_since"); held > 0 {
+		used += num("gpus") * max(0, now.UnixMilli()-held)
+	}
+	j.GPUSeconds = float64(used) / 1000
 	if m["updated_at"] != "" {
 		j.UpdatedAt = time.UnixMilli(num("updated_at")).UTC()
 	}
@@ -659,4 +712,14 @@ func jobFromMap(m map[string]string, config, progress string) (*job.Job, error) 
 		j.Runtime = &job.Runtime{AgentID: m["agent_id"], Pipeline: m["pipeline"], Emulated: m["emulated"] == "1"}
 	}
 	return j, nil
+}
+
+func matchesFilter(f job.ListFilter, j *job.Job) bool {
+	if f.Kind != "" && j.Kind != f.Kind {
+		return false
+	}
+	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, j.Status) {
+		return false
+	}
+	return true
 }

@@ -404,7 +404,7 @@ func TestListNewestFirstWithCursor(t *testing.T) {
 		var seen []string
 		cursor := ""
 		for page := 0; ; page++ {
-			jobs, next, err := b.q.List(b.ctx, "acme", cursor, 2)
+			jobs, next, err := b.q.List(b.ctx, "acme", job.ListFilter{}, cursor, 2)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -530,6 +530,120 @@ func TestHeartbeatsKeepALeaseAcrossManyPeriods(t *testing.T) {
 		}
 		if got := b.status(t, j.ID); got.Status != job.Queued || got.Attempt != 2 {
 			t.Errorf("after the lapse: %s attempt %d", got.Status, got.Attempt)
+		}
+	})
+}
+
+// idAt is a UUIDv7 job id of time t.
+func idAt(t time.Time, n int) string {
+	m := uint64(t.UnixMilli())
+	return fmt.Sprintf("%08x-%04x-7000-8000-%012x", m>>16, m&0xffff, n)
+}
+
+// Listing filters by status, kind and creation time, and pages through a filter that matches
+// few of many jobs.
+func TestListFilters(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		base := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+		var ids []string
+		for i := range 30 {
+			spec := jobSpec(fmt.Sprint(i), 0)
+			if i%3 == 0 {
+				spec.Kind = "eval"
+			}
+			j, _, err := b.q.Submit(b.ctx, job.Submission{ID: idAt(base.Add(time.Duration(i)*time.Minute), i), Org: "acme", Spec: spec}, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, j.ID)
+			if i%5 == 0 {
+				if _, err := b.q.Cancel(b.ctx, j.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		list := func(f job.ListFilter, limit int) []string {
+			var out []string
+			cursor := ""
+			for range 100 {
+				jobs, next, err := b.q.List(b.ctx, "acme", f, cursor, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, j := range jobs {
+					out = append(out, j.ID)
+				}
+				if next == "" {
+					return out
+				}
+				cursor = next
+			}
+			t.Fatal("pagination does not end")
+			return nil
+		}
+		want := func(keep func(i int) bool) []string {
+			var out []string
+			for i := len(ids) - 1; i >= 0; i-- {
+				if keep(i) {
+					out = append(out, ids[i])
+				}
+			}
+			return out
+		}
+		if got, w := list(job.ListFilter{Statuses: []job.Status{job.Stopped}}, 2), want(func(i int) bool { return i%5 == 0 }); !equal(got, w) {
+			t.Errorf("stopped: %v, want %v", got, w)
+		}
+		if got, w := list(job.ListFilter{Kind: "eval", Statuses: []job.Status{job.Queued}}, 3), want(func(i int) bool { return i%3 == 0 && i%5 != 0 }); !equal(got, w) {
+			t.Errorf("queued evals: %v, want %v", got, w)
+		}
+		f := job.ListFilter{CreatedAfter: base.Add(10 * time.Minute), CreatedBefore: base.Add(20 * time.Minute)}
+		if got, w := list(f, 4), want(func(i int) bool { return i >= 10 && i < 20 }); !equal(got, w) {
+			t.Errorf("created in [10m, 20m): %v, want %v", got, w)
+		}
+	})
+}
+
+// GPU time is counted per job and per organization: GPUs × time held, while it runs and after.
+func TestGPUSecondsAreCounted(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		j := b.submitSpec(t, "acme", jobSpec("two", 2))
+		cl := b.claim(t)
+		b.clock.Advance(30 * time.Minute)
+		if got := b.status(t, j.ID).GPUSeconds; got != 3600 {
+			t.Errorf("half an hour on 2 GPUs: %v GPU-seconds, want 3600", got)
+		}
+		if st, _ := b.q.GetOrg(b.ctx, "acme"); st.GPUSeconds != 3600 {
+			t.Errorf("org while running: %v", st.GPUSeconds)
+		}
+		b.clock.Advance(30 * time.Minute)
+		if _, err := b.q.Complete(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token}); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Hour) // nothing runs: nothing more is counted
+		if got := b.status(t, j.ID).GPUSeconds; got != 7200 {
+			t.Errorf("after an hour on 2 GPUs: %v GPU-seconds, want 7200", got)
+		}
+		b.submitSpec(t, "acme", jobSpec("one", 1))
+		b.claim(t)
+		b.clock.Advance(time.Hour)
+		if st, _ := b.q.GetOrg(b.ctx, "acme"); st.GPUSeconds != 7200+3600 {
+			t.Errorf("org: %v GPU-seconds, want %v", st.GPUSeconds, 7200+3600)
+		}
+	})
+}
+
+// A job not yet submitted (a preview) stands behind every queued job of its rank, those
+// submitted in the same millisecond included.
+func TestAPreviewStandsBehindJobsOfTheSameMillisecond(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		b.submitSpec(t, "acme", jobSpec("x", 2))
+		b.submitSpec(t, "acme", jobSpec("y", 2)) // the fake clock stands still: the same ms
+		p, err := b.q.RunsAhead(b.ctx, "acme", jobSpec("preview", 0))
+		if err != nil || p.RunsAhead != 2 {
+			t.Errorf("runs ahead %d (%v), want 2", p.RunsAhead, err)
 		}
 	})
 }

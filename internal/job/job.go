@@ -91,8 +91,19 @@ type OrgStatus struct {
 	Queued      int     `json:"queued"`
 	Running     int     `json:"running"`
 	RunningGPUs int     `json:"running_gpus"`
-	// UsageGPUHours is GPU time used, decayed with the configured half-life.
+	// UsageGPUHours is GPU time used, decayed with the configured half-life: what the fair
+	// share weighs.
 	UsageGPUHours float64 `json:"usage_gpu_hours"`
+	// GPUSeconds is all the GPU time the organization's jobs have held, not decayed.
+	GPUSeconds float64 `json:"gpu_seconds"`
+}
+
+// ListFilter narrows a job listing; zero fields do not filter.
+type ListFilter struct {
+	Statuses []Status
+	Kind     string
+	// CreatedAfter (inclusive) and CreatedBefore (exclusive) bound the creation time.
+	CreatedAfter, CreatedBefore time.Time
 }
 
 // Job is one submitted job and everything the service knows of it. Secrets never appear here.
@@ -117,7 +128,9 @@ type Job struct {
 	// RetryAt is when a job waiting out a retry backoff becomes claimable again.
 	RetryAt *time.Time `json:"retry_at,omitempty"`
 	// ResumeStep is the checkpoint a requeued or restarted job resumes from (0: the start).
-	ResumeStep int        `json:"resume_step,omitempty"`
+	ResumeStep int `json:"resume_step,omitempty"`
+	// GPUSeconds is the GPU time the job has held, over all its runs (GPUs × time claimed).
+	GPUSeconds float64    `json:"gpu_seconds"`
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`

@@ -49,7 +49,7 @@ local function fair_order()
 end
 for org in fair_order() do
   local o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'queued', 'running_gpus', 'usage', 'weight',
-    'classes', 'hooked')
+    'classes', 'hooked', 'hold_anchor')
   local running = tonumber(o[1]) or 0
   local limit = tonumber(o[2]) or default_limit
   if limit == 0 or running < limit then
@@ -85,7 +85,8 @@ for org in fair_order() do
       local gpus = parse_class(best_class).count
       local usage = (tonumber(o[5]) or 0) + math.floor(gpus * quantum * decay_factor() + 0.5)
       redis.call('HSET', orgkey(org), 'queued', int((tonumber(o[3]) or 1) - 1), 'running', int(running + 1),
-        'running_gpus', int((tonumber(o[4]) or 0) + gpus), 'usage', int(usage), 'classes', classes)
+        'running_gpus', int((tonumber(o[4]) or 0) + gpus), 'usage', int(usage), 'classes', classes,
+        'hold_anchor', int((tonumber(o[9]) or 0) + gpus * (NOW - USAGE_EPOCH)))
       if classes == '' then
         redis.call('ZREM', FAIR, org)
       else
@@ -97,7 +98,7 @@ for org in fair_order() do
       local token = fence .. '.' .. ARGV[6]
       local exp = ARGV[10]
       redis.call('HSET', key, 'status', 'PENDING', 'lease_token', token, 'lease_expires', exp,
-        'agent_id', agent, 'updated_at', T, 'charged_until', ARGV[11], 'fence', int(fence))
+        'agent_id', agent, 'updated_at', T, 'charged_until', ARGV[11], 'fence', int(fence), 'held_since', T)
       table.remove(j, 1)
       -- The answer shows the job as this claim left it.
       j[5], j[10], j[11] = 'PENDING', T, agent

@@ -16,9 +16,15 @@ if ARGV[4] ~= '' then
   end
 end
 local org, class, rank = j[2], j[3], j[4]
+-- A job not yet submitted goes behind every queued job of its rank (one submitted in the same
+-- millisecond with the same priority was there first); a queued one behind those ranked lower.
+local upto = '(' .. rank
+if ARGV[4] == '' then
+  upto = rank
+end
 local ahead = 0
 for _, c in ipairs(split_classes(redis.call('HGET', orgkey(org), 'classes'))) do
-  ahead = ahead + redis.call('ZCOUNT', classq(org, c), '-inf', '(' .. rank)
+  ahead = ahead + redis.call('ZCOUNT', classq(org, c), '-inf', upto)
 end
 local mine = redis.call('ZSCORE', FAIR, org) or fair_score(org)
 for _, other in ipairs(redis.call('ZRANGEBYSCORE', FAIR, '-inf', '(' .. mine)) do

@@ -213,27 +213,44 @@ local function requeue(id, org, class, rank, delay_ms)
   redis.call('PUBLISH', WAKE, id)
 end
 
--- release ends a live job's hold on a lease and its GPUs: the org's counters and the unused
--- part of its prepaid usage (one read, one write), the lease and, if the job has them, its stop
--- and time-limit entries. j holds the job's fields as its caller read them: org, gpus,
+-- USAGE_EPOCH (2025-01-01, ms) is the origin of an org's hold_anchor: the sum, over its jobs
+-- that hold GPUs now, of gpus * (held_since - USAGE_EPOCH). With it, the GPU time an org is
+-- using right now is running_gpus * (now - USAGE_EPOCH) - hold_anchor, without reading a job.
+-- Measured from a recent epoch the products stay far below 2^53, so doubles add them exactly.
+local USAGE_EPOCH = 1735689600000
+
+-- release ends a live job's hold on a lease and its GPUs: the org's counters, the unused part
+-- of its prepaid usage and the GPU time the hold used (job and org `gpu_ms`, the raw
+-- GPU-milliseconds behind GET /v1/usage), the lease and, if the job has them, its stop and
+-- time-limit entries. j holds the job's fields as its caller read them: org, gpus,
 -- charged_until, stop_requested, time_limit_ms. extra are more job fields to set.
 local function release(id, j, extra)
   local gpus = tonumber(j.gpus) or 0
   local paid = tonumber(j.charged_until) or NOW
-  local o = redis.call('HMGET', orgkey(j.org), 'running', 'running_gpus', 'usage', 'weight', 'hooked')
+  local o = redis.call('HMGET', orgkey(j.org), 'running', 'running_gpus', 'usage', 'weight', 'hooked', 'hold_anchor', 'gpu_ms')
   j.hooked = o[5] or false -- for the caller's emit
   local usage = tonumber(o[3]) or 0
   if paid > NOW then
     usage = usage - math.floor(gpus * (paid - NOW) * decay_factor() + 0.5)
   end
-  redis.call('HSET', orgkey(j.org), 'running', int((tonumber(o[1]) or 1) - 1),
-    'running_gpus', int((tonumber(o[2]) or gpus) - gpus), 'usage', int(usage))
+  local org_fields = {'running', int((tonumber(o[1]) or 1) - 1), 'running_gpus', int((tonumber(o[2]) or gpus) - gpus),
+    'usage', int(usage)}
+  local held_since = tonumber(redis.call('HGET', jobkey(id), 'held_since'))
+  if held_since then
+    local used = gpus * (NOW - held_since)
+    redis.call('HINCRBY', jobkey(id), 'gpu_ms', int(used))
+    org_fields[#org_fields + 1] = 'gpu_ms'
+    org_fields[#org_fields + 1] = int((tonumber(o[7]) or 0) + used)
+    org_fields[#org_fields + 1] = 'hold_anchor'
+    org_fields[#org_fields + 1] = int((tonumber(o[6]) or 0) - gpus * (held_since - USAGE_EPOCH))
+  end
+  redis.call('HSET', orgkey(j.org), unpack(org_fields))
   if paid > NOW then
     redis.call('ZADD', FAIR, 'XX', score(usage, o[4]), j.org)
   end
   -- The lease and stop fields are emptied in the same write (an empty token matches none).
   local fields = {'charged_until', T, 'lease_token', '', 'lease_expires', '', 'stop_requested', '',
-    'stop_deadline', '', 'stop_reason', ''}
+    'stop_deadline', '', 'stop_reason', '', 'held_since', ''}
   for i = 1, #(extra or {}) do
     fields[#fields + 1] = extra[i]
   end

@@ -1,0 +1,222 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/blob"
+)
+
+type logPage struct {
+	Attempt    int64          `json:"attempt,omitempty"`
+	Attempts   []int64        `json:"attempts"`
+	Components []string       `json:"components,omitempty"`
+	Items      []blob.LogLine `json:"items"`
+}
+
+func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.ownJob(w, r)
+	if !ok || !s.storeReady(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	lq := blob.LogQuery{
+		Fence: int64(intQuery(r, "attempt", 0)), Component: q.Get("component"), Search: q.Get("search"),
+		Level: q.Get("level"), Tail: intQuery(r, "tail_lines", 100),
+	}
+	if since := q.Get("since"); since != "" {
+		if d, err := time.ParseDuration(since); err == nil {
+			lq.Since = time.Now().Add(-d)
+		} else if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
+			lq.Since = t
+		} else {
+			p := newProblem(http.StatusBadRequest, "invalid-parameter", "since is a time such as 2026-11-22T10:00:00Z or a duration such as 10m")
+			p.Errors = []FieldError{{Parameter: "since", Message: err.Error()}}
+			writeProblem(w, r, p)
+			return
+		}
+	}
+	follow := q.Get("follow") == "true" || wantsStream(r)
+	if follow {
+		if pos, ok := decodeLogPosition(r.Header.Get("Last-Event-ID")); ok {
+			s.followLogs(w, r, j.ID, lq, pos, false)
+			return
+		}
+	}
+	res, err := blob.ReadLogs(r.Context(), s.cfg.Store, j.ID, lq)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if !follow {
+		page := logPage{Attempt: res.Fence, Attempts: res.Fences, Components: res.Components, Items: res.Lines}
+		if page.Items == nil {
+			page.Items = []blob.LogLine{}
+		}
+		if page.Attempts == nil {
+			page.Attempts = []int64{}
+		}
+		writeJSON(w, http.StatusOK, page)
+		return
+	}
+	pos := logPosition{fence: res.Fence, ends: res.Ends}
+	s.followLogs(w, r, j.ID, lq, pos, true, res.Lines...)
+}
+
+// logPosition is where a log follower is: the attempt, and how far into each component's
+// file it has read. It travels as the SSE event id, so a reconnect resumes.
+type logPosition struct {
+	fence int64
+	ends  map[string]int64
+}
+
+func (p logPosition) encode() string {
+	comps := make([]string, 0, len(p.ends))
+	for c := range p.ends {
+		comps = append(comps, c)
+	}
+	sort.Strings(comps)
+	var b strings.Builder
+	b.WriteString(strconv.FormatInt(p.fence, 10))
+	for _, c := range comps {
+		b.WriteString(";" + c + "=" + strconv.FormatInt(p.ends[c], 10))
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(b.String()))
+}
+
+func decodeLogPosition(id string) (logPosition, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(id)
+	if id == "" || err != nil {
+		return logPosition{}, false
+	}
+	parts := strings.Split(string(raw), ";")
+	fence, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return logPosition{}, false
+	}
+	p := logPosition{fence: fence, ends: map[string]int64{}}
+	for _, kv := range parts[1:] {
+		c, n, ok := strings.Cut(kv, "=")
+		off, err := strconv.ParseInt(n, 10, 64)
+		if !ok || err != nil {
+			return logPosition{}, false
+		}
+		p.ends[c] = off
+	}
+	return p, true
+}
+
+// followLogs streams the tail, then each new line while the job runs. A newer attempt (the
+// job resumed elsewhere) is followed from its start, announced by an `attempt` event.
+func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id string, q blob.LogQuery, pos logPosition, fresh bool, tail ...blob.LogLine) {
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	out := startSSE(w)
+	for _, l := range tail {
+		if out.send(pos.encode(), "log", l) != nil {
+			return
+		}
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		j, err := s.cfg.Queue.Get(ctx, id)
+		ended := err != nil || j.Status.Terminal()
+		lines, next, err := s.readOn(ctx, id, q, pos, ended)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.Error("log stream", "job", id, "err", err)
+			}
+			return
+		}
+		if next.fence != pos.fence {
+			if out.send(next.encode(), "attempt", map[string]int64{"attempt": next.fence}) != nil {
+				return
+			}
+		}
+		pos = next
+		for _, l := range lines {
+			if out.send(pos.encode(), "log", l) != nil {
+				return
+			}
+		}
+		if ended && len(lines) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			out.keepAlive()
+		}
+	}
+}
+
+// readOn reads what each component gained past pos: whole lines only, unless the job has
+// ended (then the rest too).
+func (s *Server) readOn(ctx context.Context, id string, q blob.LogQuery, pos logPosition, ended bool) ([]blob.LogLine, logPosition, error) {
+	chunks, err := blob.ListLogChunks(ctx, s.cfg.Store, id)
+	if err != nil {
+		return nil, pos, err
+	}
+	newest := pos.fence
+	for _, c := range chunks {
+		newest = max(newest, c.Fence)
+	}
+	next := logPosition{fence: pos.fence, ends: map[string]int64{}}
+	for c, e := range pos.ends {
+		next.ends[c] = e
+	}
+	if newest != pos.fence {
+		next = logPosition{fence: newest, ends: map[string]int64{}}
+	}
+	var out []blob.LogLine
+	for _, c := range chunks {
+		if c.Fence != next.fence || c.Offset+c.Size <= next.ends[c.Component] || !strings.HasPrefix(c.Component+"/", firstPart(q.Component)) {
+			continue
+		}
+		rc, err := s.cfg.Store.Get(ctx, c.Key)
+		if err != nil {
+			return nil, pos, err
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return nil, pos, err
+		}
+		from := next.ends[c.Component] - c.Offset
+		if from < 0 || from > int64(len(data)) {
+			from = 0
+		}
+		data = data[from:]
+		if !ended {
+			if i := strings.LastIndexByte(string(data), '\n'); i >= 0 {
+				data = data[:i+1]
+			} else {
+				data = nil
+			}
+		}
+		next.ends[c.Component] = c.Offset + from + int64(len(data))
+		for _, l := range blob.ParseLogLines(c.Component, data) {
+			if q.Passes(l) {
+				out = append(out, l)
+			}
+		}
+	}
+	return out, next, nil
+}
+
+// firstPart is the prefix a component filter matches ("envs" → "envs/", "trainer" →
+// "trainer/", "" → "").
+func firstPart(component string) string {
+	if component == "" {
+		return ""
+	}
+	return component + "/"
+}

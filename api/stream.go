@@ -1,0 +1,125 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Server-Sent Events for what changes while a job runs: its events and its logs.
+
+// wantsStream reports whether the client asked for an event stream.
+func wantsStream(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
+// sse writes one Server-Sent Events stream.
+type sse struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+	wrote   time.Time
+}
+
+func startSSE(w http.ResponseWriter) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // a proxy must not hold the stream back
+	w.WriteHeader(http.StatusOK)
+	s := &sse{w: w, wrote: time.Now()}
+	s.flusher, _ = w.(http.Flusher)
+	s.flush()
+	return s
+}
+
+func (s *sse) flush() {
+	if s.flusher != nil {
+		s.flusher.Flush()
+	}
+}
+
+// send writes one event: its id (where a reconnect resumes), its name and its data as JSON.
+func (s *sse) send(id, name string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	if id != "" {
+		fmt.Fprintf(s.w, "id: %s\n", id)
+	}
+	if name != "" {
+		fmt.Fprintf(s.w, "event: %s\n", name)
+	}
+	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", b); err != nil {
+		return err
+	}
+	s.wrote = time.Now()
+	s.flush()
+	return nil
+}
+
+// keepAlive writes a comment when nothing was written for a while, so proxies and clients
+// keep the connection.
+func (s *sse) keepAlive() {
+	if time.Since(s.wrote) >= 15*time.Second {
+		fmt.Fprint(s.w, ": keep-alive\n\n")
+		s.wrote = time.Now()
+		s.flush()
+	}
+}
+
+// streamContext bounds a stream by the deployment's StreamLimit.
+func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
+	if s.cfg.StreamLimit > 0 {
+		return context.WithTimeout(r.Context(), s.cfg.StreamLimit)
+	}
+	return context.WithCancel(r.Context())
+}
+
+// streamEvents sends a job's events after `after`, then new ones as they come, until the job
+// has ended and every event is sent.
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id string, after int64) {
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	out := startSSE(w)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		evs, err := s.cfg.Queue.Events(ctx, id, after, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.Error("event stream", "job", id, "err", err)
+			}
+			return
+		}
+		for _, e := range evs {
+			if out.send(strconv.FormatInt(e.Seq, 10), e.Type, e) != nil {
+				return
+			}
+			after = e.Seq
+		}
+		if len(evs) == 100 {
+			continue
+		}
+		if len(evs) == 0 {
+			j, err := s.cfg.Queue.Get(ctx, id)
+			if err != nil || j.Status.Terminal() {
+				// Ended: one more look catches an event written with the last state change.
+				if more, _ := s.cfg.Queue.Events(ctx, id, after, 100); len(more) == 0 {
+					return
+				}
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			out.keepAlive()
+		}
+	}
+}
