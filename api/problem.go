@@ -128,7 +128,14 @@ func validationProblem(err error, b *body, h hints) *Problem {
 	if reqErr.Parameter != nil {
 		p := newProblem(http.StatusBadRequest, "invalid-parameter",
 			fmt.Sprintf("%s parameter %q is invalid", reqErr.Parameter.In, reqErr.Parameter.Name))
-		p.Errors = []FieldError{{Parameter: reqErr.Parameter.Name, Message: schemaMessage(reqErr.Err)}}
+		msg := schemaMessage(reqErr.Err)
+		var se *openapi3.SchemaError
+		if errors.As(reqErr.Err, &se) && (se.SchemaField == "pattern" || se.SchemaField == "enum") {
+			if m, ok := se.Schema.Extensions["x-message"].(string); ok {
+				msg = m
+			}
+		}
+		p.Errors = []FieldError{{Parameter: reqErr.Parameter.Name, Message: msg}}
 		return p
 	}
 	if errors.Is(reqErr.Err, openapi3filter.ErrInvalidRequired) {

@@ -67,18 +67,18 @@ type LogLine struct {
 	Line      string     `json:"line"`
 
 	at  time.Time // the line's time, or the last time its component showed before it
+	lvl string    // its level, or that of the line it continues
 	seq int       // its place in its component, to keep file order among equal times
 }
 
 // LogQuery selects lines of one attempt of a job's logs.
 type LogQuery struct {
-	Fence      int64  // 0: the newest attempt
-	Component  string // "" for all; "envs" takes every envs/<name>
-	Since      time.Time
-	Search     string
-	Level      string // the least severe level shown
-	Tail       int    // the last N lines that pass; 0 for all
-	components map[string]bool
+	Fence     int64  // 0: the newest attempt
+	Component string // "" for all; "envs" takes every envs/<name>
+	Since     time.Time
+	Search    string
+	Level     string // the least severe level shown
+	Tail      int    // the last N lines that pass; 0 for all
 }
 
 // LogResult is what ReadLogs found.
@@ -218,7 +218,7 @@ func (q LogQuery) passes(l LogLine) bool {
 		return false
 	}
 	if q.Level != "" {
-		lv := l.Level
+		lv := l.lvl
 		if lv == "" {
 			lv = "INFO"
 		}
@@ -233,27 +233,33 @@ func (q LogQuery) passes(l LogLine) bool {
 }
 
 // Passes reports whether a line passes q's filters (for a follower's new lines).
-func (q LogQuery) Passes(l LogLine) bool { return componentWanted(q.Component, l.Component) && q.passes(l) }
+func (q LogQuery) Passes(l LogLine) bool {
+	return componentWanted(q.Component, l.Component) && q.passes(l)
+}
 
 // ParseLogLines splits whole lines of a log and reads what each says of itself: a leading RFC
 // 3339 time and a level word after it ("2026-11-22T10:00:00Z INFO step 3"). A line without a
-// time takes the time of the line before it, for ordering.
+// time continues the line before it (a traceback): it takes that line's time and level for
+// ordering and filtering.
 func ParseLogLines(component string, data []byte) []LogLine {
 	var out []LogLine
 	var last time.Time
+	lastLevel := ""
 	for _, raw := range bytes.Split(bytes.TrimRight(data, "\n"), []byte{'\n'}) {
 		text := strings.TrimRight(string(raw), "\r")
 		if text == "" {
 			continue
 		}
-		l := LogLine{Component: component, Line: text, at: last}
+		l := LogLine{Component: component, Line: text, at: last, lvl: lastLevel}
 		first, rest, _ := strings.Cut(text, " ")
 		if t, err := time.Parse(time.RFC3339Nano, first); err == nil {
 			t = t.UTC()
 			l.Time, l.at, last = &t, t, t
+			l.lvl, lastLevel = "", ""
 			word, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
 			if _, ok := levels[strings.ToUpper(strings.Trim(word, "[]:|"))]; ok {
 				l.Level = strings.ToUpper(strings.Trim(word, "[]:|"))
+				l.lvl, lastLevel = l.Level, l.Level
 			}
 		}
 		out = append(out, l)
