@@ -5,10 +5,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
@@ -55,7 +57,16 @@ func newHandler(getenv lambdaenv.Getenv, logger *slog.Logger) (http.Handler, err
 	if err != nil {
 		return nil, err
 	}
-	return api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Webhooks: hooks, Logger: logger})
+	// API Gateway buffers a function's answer: an event or log stream must end within the
+	// integration's timeout for the client to see it, and the client reconnects from there.
+	streamLimit := 25 * time.Second
+	if v := getenv("HOSTEDTRAIN_STREAM_LIMIT"); v != "" {
+		if streamLimit, err = time.ParseDuration(v); err != nil {
+			return nil, fmt.Errorf("HOSTEDTRAIN_STREAM_LIMIT: %w", err)
+		}
+	}
+	return api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Webhooks: hooks,
+		StreamLimit: streamLimit, Logger: logger})
 }
 
 // lambdaHandler converts API Gateway HTTP API events to requests of h and back.

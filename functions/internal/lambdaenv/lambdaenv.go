@@ -18,6 +18,8 @@
 //	                           it the metrics, checkpoints and artifacts endpoints answer 503)
 //	HOSTEDTRAIN_WEBHOOK_SCHEDULE  retry waits of webhook deliveries, comma-separated Go durations
 //	                           (default 5s,5m,30m,2h,5h,10h,10h)
+//	HOSTEDTRAIN_STREAM_LIMIT   how long an event or log stream lasts before the client reconnects
+//	                           (default 25s: API Gateway buffers the answer)
 //	HOSTEDTRAIN_WEBHOOKS_ALLOW_LOOPBACK  "true" lets deliveries reach 127.0.0.1 (tests only; never
 //	                           in production)
 package lambdaenv
