@@ -2,7 +2,8 @@
 // (`hostedtrain train submit job.toml --wait`), run the whole service on one machine
 // (`hostedtrain dev`), and mint tokens (`hostedtrain admin token`).
 //
-// It reads HOSTEDTRAIN_URL (default http://127.0.0.1:8080) and HOSTEDTRAIN_TOKEN.
+// It reads HOSTEDTRAIN_URL (default http://127.0.0.1:8080) and HOSTEDTRAIN_TOKEN, else what
+// `hostedtrain login` kept in ~/.config/hostedtrain/config.json.
 package main
 
 import (
@@ -47,21 +48,22 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTrainCmd(), newGEPACmd(), newEvalCmd(), newWebhookCmd(), newDevCmd(), newAdminCmd())
+	root.AddCommand(newTrainCmd(), newGEPACmd(), newEvalCmd(), newWebhookCmd(), newLoginCmd(), newLogoutCmd(), newDevCmd(), newAdminCmd())
 	return root
 }
 
 const defaultURL = "http://127.0.0.1:8080"
 
-// apiClient builds a client from the environment.
+// apiClient builds a client from the environment, else from `hostedtrain login`'s config.
 func apiClient() (*client.Client, error) {
-	url := os.Getenv("HOSTEDTRAIN_URL")
-	if url == "" {
-		url = defaultURL
+	cfg, err := loadConfig()
+	if err != nil {
+		return nil, err
 	}
-	token := os.Getenv("HOSTEDTRAIN_TOKEN")
+	url := firstNonEmpty(os.Getenv("HOSTEDTRAIN_URL"), cfg.URL, defaultURL)
+	token := firstNonEmpty(os.Getenv("HOSTEDTRAIN_TOKEN"), cfg.Token)
 	if token == "" {
-		return nil, errors.New("HOSTEDTRAIN_TOKEN is not set: export a token (`hostedtrain admin token`, or the admin.token that `hostedtrain dev` writes)")
+		return nil, errors.New("no token: run `hostedtrain login`, or export HOSTEDTRAIN_TOKEN (`hostedtrain admin token` makes one; `hostedtrain dev` writes admin.token)")
 	}
 	return client.New(url, token), nil
 }
@@ -70,10 +72,8 @@ func apiClient() (*client.Client, error) {
 func explain(err error) string {
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
-		url := os.Getenv("HOSTEDTRAIN_URL")
-		if url == "" {
-			url = defaultURL
-		}
+		cfg, _ := loadConfig()
+		url := firstNonEmpty(os.Getenv("HOSTEDTRAIN_URL"), cfg.URL, defaultURL)
 		return fmt.Sprintf("cannot reach the API at %s (%v); is `hostedtrain dev` running, or HOSTEDTRAIN_URL set?", url, opErr.Err)
 	}
 	var apiErr *client.Error

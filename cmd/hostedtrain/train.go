@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,7 +18,8 @@ import (
 func newTrainCmd() *cobra.Command {
 	c := &cobra.Command{Use: "train", Short: "Submit and manage training jobs"}
 	c.AddCommand(newFileSubmitCmd("rl", "Submit an RL training job file (TOML, or JSON if it ends in .json)"),
-		newGetCmd(), newListCmd(), newCancelCmd(), newRestartCmd())
+		newGetCmd(), newListCmd(), newStopCmd(), newRestartCmd(), newLogsCmd(), newMetricsCmd(), newCheckpointsCmd(),
+		newArtifactsCmd(), newProgressCmd(), newUsageCmd(), newEventsCmd())
 	return c
 }
 
@@ -129,7 +129,7 @@ func submit(cmd *cobra.Command, kind, name string, b *jobBody, o submitOptions) 
 	if o.output == "json" {
 		printJSON(out, final)
 	} else {
-		printSummary(out, final)
+		renderJob(out, final)
 	}
 	if final.Status != job.Completed {
 		return exitError{code: 1}
@@ -137,11 +137,21 @@ func submit(cmd *cobra.Command, kind, name string, b *jobBody, o submitOptions) 
 	return nil
 }
 
-// follow prints each event of the job as it happens and its progress while it runs, and
-// returns the job once it has ended.
+// follow prints each event of the job as it happens and its progress while it runs — on a
+// terminal as one live line under the events, elsewhere a line per new step — and returns
+// the job once it has ended.
 func follow(ctx context.Context, api *client.Client, id string, show bool, out io.Writer, every time.Duration) (*job.Job, error) {
+	live := show && isTerminal(out)
+	width := terminalWidth(out)
 	var seq int64
 	lastStep := -1
+	shown := ""
+	clear := func() {
+		if shown != "" {
+			fmt.Fprint(out, "\r\033[K")
+			shown = ""
+		}
+	}
 	for {
 		evs, err := api.Events(ctx, id, seq)
 		if err != nil {
@@ -150,32 +160,38 @@ func follow(ctx context.Context, api *client.Client, id string, show bool, out i
 		for _, e := range evs {
 			seq = e.Seq
 			if show {
-				line := fmt.Sprintf("  %s  %-9s %s", e.Time.Local().Format("15:04:05"), e.Status, e.Type)
-				if e.Detail != "" {
-					line += "  (" + e.Detail + ")"
-				}
-				fmt.Fprintln(out, line)
+				clear()
+				renderEvent(out, e)
 			}
 		}
 		j, err := api.GetJob(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		if show && j.Status == job.Running && j.Progress.Step != lastStep {
+		switch {
+		case live && j.Status == job.Running:
+			if line := progressLine(j, width); line != shown {
+				clear()
+				fmt.Fprint(out, line)
+				shown = line
+			}
+		case show && j.Status == job.Running && j.Progress.Step != lastStep:
 			lastStep = j.Progress.Step
 			fmt.Fprintf(out, "  step %d/%d%s\n", j.Progress.Step, j.Progress.MaxSteps, metricsLine(j.Progress.Metrics))
 		}
 		if j.Status.Terminal() {
+			clear()
 			// The last events may have landed after our read of them.
 			if rest, err := api.Events(ctx, id, seq); err == nil && show {
 				for _, e := range rest {
-					fmt.Fprintf(out, "  %s  %-9s %s\n", e.Time.Local().Format("15:04:05"), e.Status, e.Type)
+					renderEvent(out, e)
 				}
 			}
 			return j, nil
 		}
 		select {
 		case <-ctx.Done():
+			clear()
 			return nil, ctx.Err()
 		case <-time.After(every):
 		}
@@ -205,48 +221,6 @@ func shortMetric(k string) string {
 		return "loss"
 	}
 	return k
-}
-
-func printSummary(out io.Writer, j *job.Job) {
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "job\t%s\n", j.ID)
-	fmt.Fprintf(w, "status\t%s\n", j.Status)
-	if j.QueueReason != "" {
-		fmt.Fprintf(w, "queue\t%s\n", j.QueueReason)
-	}
-	if j.Error != "" {
-		fmt.Fprintf(w, "error\t%s\n", j.Error)
-	}
-	fmt.Fprintf(w, "model\t%s\n", j.Config.Model)
-	var envs []string
-	for _, e := range j.Config.Env {
-		envs = append(envs, e.ID)
-	}
-	fmt.Fprintf(w, "environments\t%s\n", strings.Join(envs, ", "))
-	if j.Runtime != nil && j.Runtime.Pipeline != "" {
-		p := j.Runtime.Pipeline
-		if j.Runtime.Emulated {
-			p += " (emulated: no GPU work was done)"
-		}
-		fmt.Fprintf(w, "pipeline\t%s on %s\n", p, j.Runtime.AgentID)
-	}
-	fmt.Fprintf(w, "steps\t%d/%d\n", j.Progress.Step, j.Progress.MaxSteps)
-	if v, ok := j.Progress.Metrics["reward/all/mean"]; ok {
-		fmt.Fprintf(w, "last reward\t%.4f\n", v)
-	} else {
-		fmt.Fprintf(w, "last reward\t-\n")
-	}
-	if j.Progress.Checkpoints > 0 {
-		fmt.Fprintf(w, "checkpoints\t%d kept, newest at step %d\n", j.Progress.Checkpoints, j.Progress.CheckpointStep)
-	} else {
-		fmt.Fprintf(w, "checkpoints\tnone\n")
-	}
-	fmt.Fprintf(w, "attempt\t%d of %d\n", j.Attempt, j.MaxAttempts)
-	fmt.Fprintf(w, "created\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
-	if j.StartedAt != nil && j.FinishedAt != nil {
-		fmt.Fprintf(w, "ran for\t%s\n", j.FinishedAt.Sub(*j.StartedAt).Round(100*time.Millisecond))
-	}
-	w.Flush()
 }
 
 // jobCmd is a command that acts on one job by id and shows the job it gets back.
@@ -282,65 +256,73 @@ func jobCmd(use, short string, act func(*client.Client, context.Context, string)
 }
 
 func newGetCmd() *cobra.Command {
-	return jobCmd("get", "Show one job", (*client.Client).GetJob, printSummary)
+	return jobCmd("get", "Show one job", (*client.Client).GetJob, renderJob)
 }
 
 func newListCmd() *cobra.Command {
-	var output, cursor string
+	var output, cursor, status, kind, since, before string
 	var limit int
 	c := &cobra.Command{
 		Use:   "list",
 		Short: "List your jobs, newest first",
-		Args:  cobra.NoArgs,
+		Example: `  hostedtrain train list --status RUNNING,QUEUED
+  hostedtrain train list --kind eval --since 24h`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
+				return err
+			}
+			f := job.ListFilter{Kind: kind}
+			for _, st := range splitList(strings.ToUpper(status)) {
+				f.Statuses = append(f.Statuses, job.Status(st))
+			}
+			var err error
+			if f.CreatedAfter, err = parseWhen(since, "--since"); err != nil {
+				return err
+			}
+			if f.CreatedBefore, err = parseWhen(before, "--before"); err != nil {
 				return err
 			}
 			api, err := apiClient()
 			if err != nil {
 				return err
 			}
-			jobs, next, err := api.ListJobs(cmd.Context(), cursor, limit)
+			jobs, next, err := api.ListJobs(cmd.Context(), f, cursor, limit)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
 			if output == "json" {
-				printJSON(out, map[string]any{"items": jobs, "next_cursor": next})
+				printJSON(cmd.OutOrStdout(), map[string]any{"items": jobs, "next_cursor": next})
 				return nil
 			}
-			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tSTATUS\tMODEL\tSTEP\tREWARD\tCREATED")
-			for _, j := range jobs {
-				reward := "-"
-				if v, ok := j.Progress.Metrics["reward/all/mean"]; ok {
-					reward = fmt.Sprintf("%.4f", v)
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Status, j.Config.Model,
-					j.Progress.Step, j.Progress.MaxSteps, reward, j.CreatedAt.Local().Format("2006-01-02 15:04:05"))
-			}
-			w.Flush()
-			if next != "" {
-				fmt.Fprintf(out, "more: hostedtrain train list --cursor %s\n", next)
-			}
+			renderJobList(cmd.OutOrStdout(), jobs, next, time.Now())
 			return nil
 		},
 	}
-	c.Flags().IntVar(&limit, "limit", 20, "jobs per page (1-100)")
-	c.Flags().StringVar(&cursor, "cursor", "", "continue after a previous page")
+	f := c.Flags()
+	f.StringVar(&status, "status", "", "only these statuses, comma-separated (QUEUED, PENDING, RUNNING, COMPLETED, FAILED, STOPPED)")
+	f.StringVar(&kind, "kind", "", "only jobs of this kind: rl, gepa or eval")
+	f.StringVar(&since, "since", "", "only jobs created since: a duration back from now (24h) or a time (2026-11-22T10:00:00Z)")
+	f.StringVar(&before, "before", "", "only jobs created before: a duration back from now or a time")
+	f.IntVar(&limit, "limit", 20, "jobs per page (1-100)")
+	f.StringVar(&cursor, "cursor", "", "continue after a previous page")
 	outputFlag(c, &output)
 	return c
 }
 
-func newCancelCmd() *cobra.Command {
-	return jobCmd("cancel", "Stop a job (at once if queued; through its agent if running)", (*client.Client).CancelJob,
-		func(w io.Writer, j *job.Job) {
-			if j.Status == job.Stopped {
-				fmt.Fprintf(w, "job %s STOPPED\n", j.ID)
-			} else {
-				fmt.Fprintf(w, "job %s is stopping (its agent hears on its next heartbeat)\n", j.ID)
-			}
-		})
+// parseWhen reads a time flag: a duration back from now, or an RFC 3339 time.
+func parseWhen(v, flag string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s %q: give a duration back from now (24h) or a time (2026-11-22T10:00:00Z)", flag, v)
+	}
+	return t, nil
 }
 
 func newRestartCmd() *cobra.Command {

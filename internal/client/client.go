@@ -4,6 +4,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -246,8 +247,24 @@ func (c *Client) GetJob(ctx context.Context, id string) (*job.Job, error) {
 }
 
 // ListJobs fetches a page of jobs, newest first.
-func (c *Client) ListJobs(ctx context.Context, cursor string, limit int) ([]*job.Job, string, error) {
+func (c *Client) ListJobs(ctx context.Context, f job.ListFilter, cursor string, limit int) ([]*job.Job, string, error) {
 	q := url.Values{}
+	if len(f.Statuses) > 0 {
+		st := make([]string, len(f.Statuses))
+		for i, s := range f.Statuses {
+			st[i] = string(s)
+		}
+		q.Set("status", strings.Join(st, ","))
+	}
+	if f.Kind != "" {
+		q.Set("kind", f.Kind)
+	}
+	if !f.CreatedAfter.IsZero() {
+		q.Set("created_after", f.CreatedAfter.UTC().Format(time.RFC3339Nano))
+	}
+	if !f.CreatedBefore.IsZero() {
+		q.Set("created_before", f.CreatedBefore.UTC().Format(time.RFC3339Nano))
+	}
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
@@ -440,11 +457,20 @@ func (c *Client) JobMetrics(ctx context.Context, id string, minStep, maxStep int
 
 // Checkpoint is one of a job's checkpoints in storage.
 type Checkpoint struct {
-	Step   int        `json:"step"`
-	Status string     `json:"status"`
-	Bytes  int64      `json:"bytes"`
-	Files  int        `json:"files"`
-	Time   *time.Time `json:"time,omitempty"`
+	Step     int            `json:"step"`
+	Status   string         `json:"status"`
+	Bytes    int64          `json:"bytes"`
+	Files    int            `json:"files"`
+	Time     *time.Time     `json:"time,omitempty"`
+	Download []DownloadFile `json:"download,omitempty"`
+}
+
+// DownloadFile is one file of a committed checkpoint and a short-lived link to it.
+type DownloadFile struct {
+	Path   string `json:"path"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256,omitempty"`
+	URL    string `json:"url"`
 }
 
 // JobCheckpoints lists a job's checkpoints, ascending by step.
@@ -461,6 +487,7 @@ type Artifact struct {
 	Name  string     `json:"name"`
 	Bytes int64      `json:"bytes"`
 	Time  *time.Time `json:"time,omitempty"`
+	URL   string     `json:"url,omitempty"`
 }
 
 // JobArtifacts lists a job's outputs.
@@ -557,4 +584,243 @@ func (c *Client) RedeliverWebhook(ctx context.Context, id, deliveryID string) (*
 		return nil, err
 	}
 	return &d, nil
+}
+
+// LogOptions selects log lines (see GET /v1/jobs/{id}/logs).
+type LogOptions struct {
+	Tail      int
+	Since     string
+	Component string
+	Search    string
+	Level     string
+	Attempt   int
+}
+
+func (o LogOptions) query() url.Values {
+	q := url.Values{}
+	if o.Tail > 0 {
+		q.Set("tail_lines", strconv.Itoa(o.Tail))
+	}
+	for k, v := range map[string]string{"since": o.Since, "component": o.Component, "search": o.Search, "level": o.Level} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if o.Attempt > 0 {
+		q.Set("attempt", strconv.Itoa(o.Attempt))
+	}
+	return q
+}
+
+// LogLine is one line of a job's log.
+type LogLine struct {
+	Time      *time.Time `json:"time,omitempty"`
+	Component string     `json:"component"`
+	Level     string     `json:"level,omitempty"`
+	Line      string     `json:"line"`
+}
+
+// LogPage is a read of a job's logs.
+type LogPage struct {
+	Attempt    int64     `json:"attempt,omitempty"`
+	Attempts   []int64   `json:"attempts"`
+	Components []string  `json:"components,omitempty"`
+	Items      []LogLine `json:"items"`
+}
+
+// JobLogs reads a job's log lines.
+func (c *Client) JobLogs(ctx context.Context, id string, o LogOptions) (*LogPage, error) {
+	var page LogPage
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/logs?"+o.query().Encode(), "", nil, &page)
+	return &page, err
+}
+
+// FollowLogs calls line for the tail and then each new line until the job has ended (or ctx
+// does). A stream the service ends early (a deployment's stream limit) is resumed where it
+// stopped; attempt is called when a newer attempt is followed.
+func (c *Client) FollowLogs(ctx context.Context, id string, o LogOptions, line func(LogLine), attempt func(int64)) error {
+	q := o.query()
+	q.Set("follow", "true")
+	return c.stream(ctx, "/v1/jobs/"+url.PathEscape(id)+"/logs?"+q.Encode(), id, func(name string, data []byte) error {
+		if name == "attempt" {
+			var a struct {
+				Attempt int64 `json:"attempt"`
+			}
+			if err := json.Unmarshal(data, &a); err == nil && attempt != nil {
+				attempt(a.Attempt)
+			}
+			return nil
+		}
+		var l LogLine
+		if err := json.Unmarshal(data, &l); err != nil {
+			return err
+		}
+		line(l)
+		return nil
+	})
+}
+
+// FollowEvents calls ev for each of the job's events after `after`, as they happen, until the
+// job has ended.
+func (c *Client) FollowEvents(ctx context.Context, id string, after int64, ev func(job.Event)) error {
+	path := fmt.Sprintf("/v1/jobs/%s/events?after=%d", url.PathEscape(id), after)
+	return c.stream(ctx, path, id, func(_ string, data []byte) error {
+		var e job.Event
+		if err := json.Unmarshal(data, &e); err != nil {
+			return err
+		}
+		ev(e)
+		return nil
+	})
+}
+
+// stream reads a Server-Sent Events stream, reconnecting with Last-Event-ID when it ends
+// before the job has.
+func (c *Client) stream(ctx context.Context, path, jobID string, handle func(name string, data []byte) error) error {
+	lastID := ""
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+path, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+		req.Header.Set("Accept", "text/event-stream")
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
+		}
+		resp, err := c.streamHTTP().Do(req)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			e := &Error{Status: resp.StatusCode}
+			if err := json.Unmarshal(data, &e.Problem); err != nil || e.Problem.Status == 0 {
+				e.Problem = Problem{Status: resp.StatusCode, Detail: strings.TrimSpace(string(data))}
+			}
+			return e
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		var id, name string
+		var data []byte
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if data != nil {
+					if id != "" {
+						lastID = id
+					}
+					if err := handle(name, data); err != nil {
+						resp.Body.Close()
+						return err
+					}
+				}
+				id, name, data = "", "", nil
+			case strings.HasPrefix(line, "id:"):
+				id = strings.TrimSpace(line[3:])
+			case strings.HasPrefix(line, "event:"):
+				name = strings.TrimSpace(line[6:])
+			case strings.HasPrefix(line, "data:"):
+				data = append(data, strings.TrimPrefix(line[5:], " ")...)
+			}
+		}
+		resp.Body.Close()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		j, err := c.GetJob(ctx, jobID)
+		if err != nil {
+			return err
+		}
+		if j.Status.Terminal() {
+			return nil
+		}
+	}
+}
+
+// streamHTTP is the client for streams: no overall timeout (a stream lasts as long as the job).
+func (c *Client) streamHTTP() *http.Client {
+	h := *c.HTTP
+	h.Timeout = 0
+	return &h
+}
+
+// JobProgress is where a run stands.
+type JobProgress struct {
+	JobID          string             `json:"job_id"`
+	Status         job.Status         `json:"status"`
+	Step           int                `json:"step"`
+	MaxSteps       int                `json:"max_steps"`
+	Percent        float64            `json:"percent"`
+	Metrics        map[string]float64 `json:"metrics,omitempty"`
+	CheckpointStep int                `json:"checkpoint_step,omitempty"`
+	StepSeconds    *float64           `json:"step_seconds,omitempty"`
+	ETASeconds     *float64           `json:"eta_seconds,omitempty"`
+	ElapsedSeconds *float64           `json:"elapsed_seconds,omitempty"`
+	StartedAt      *time.Time         `json:"started_at,omitempty"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+}
+
+// JobProgress reads where a run stands, its pace and ETA.
+func (c *Client) JobProgress(ctx context.Context, id string) (*JobProgress, error) {
+	var p JobProgress
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/progress", "", nil, &p)
+	return &p, err
+}
+
+// Usage is GPU time used by the organization and by its jobs.
+type Usage struct {
+	Organization struct {
+		Org         string  `json:"org"`
+		GPUSeconds  float64 `json:"gpu_seconds"`
+		Running     int     `json:"running"`
+		RunningGPUs int     `json:"running_gpus"`
+	} `json:"organization"`
+	Jobs []struct {
+		ID         string     `json:"id"`
+		Name       string     `json:"name,omitempty"`
+		Kind       string     `json:"kind"`
+		Status     job.Status `json:"status"`
+		GPUs       int        `json:"gpus"`
+		GPUType    string     `json:"gpu_type,omitempty"`
+		GPUSeconds float64    `json:"gpu_seconds"`
+		CreatedAt  time.Time  `json:"created_at"`
+	} `json:"jobs"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Usage reads the organization's GPU time and its jobs', a page of jobs at a time.
+func (c *Client) Usage(ctx context.Context, cursor string, limit int) (*Usage, error) {
+	q := url.Values{}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var u Usage
+	_, err := c.do(ctx, http.MethodGet, "/v1/usage?"+q.Encode(), "", nil, &u)
+	return &u, err
+}
+
+// Download fetches a download link into w (the link is its own credential: no token goes with
+// it) and returns the bytes written.
+func (c *Client) Download(ctx context.Context, link string, w io.Writer) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, link, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.streamHTTP().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return 0, fmt.Errorf("download: %d %s", resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	return io.Copy(w, resp.Body)
 }

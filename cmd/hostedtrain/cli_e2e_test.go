@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
+)
+
+// cliWith runs the CLI with exactly env (plus PATH), for tests of where it finds its token.
+func cliWith(t *testing.T, env []string, stdin string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "hostedtrain"), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// Everything a user follows a run with, from the CLI against the local stack: login, logs,
+// metrics and their plot, checkpoints and their download, artifacts, progress, usage, events,
+// list filters, and stop waiting for STOPPED.
+func TestCLIFollowsARun(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "20ms")
+
+	// login keeps the token in the config folder, mode 0600; the CLI then needs no env.
+	home := t.TempDir()
+	env := []string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config")}
+	if out, code := cliWith(t, env, d.token+"\n", "login", "--url", d.url); code != 0 || !strings.Contains(out, "logged in") {
+		t.Fatalf("login (%d): %s", code, out)
+	}
+	cfgPath := filepath.Join(home, ".config", "hostedtrain", "config.json")
+	st, err := os.Stat(cfgPath)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("config %s: %v %v", cfgPath, st, err)
+	}
+	if out, code := cliWith(t, env, "", "login", "--url", d.url, "--token", "not-a-token"); code == 0 || !strings.Contains(out, "401") {
+		t.Errorf("login with a bad token (%d): %s", code, out)
+	}
+	out, code := cliWith(t, env, "", "train", "submit", "../../examples/quickstart.toml", "--wait", "-o", "json")
+	if code != 0 {
+		t.Fatalf("submit with the saved token (%d): %s", code, out)
+	}
+	var j job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil || j.Status != job.Completed {
+		t.Fatalf("the run: %v %s", err, out)
+	}
+	// HOSTEDTRAIN_TOKEN wins over the file.
+	if out, code := cliWith(t, append(env, "HOSTEDTRAIN_TOKEN=wrong"), "", "train", "list"); code == 0 || !strings.Contains(out, "HOSTEDTRAIN_TOKEN") {
+		t.Errorf("a wrong HOSTEDTRAIN_TOKEN did not win (%d): %s", code, out)
+	}
+
+	check := func(what string, args []string, wants ...string) string {
+		t.Helper()
+		out, code := d.cli(t, args...)
+		if code != 0 {
+			t.Errorf("%s (%d): %s", what, code, out)
+			return out
+		}
+		for _, w := range wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s lacks %q:\n%s", what, w, out)
+			}
+		}
+		return out
+	}
+	logs := check("logs", []string{"train", "logs", j.ID, "--component", "trainer", "--tail", "5"}, "trainer      | ", "training finished after step 20")
+	if n := strings.Count(strings.TrimSpace(logs), "\n") + 1; n != 5 {
+		t.Errorf("--tail 5 printed %d lines", n)
+	}
+	check("logs -f of a finished run", []string{"train", "logs", j.ID, "-f", "--component", "agent"}, "pipeline exited")
+	check("metrics", []string{"train", "metrics", j.ID}, "REWARD/ALL/MEAN", "\n20 ")
+	check("metrics --plot", []string{"train", "metrics", j.ID, "--plot"}, "reward/all/mean, steps 1 to 20", "┤")
+	check("checkpoints", []string{"train", "checkpoints", j.ID}, "STEP", "committed")
+	dl := t.TempDir()
+	check("checkpoints --download", []string{"train", "checkpoints", j.ID, "--download", "0", "--to", dl}, "sha256 ok")
+	if _, err := os.Stat(filepath.Join(dl, "step_20", "trainer", "model.safetensors")); err != nil {
+		t.Errorf("the downloaded checkpoint: %v", err)
+	}
+	check("progress", []string{"train", "progress", j.ID}, "20/20 (100.0%)", "reward/all/mean")
+	check("usage", []string{"train", "usage"}, "GPU-", j.ID)
+	check("events", []string{"train", "events", j.ID}, "job.queued", "job.checkpoint", "job.completed")
+	check("list --status", []string{"train", "list", "--status", "COMPLETED", "--kind", "rl"}, j.ID)
+	if out := check("list --status QUEUED", []string{"train", "list", "--status", "queued"}); strings.Contains(out, j.ID) {
+		t.Errorf("a completed job listed as queued:\n%s", out)
+	}
+	for _, c := range []string{"logs", "metrics", "checkpoints", "progress", "events"} {
+		out, code := d.cli(t, "train", c, j.ID, "-o", "json")
+		if code != 0 || !json.Valid([]byte(strings.TrimSpace(strings.Split(strings.TrimSpace(out), "\n")[0]))) {
+			t.Errorf("%s -o json (%d): %s", c, code, out)
+		}
+	}
+
+	// An error names the parameter and what it takes.
+	if out, code := d.cli(t, "train", "logs", j.ID, "--level", "LOUD"); code == 0 || !strings.Contains(out, "parameter level") || !strings.Contains(out, "WARNING") {
+		t.Errorf("a bad --level (%d): %s", code, out)
+	}
+
+	// stop waits until the job is STOPPED.
+	long := filepath.Join(t.TempDir(), "long.toml")
+	if err := os.WriteFile(long, []byte("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = 100000\n[[env]]\nid = \"acme/env\"\n[checkpoints]\ninterval = 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = d.cli(t, "train", "submit", long, "-o", "json")
+	if code != 0 {
+		t.Fatalf("submit: %s", out)
+	}
+	var lj job.Job
+	_ = json.Unmarshal([]byte(lastLine(out)), &lj)
+	check("progress of the long run", []string{"train", "progress", lj.ID})
+	testwait.Until(t, time.Minute, "the long run to start", func() bool {
+		out, _ := d.cli(t, "train", "get", lj.ID, "-o", "json")
+		var g job.Job
+		return json.Unmarshal([]byte(lastLine(out)), &g) == nil && g.Status == job.Running
+	})
+	check("stop", []string{"train", "stop", lj.ID, "--timeout", "60s"}, "STOPPED")
+	d.stop(t)
+}

@@ -1,0 +1,476 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+// isTerminal reports whether w is a terminal (live lines and spinners only there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func terminalWidth(w io.Writer) int {
+	if f, ok := w.(*os.File); ok {
+		if width, _, err := term.GetSize(int(f.Fd())); err == nil {
+			return width
+		}
+	}
+	return 0
+}
+
+func newLogsCmd() *cobra.Command {
+	var o client.LogOptions
+	var follow bool
+	var output string
+	c := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Show a job's logs (trainer, orchestrator, inference, envs, pipeline, install, agent); -f follows",
+		Example: `  hostedtrain train logs JOB -f
+  hostedtrain train logs JOB --component trainer --level WARNING --since 10m
+  hostedtrain train logs JOB --search "CUDA" --tail 500`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			show := func(l client.LogLine) {
+				if output == "json" {
+					printJSON(out, l)
+				} else {
+					renderLogLine(out, l)
+				}
+			}
+			if follow {
+				return api.FollowLogs(cmd.Context(), args[0], o, show, func(a int64) {
+					if output == "table" {
+						fmt.Fprintf(cmd.ErrOrStderr(), "-- the job resumed: following attempt %d --\n", a)
+					}
+				})
+			}
+			page, err := api.JobLogs(cmd.Context(), args[0], o)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				printJSON(out, page)
+				return nil
+			}
+			for _, l := range page.Items {
+				renderLogLine(out, l)
+			}
+			if len(page.Items) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "no log lines (yet)")
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.BoolVarP(&follow, "follow", "f", false, "keep printing new lines until the job ends")
+	f.IntVar(&o.Tail, "tail", 100, "the last N lines")
+	f.StringVar(&o.Since, "since", "", "only lines since: a duration back from now (10m) or a time")
+	f.StringVar(&o.Component, "component", "", "one component: trainer, orchestrator, inference, envs, pipeline, install or agent")
+	f.StringVar(&o.Search, "search", "", "only lines containing this text (any case)")
+	f.StringVar(&o.Level, "level", "", "the least severe level shown: DEBUG, INFO, WARNING or ERROR")
+	f.IntVar(&o.Attempt, "attempt", 0, "the attempt whose logs to show (default the newest)")
+	outputFlag(c, &output)
+	return c
+}
+
+func newMetricsCmd() *cobra.Command {
+	var names, output, metric string
+	var minStep, maxStep int
+	var plot bool
+	c := &cobra.Command{
+		Use:   "metrics ID",
+		Short: "Show a job's metrics a step a row, or --plot a curve in the terminal",
+		Example: `  hostedtrain train metrics JOB --plot
+  hostedtrain train metrics JOB --names reward/all/mean,entropy/mean --min-step 100`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			wanted := splitList(names)
+			if plot {
+				wanted = []string{metric}
+			}
+			var rows []map[string]json.RawMessage
+			from := minStep
+			for {
+				page, err := api.JobMetrics(cmd.Context(), args[0], from, maxStep, wanted, 10000)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, page.Items...)
+				if page.NextMinStep == nil {
+					break
+				}
+				from = *page.NextMinStep
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case output == "json":
+				printJSON(out, map[string]any{"items": rows})
+			case plot:
+				width := terminalWidth(out) - 12
+				if width < 20 {
+					width = 70
+				}
+				renderPlot(out, rows, metric, min(width, 120), 15)
+			default:
+				renderMetrics(out, rows, wanted)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&names, "names", "", "comma-separated metrics (default reward, entropy, loss, grad norm, sequence length)")
+	f.IntVar(&minStep, "min-step", 0, "the first step")
+	f.IntVar(&maxStep, "max-step", 0, "the last step (0: the newest)")
+	f.BoolVar(&plot, "plot", false, "draw --metric over the steps")
+	f.StringVar(&metric, "metric", "reward/all/mean", "what --plot draws")
+	outputFlag(c, &output)
+	return c
+}
+
+func newCheckpointsCmd() *cobra.Command {
+	var output, to string
+	var download int
+	c := &cobra.Command{
+		Use:   "checkpoints ID",
+		Short: "List a job's checkpoints; --download STEP fetches one (its files checked against their sha256)",
+		Example: `  hostedtrain train checkpoints JOB
+  hostedtrain train checkpoints JOB --download 200 --to ./ckpt`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			cps, err := api.JobCheckpoints(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if cmd.Flags().Changed("download") {
+				return downloadCheckpoint(cmd, api, cps, download, to)
+			}
+			if output == "json" {
+				printJSON(out, map[string]any{"items": cps})
+				return nil
+			}
+			renderCheckpoints(out, cps)
+			return nil
+		},
+	}
+	c.Flags().IntVar(&download, "download", 0, "download this step's checkpoint (0: the newest committed)")
+	c.Flags().StringVar(&to, "to", ".", "where --download writes step_N/")
+	outputFlag(c, &output)
+	return c
+}
+
+func downloadCheckpoint(cmd *cobra.Command, api *client.Client, cps []client.Checkpoint, step int, to string) error {
+	var pick *client.Checkpoint
+	for i := range cps {
+		if cps[i].Status == "committed" && (step == 0 || cps[i].Step == step) {
+			pick = &cps[i]
+		}
+	}
+	if pick == nil {
+		return fmt.Errorf("no committed checkpoint of step %d (see `hostedtrain train checkpoints`)", step)
+	}
+	dir := filepath.Join(to, fmt.Sprintf("step_%d", pick.Step))
+	for _, f := range pick.Download {
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
+			return fmt.Errorf("the manifest names a path outside the checkpoint: %q", f.Path)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(f.Path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		fh, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		n, err := api.Download(cmd.Context(), f.URL, io.MultiWriter(fh, h))
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+		if n != f.Bytes || (f.SHA256 != "" && hex.EncodeToString(h.Sum(nil)) != f.SHA256) {
+			return fmt.Errorf("%s: got %d bytes that do not match the manifest (%d bytes, sha256 %s)", f.Path, n, f.Bytes, f.SHA256)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s  %s (sha256 ok)\n", p, size(n))
+	}
+	return nil
+}
+
+func newArtifactsCmd() *cobra.Command {
+	var output, to string
+	var download bool
+	c := &cobra.Command{
+		Use:   "artifacts ID",
+		Short: "List a job's outputs (GEPA prompts, eval results); --download fetches them",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			arts, err := api.JobArtifacts(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if download {
+				for _, a := range arts {
+					p := filepath.Join(to, filepath.FromSlash(a.Name))
+					if !filepath.IsLocal(filepath.FromSlash(a.Name)) {
+						return fmt.Errorf("an artifact name points outside the folder: %q", a.Name)
+					}
+					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+						return err
+					}
+					fh, err := os.Create(p)
+					if err != nil {
+						return err
+					}
+					n, err := api.Download(cmd.Context(), a.URL, fh)
+					fh.Close()
+					if err != nil {
+						return fmt.Errorf("%s: %w", a.Name, err)
+					}
+					fmt.Fprintf(out, "%s  %s\n", p, size(n))
+				}
+				return nil
+			}
+			if output == "json" {
+				printJSON(out, map[string]any{"items": arts})
+				return nil
+			}
+			renderArtifacts(out, arts)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&download, "download", false, "download every artifact")
+	c.Flags().StringVar(&to, "to", ".", "where --download writes")
+	outputFlag(c, &output)
+	return c
+}
+
+func newProgressCmd() *cobra.Command {
+	var output string
+	c := &cobra.Command{
+		Use:   "progress ID",
+		Short: "Where a run stands: its step, newest metrics, pace and ETA",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			p, err := api.JobProgress(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				printJSON(cmd.OutOrStdout(), p)
+				return nil
+			}
+			renderProgress(cmd.OutOrStdout(), p)
+			return nil
+		},
+	}
+	outputFlag(c, &output)
+	return c
+}
+
+func newUsageCmd() *cobra.Command {
+	var output, cursor string
+	var limit int
+	c := &cobra.Command{
+		Use:   "usage",
+		Short: "GPU time used by your organization and by each job",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			u, err := api.Usage(cmd.Context(), cursor, limit)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				printJSON(cmd.OutOrStdout(), u)
+				return nil
+			}
+			renderUsage(cmd.OutOrStdout(), u)
+			return nil
+		},
+	}
+	c.Flags().IntVar(&limit, "limit", 20, "jobs per page (1-100)")
+	c.Flags().StringVar(&cursor, "cursor", "", "continue after a previous page")
+	outputFlag(c, &output)
+	return c
+}
+
+func newEventsCmd() *cobra.Command {
+	var output string
+	var followFlag bool
+	c := &cobra.Command{
+		Use:   "events ID",
+		Short: "A job's events; -f follows them live",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			show := func(e job.Event) {
+				if output == "json" {
+					printJSON(out, e)
+				} else {
+					renderEvent(out, e)
+				}
+			}
+			if followFlag {
+				return api.FollowEvents(cmd.Context(), args[0], 0, show)
+			}
+			var after int64
+			for {
+				evs, err := api.Events(cmd.Context(), args[0], after)
+				if err != nil {
+					return err
+				}
+				for _, e := range evs {
+					show(e)
+					after = e.Seq
+				}
+				if len(evs) < 100 {
+					return nil
+				}
+			}
+		},
+	}
+	c.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing events until the job ends")
+	outputFlag(c, &output)
+	return c
+}
+
+// spinner frames for a wait on a terminal.
+var spinner = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+
+func newStopCmd() *cobra.Command {
+	var output string
+	var timeout time.Duration
+	var noWait bool
+	c := &cobra.Command{
+		Use:     "stop ID",
+		Aliases: []string{"cancel"},
+		Short:   "Stop a job and wait until it is STOPPED (a queued one at once; a running one through its agent)",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			j, err := api.CancelJob(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			live := output == "table" && isTerminal(out)
+			began := time.Now()
+			for frame := 0; !j.Status.Terminal() && !noWait; frame++ {
+				if time.Since(began) > timeout {
+					if live {
+						fmt.Fprint(out, "\r\033[K")
+					}
+					return fmt.Errorf("job %s is still %s after %s: its agent may be finishing a checkpoint (the stop grace lets it); look again with `hostedtrain train get %s`",
+						j.ID, j.Status, timeout, j.ID)
+				}
+				switch {
+				case live:
+					fmt.Fprintf(out, "\r%s stopping job %s (%s)", spinner[frame%len(spinner)], j.ID, time.Since(began).Round(time.Second))
+				case frame == 0 && output == "table":
+					fmt.Fprintf(out, "job %s is stopping; waiting (up to %s)\n", j.ID, timeout)
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(250 * time.Millisecond):
+				}
+				if j, err = api.GetJob(ctx, args[0]); err != nil {
+					return err
+				}
+			}
+			if live {
+				fmt.Fprint(out, "\r\033[K")
+			}
+			if output == "json" {
+				printJSON(out, j)
+				return nil
+			}
+			if j.Status.Terminal() {
+				fmt.Fprintf(out, "job %s %s", j.ID, j.Status)
+				if j.Progress.CheckpointStep > 0 {
+					fmt.Fprintf(out, " (newest checkpoint: step %d; `hostedtrain train restart %s` resumes from it)", j.Progress.CheckpointStep, j.ID)
+				}
+				fmt.Fprintln(out)
+				return nil
+			}
+			fmt.Fprintf(out, "job %s is stopping (its agent hears on its next heartbeat)\n", j.ID)
+			return nil
+		},
+	}
+	c.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for STOPPED")
+	c.Flags().BoolVar(&noWait, "no-wait", false, "ask for the stop and return at once")
+	outputFlag(c, &output)
+	return c
+}

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/guptarohit/asciigraph"
+
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+// The table views of the CLI, kept apart from the commands so golden files can pin them.
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+// age says how long ago t was, the way a person reads it at a glance.
+func age(t, now time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func envList(j *job.Job) string {
+	ids := make([]string, 0, len(j.Config.Env))
+	for _, e := range j.Config.Env {
+		ids = append(ids, e.ID)
+	}
+	return strings.Join(ids, ",")
+}
+
+func reward(m map[string]float64) string {
+	if v, ok := m["reward/all/mean"]; ok {
+		return fmt.Sprintf("%.4f", v)
+	}
+	return "-"
+}
+
+// renderJobList is `train list`.
+func renderJobList(w io.Writer, jobs []*job.Job, next string, now time.Time) {
+	t := table(w)
+	fmt.Fprintln(t, "ID\tSTATUS\tKIND\tMODEL\tENVIRONMENTS\tSTEP\tREWARD\tAGE")
+	for _, j := range jobs {
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Status, j.Kind, j.Config.Model, envList(j),
+			j.Progress.Step, j.Progress.MaxSteps, reward(j.Progress.Metrics), age(j.CreatedAt, now))
+	}
+	t.Flush()
+	if len(jobs) == 0 {
+		fmt.Fprintln(w, "no jobs")
+	}
+	if next != "" {
+		fmt.Fprintf(w, "more: --cursor %s\n", next)
+	}
+}
+
+// renderJob is `train get` and the summary after --wait.
+func renderJob(out io.Writer, j *job.Job) {
+	w := table(out)
+	fmt.Fprintf(w, "job\t%s\n", j.ID)
+	if j.Name != "" {
+		fmt.Fprintf(w, "name\t%s\n", j.Name)
+	}
+	fmt.Fprintf(w, "status\t%s\n", j.Status)
+	if j.QueueReason != "" {
+		ahead := 0
+		if j.RunsAhead != nil {
+			ahead = *j.RunsAhead
+		}
+		fmt.Fprintf(w, "queue\t%s (%d ahead)\n", j.QueueReason, ahead)
+	}
+	if j.Error != "" {
+		fmt.Fprintf(w, "error\t%s\n", j.Error)
+	}
+	fmt.Fprintf(w, "model\t%s\n", j.Config.Model)
+	fmt.Fprintf(w, "environments\t%s\n", strings.ReplaceAll(envList(j), ",", ", "))
+	if g := j.Config.Resources; g.GPUs > 0 {
+		fmt.Fprintf(w, "gpus\t%d×%s\n", g.GPUs, g.GPUType)
+	}
+	if j.Runtime != nil && j.Runtime.Pipeline != "" {
+		p := j.Runtime.Pipeline
+		if j.Runtime.Emulated {
+			p += " (emulated: no GPU work was done)"
+		}
+		fmt.Fprintf(w, "pipeline\t%s on %s\n", p, j.Runtime.AgentID)
+	}
+	fmt.Fprintf(w, "steps\t%d/%d\n", j.Progress.Step, j.Progress.MaxSteps)
+	fmt.Fprintf(w, "last reward\t%s\n", reward(j.Progress.Metrics))
+	if j.Progress.Checkpoints > 0 {
+		fmt.Fprintf(w, "checkpoints\t%d kept, newest at step %d\n", j.Progress.Checkpoints, j.Progress.CheckpointStep)
+	} else {
+		fmt.Fprintf(w, "checkpoints\tnone\n")
+	}
+	fmt.Fprintf(w, "attempt\t%d of %d\n", j.Attempt, j.MaxAttempts)
+	fmt.Fprintf(w, "gpu time\t%s\n", gpuHours(j.GPUSeconds))
+	fmt.Fprintf(w, "created\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
+	if j.StartedAt != nil && j.FinishedAt != nil {
+		fmt.Fprintf(w, "ran for\t%s\n", j.FinishedAt.Sub(*j.StartedAt).Round(100*time.Millisecond))
+	}
+	w.Flush()
+}
+
+func gpuHours(sec float64) string {
+	if sec < 3600 {
+		return fmt.Sprintf("%.1f GPU-minutes", sec/60)
+	}
+	return fmt.Sprintf("%.2f GPU-hours", sec/3600)
+}
+
+// renderLogLine prints one line with its component in front: "trainer      | ...".
+func renderLogLine(w io.Writer, l client.LogLine) {
+	fmt.Fprintf(w, "%-12s | %s\n", l.Component, l.Line)
+}
+
+// defaultMetricColumns are what `train metrics` shows unless --names says.
+var defaultMetricColumns = []string{"reward/all/mean", "entropy/mean", "loss/mean", "optim/grad_norm", "seq_len/mean"}
+
+// renderMetrics is `train metrics` as a table, one row a step, a column a metric.
+func renderMetrics(w io.Writer, rows []map[string]json.RawMessage, names []string) {
+	if len(names) == 0 {
+		present := map[string]bool{}
+		for _, r := range rows {
+			for k := range r {
+				present[k] = true
+			}
+		}
+		for _, n := range defaultMetricColumns {
+			if present[n] {
+				names = append(names, n)
+			}
+		}
+	}
+	t := table(w)
+	fmt.Fprint(t, "STEP")
+	for _, n := range names {
+		fmt.Fprintf(t, "\t%s", strings.ToUpper(n))
+	}
+	fmt.Fprintln(t)
+	for _, r := range rows {
+		fmt.Fprintf(t, "%s", r["step"])
+		for _, n := range names {
+			v := "-"
+			if raw, ok := r[n]; ok {
+				var f float64
+				if json.Unmarshal(raw, &f) == nil {
+					v = fmt.Sprintf("%.4f", f)
+				}
+			}
+			fmt.Fprintf(t, "\t%s", v)
+		}
+		fmt.Fprintln(t)
+	}
+	t.Flush()
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "no metrics yet")
+	}
+}
+
+// renderPlot draws one metric over the steps in the terminal.
+func renderPlot(w io.Writer, rows []map[string]json.RawMessage, name string, width, height int) {
+	var ys []float64
+	first, last := 0, 0
+	for _, r := range rows {
+		var v float64
+		var step int
+		if json.Unmarshal(r[name], &v) != nil || json.Unmarshal(r["step"], &step) != nil || math.IsNaN(v) {
+			continue
+		}
+		if len(ys) == 0 {
+			first = step
+		}
+		last = step
+		ys = append(ys, v)
+	}
+	if len(ys) < 2 {
+		fmt.Fprintf(w, "%s: not enough steps to plot (%d)\n", name, len(ys))
+		return
+	}
+	fmt.Fprintln(w, asciigraph.Plot(ys, asciigraph.Width(width), asciigraph.Height(height),
+		asciigraph.Caption(fmt.Sprintf("%s, steps %d to %d", name, first, last)), asciigraph.Precision(3)))
+}
+
+func size(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", b)
+}
+
+// renderCheckpoints is `train checkpoints`.
+func renderCheckpoints(w io.Writer, cps []client.Checkpoint) {
+	t := table(w)
+	fmt.Fprintln(t, "STEP\tSTATUS\tSIZE\tFILES\tTIME")
+	for _, c := range cps {
+		when := "-"
+		if c.Time != nil {
+			when = c.Time.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(t, "%d\t%s\t%s\t%d\t%s\n", c.Step, c.Status, size(c.Bytes), c.Files, when)
+	}
+	t.Flush()
+	if len(cps) == 0 {
+		fmt.Fprintln(w, "no checkpoints yet")
+	}
+}
+
+// renderArtifacts is `train artifacts`.
+func renderArtifacts(w io.Writer, arts []client.Artifact) {
+	t := table(w)
+	fmt.Fprintln(t, "NAME\tSIZE\tTIME")
+	for _, a := range arts {
+		when := "-"
+		if a.Time != nil {
+			when = a.Time.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\n", a.Name, size(a.Bytes), when)
+	}
+	t.Flush()
+	if len(arts) == 0 {
+		fmt.Fprintln(w, "no artifacts")
+	}
+}
+
+func seconds(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
+}
+
+// renderProgress is `train progress`.
+func renderProgress(out io.Writer, p *client.JobProgress) {
+	w := table(out)
+	fmt.Fprintf(w, "job\t%s\n", p.JobID)
+	fmt.Fprintf(w, "status\t%s\n", p.Status)
+	fmt.Fprintf(w, "step\t%d/%d (%.1f%%)\n", p.Step, p.MaxSteps, p.Percent)
+	names := make([]string, 0, len(p.Metrics))
+	for n := range p.Metrics {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "%s\t%.4f\n", n, p.Metrics[n])
+	}
+	if p.CheckpointStep > 0 {
+		fmt.Fprintf(w, "newest checkpoint\tstep %d\n", p.CheckpointStep)
+	}
+	if p.StepSeconds != nil {
+		fmt.Fprintf(w, "pace\t%.2f s a step\n", *p.StepSeconds)
+	}
+	if p.ElapsedSeconds != nil {
+		fmt.Fprintf(w, "elapsed\t%s\n", seconds(*p.ElapsedSeconds))
+	}
+	if p.ETASeconds != nil {
+		fmt.Fprintf(w, "eta\t%s\n", seconds(*p.ETASeconds))
+	}
+	w.Flush()
+}
+
+// renderUsage is `train usage`.
+func renderUsage(w io.Writer, u *client.Usage) {
+	fmt.Fprintf(w, "organization %s: %s in all; %d job(s) running on %d GPU(s) now\n\n", u.Organization.Org,
+		gpuHours(u.Organization.GPUSeconds), u.Organization.Running, u.Organization.RunningGPUs)
+	t := table(w)
+	fmt.Fprintln(t, "ID\tKIND\tSTATUS\tGPUS\tGPU TIME")
+	for _, j := range u.Jobs {
+		g := "-"
+		if j.GPUs > 0 {
+			g = fmt.Sprintf("%d×%s", j.GPUs, j.GPUType)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", j.ID, j.Kind, j.Status, g, gpuHours(j.GPUSeconds))
+	}
+	t.Flush()
+	if u.NextCursor != "" {
+		fmt.Fprintf(w, "more: --cursor %s\n", u.NextCursor)
+	}
+}
+
+// progressLine is the live line of --wait: a bar, the step, the newest metrics.
+func progressLine(j *job.Job, width int) string {
+	p := j.Progress
+	frac := 0.0
+	if p.MaxSteps > 0 {
+		frac = min(1, float64(p.Step)/float64(p.MaxSteps))
+	}
+	const bar = 20
+	filled := int(frac * bar)
+	line := fmt.Sprintf("%s [%s%s] %d/%d %3.0f%%%s", j.Status, strings.Repeat("#", filled), strings.Repeat(".", bar-filled),
+		p.Step, p.MaxSteps, 100*frac, metricsLine(p.Metrics))
+	if width > 0 && len(line) > width-1 {
+		line = line[:width-1]
+	}
+	return line
+}
+
+// renderEvent is one event line of --wait and `train events`.
+func renderEvent(w io.Writer, e job.Event) {
+	line := fmt.Sprintf("  %s  %-9s %s", e.Time.Local().Format("15:04:05"), e.Status, e.Type)
+	if e.Detail != "" {
+		line += "  (" + e.Detail + ")"
+	}
+	fmt.Fprintln(w, line)
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+)
+
+var update = flag.Bool("update", false, "rewrite the CLI's golden files under testdata/golden")
+
+// The CLI's tables, pinned: a change to what users read shows as a change to a golden file.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./cmd/hostedtrain -run Golden -update writes it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from its golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func sampleJobs() []*job.Job {
+	started, finished := t0.Add(time.Minute), t0.Add(41*time.Minute)
+	ahead := 3
+	return []*job.Job{
+		{ID: "01a20201-0000-7000-8000-000000000002", Org: "acme", Kind: "rl", Status: job.Running, Attempt: 1, MaxAttempts: 3,
+			Config: jobspec.Spec{Model: "Qwen/Qwen3-4B-Instruct-2507", Env: []jobspec.Env{{ID: "primeintellect/alphabet-sort"}, {ID: "gsm8k"}},
+				Resources: jobspec.Resources{GPUs: 2, GPUType: "H100"}},
+			Progress: job.Progress{Step: 120, MaxSteps: 300, Metrics: map[string]float64{"reward/all/mean": 0.6123, "entropy/mean": 0.81, "loss/mean": 0.031},
+				Checkpoints: 2, CheckpointStep: 100},
+			Runtime: &job.Runtime{AgentID: "node-7", Pipeline: "prime-rl"}, GPUSeconds: 4800, CreatedAt: t0.Add(-2 * time.Hour), StartedAt: &started},
+		{ID: "01a20201-0000-7000-8000-000000000001", Org: "acme", Kind: "eval", Status: job.Completed, Attempt: 1, MaxAttempts: 3,
+			Config:   jobspec.Spec{Model: "openai/gpt-4.1-mini", Env: []jobspec.Env{{ID: "my-env"}}},
+			Progress: job.Progress{}, CreatedAt: t0.Add(-50 * time.Hour), StartedAt: &started, FinishedAt: &finished},
+		{ID: "01a20201-0000-7000-8000-000000000000", Org: "acme", Kind: "rl", Status: job.Queued, Attempt: 2, MaxAttempts: 3,
+			Config:   jobspec.Spec{Model: "Qwen/Qwen3-30B-A3B-Instruct-2507", Env: []jobspec.Env{{ID: "wiki-search"}}, Resources: jobspec.Resources{GPUs: 8, GPUType: "H100"}},
+			Progress: job.Progress{MaxSteps: 1000}, RunsAhead: &ahead, QueueReason: "waiting for 8×H100: no agent has that many free",
+			Error: "lease lost: node vanished", CreatedAt: t0.Add(-30 * time.Second)},
+	}
+}
+
+func TestGoldenCLIViews(t *testing.T) {
+	time.Local = time.UTC
+	var b bytes.Buffer
+	jobs := sampleJobs()
+	renderJobList(&b, jobs, "01a20201-0000-7000-8000-000000000000", t0)
+	golden(t, "list.txt", b.Bytes())
+
+	for i, j := range jobs {
+		b.Reset()
+		renderJob(&b, j)
+		golden(t, fmt.Sprintf("get-%d.txt", i), b.Bytes())
+	}
+
+	b.Reset()
+	for _, l := range []client.LogLine{
+		{Component: "trainer", Line: "2026-11-22T10:00:01Z INFO step 1 | loss 0.0412"},
+		{Component: "envs/gsm8k", Line: "2026-11-22T10:00:01Z WARNING slow rollout"},
+		{Component: "trainer", Line: "  traceback continues"},
+	} {
+		renderLogLine(&b, l)
+	}
+	golden(t, "logs.txt", b.Bytes())
+
+	var rows []map[string]json.RawMessage
+	for step := 1; step <= 30; step++ {
+		r := float64(step) / 40
+		line := fmt.Sprintf(`{"step":%d,"time":1.5,"reward/all/mean":%g,"entropy/mean":%g,"loss/mean":0.03}`, step, 0.2+r*r, 1.2-r/2)
+		var row map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(line), &row)
+		rows = append(rows, row)
+	}
+	b.Reset()
+	renderMetrics(&b, rows[:5], nil)
+	golden(t, "metrics.txt", b.Bytes())
+	b.Reset()
+	renderPlot(&b, rows, "reward/all/mean", 60, 10)
+	golden(t, "metrics-plot.txt", b.Bytes())
+
+	at := t0.Add(time.Hour)
+	b.Reset()
+	renderCheckpoints(&b, []client.Checkpoint{{Step: 100, Status: "committed", Bytes: 2 << 30, Files: 9, Time: &at}, {Step: 150, Status: "uploading", Bytes: 300 << 20, Files: 4}})
+	golden(t, "checkpoints.txt", b.Bytes())
+
+	b.Reset()
+	renderArtifacts(&b, []client.Artifact{{Name: "system_prompt.txt", Bytes: 412, Time: &at}, {Name: "pareto_frontier.jsonl", Bytes: 20480, Time: &at}})
+	golden(t, "artifacts.txt", b.Bytes())
+
+	pace, eta, el := 2.5, 450.0, 300.0
+	b.Reset()
+	renderProgress(&b, &client.JobProgress{JobID: jobs[0].ID, Status: job.Running, Step: 120, MaxSteps: 300, Percent: 40,
+		Metrics: jobs[0].Progress.Metrics, CheckpointStep: 100, StepSeconds: &pace, ETASeconds: &eta, ElapsedSeconds: &el})
+	golden(t, "progress.txt", b.Bytes())
+
+	var u client.Usage
+	_ = json.Unmarshal([]byte(`{"organization":{"org":"acme","gpu_seconds":93600,"running":1,"running_gpus":2},
+		"jobs":[{"id":"j2","kind":"rl","status":"RUNNING","gpus":2,"gpu_type":"H100","gpu_seconds":4800},
+		{"id":"j1","kind":"eval","status":"COMPLETED","gpus":0,"gpu_seconds":0}],"next_cursor":"j1"}`), &u)
+	b.Reset()
+	renderUsage(&b, &u)
+	golden(t, "usage.txt", b.Bytes())
+
+	golden(t, "progress-line.txt", []byte(progressLine(jobs[0], 0)+"\n"))
+}
