@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build demo test deps redis-server spec-validator versitygw awscli webhook-receiver lint fmt clean fuzz bench-jobs bench-queue bench-agent
+.PHONY: all build demo test deps redis-server spec-validator versitygw awscli webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent
 
 all: build
 
@@ -23,6 +23,9 @@ demo: redis-server build
 ## test: every test, against real redis-server processes, with the race detector, and a
 ## short run of the job-file fuzzer (5,000 executions; see fuzz below for why a count)
 test: deps
+	@# The dashboard embeds what `make web` vendors from npm: it must be what is committed.
+	@! git rev-parse --git-dir >/dev/null 2>&1 || git diff --quiet HEAD -- api/web/static/vendor || \
+	  { echo "api/web/static/vendor differs from web/package-lock.json's packages: commit what make web wrote"; exit 1; }
 	$(GO) vet ./...
 	python3 -m openapi_spec_validator openapi/openapi.yaml
 	$(GO) test -race -count=1 -timeout 20m ./...
@@ -54,7 +57,33 @@ bench-agent: versitygw
 bench-jobs:
 	$(GO) test -run '^$$' -bench BenchmarkJobAdmission -benchmem -cpu 1 -count 5 ./api
 
-deps: redis-server spec-validator versitygw awscli webhook-receiver
+deps: redis-server spec-validator versitygw awscli webhook-receiver web chromium
+
+## web: the dashboard's vendored libraries (uPlot, Redoc) copied from npm into api/web, where
+## the API embeds them; and playwright-core for the browser test
+WEB_VENDOR := api/web/static/vendor
+web:
+	@test -d web/node_modules/uplot -a -d web/node_modules/redoc -a -d web/node_modules/playwright-core || { \
+	  command -v npm >/dev/null 2>&1 || { echo "npm is needed (Node 18 or later)"; exit 1; }; \
+	  echo "installing the dashboard's npm packages"; \
+	  cd web && npm ci --silent --no-audit --no-fund; }
+	@mkdir -p $(WEB_VENDOR)
+	@cp web/node_modules/uplot/dist/uPlot.iife.min.js web/node_modules/uplot/dist/uPlot.min.css $(WEB_VENDOR)/
+	@# The docs work offline: the one thing Redoc fetches from elsewhere, the logo of its
+	@# "API docs by Redocly" link, is replaced by an empty image.
+	@sed 's#https://cdn.redoc.ly/redoc/logo-mini.svg#data:image/svg+xml,%3Csvg xmlns=%22http://www.w3.org/2000/svg%22/%3E#' \
+	  web/node_modules/redoc/bundles/redoc.standalone.js > $(WEB_VENDOR)/redoc.standalone.js
+	@cp web/node_modules/uplot/LICENSE $(WEB_VENDOR)/uPlot.LICENSE
+	@cp web/node_modules/redoc/LICENSE $(WEB_VENDOR)/redoc.LICENSE
+	@cp web/node_modules/redoc/bundles/redoc.standalone.js.LICENSE.txt $(WEB_VENDOR)/redoc.standalone.js.LICENSE.txt
+
+## chromium: Debian's, for the dashboard's browser test (playwright-core drives it)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium with apt-get"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { echo "chromium is still missing"; exit 1; }
 
 ## webhook-receiver: the standardwebhooks npm package the end-to-end webhook test verifies with
 webhook-receiver:

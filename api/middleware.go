@@ -96,6 +96,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if s.servePage(w, r) {
+		return
+	}
 	route, params, err := s.spec.Router.FindRoute(r)
 	if err != nil {
 		if errors.Is(err, routers.ErrMethodNotAllowed) {

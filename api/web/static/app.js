@@ -1,0 +1,375 @@
+// hostedtrain's dashboard: the jobs table and a job's page (charts, events, checkpoints, logs).
+// Plain JavaScript over the API; the token is pasted once, kept in sessionStorage (gone when the
+// tab closes) and sent as a header, never put in a URL.
+'use strict';
+
+const TOKEN_KEY = 'hostedtrain.token';
+const app = document.getElementById('app');
+const forget = document.getElementById('forget');
+let leave = () => {}; // stops the current page's timers and streams
+
+const token = () => sessionStorage.getItem(TOKEN_KEY);
+
+forget.addEventListener('click', () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  route();
+});
+
+// el builds an element: el('td', {class: 'x'}, 'text', child).
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+class APIError extends Error {
+  constructor(status, problem) {
+    const fields = (problem.errors || []).map((f) => `${f.pointer || f.parameter || ''}: ${f.message}`).join('; ');
+    super(`${status} ${problem.title || ''}: ${problem.detail || ''}${fields ? ' (' + fields + ')' : ''}`);
+    this.status = status;
+  }
+}
+
+async function api(path, opts = {}) {
+  const res = await fetch(path, {
+    ...opts,
+    headers: { Authorization: 'Bearer ' + token(), Accept: 'application/json', ...(opts.headers || {}) },
+  });
+  if (res.status === 401) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    route('the token was refused (expired, or not for this service): paste another');
+    throw new APIError(401, { title: 'Unauthorized' });
+  }
+  if (res.status === 204) return null;
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) throw new APIError(res.status, body);
+  return body;
+}
+
+// stream reads a Server-Sent Events answer over fetch (EventSource cannot send a header),
+// calling on(event) for each; it resolves when the stream ends.
+async function stream(path, on, signal, lastId) {
+  const headers = { Authorization: 'Bearer ' + token(), Accept: 'text/event-stream' };
+  if (lastId) headers['Last-Event-ID'] = lastId;
+  const res = await fetch(path, { headers, signal });
+  if (!res.ok || !res.body) throw new APIError(res.status, await res.json().catch(() => ({})));
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  let last = lastId;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return last;
+    buf += dec.decode(value, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const frame = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      const ev = { id: '', event: 'message', data: '' };
+      for (const line of frame.split('\n')) {
+        if (line.startsWith('id:')) ev.id = line.slice(3).trim();
+        else if (line.startsWith('event:')) ev.event = line.slice(6).trim();
+        else if (line.startsWith('data:')) ev.data += line.slice(5).trimStart();
+      }
+      if (ev.data) {
+        if (ev.id) last = ev.id;
+        on(ev.event, JSON.parse(ev.data), ev.id);
+      }
+    }
+  }
+}
+
+// follow keeps a stream going while the job runs: a stream the service ends early (a
+// deployment's stream limit) is resumed from its last event.
+async function follow(path, on, signal, jobID) {
+  let last = '';
+  while (!signal.aborted) {
+    try {
+      last = await stream(path, on, signal, last);
+    } catch (e) {
+      if (signal.aborted) return;
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+    if (signal.aborted) return;
+    const j = await api('/v1/jobs/' + jobID).catch(() => null);
+    if (!j || terminal(j.status)) return;
+  }
+}
+
+const terminal = (s) => s === 'COMPLETED' || s === 'FAILED' || s === 'STOPPED';
+const badge = (s) => el('span', { class: 'badge s-' + s }, s);
+const fmt = (v, d = 4) => (typeof v === 'number' ? v.toFixed(d) : '-');
+
+function ago(iso) {
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return Math.round(s) + 's';
+  if (s < 3600) return Math.round(s / 60) + 'm';
+  if (s < 172800) return Math.round(s / 3600) + 'h';
+  return Math.round(s / 86400) + 'd';
+}
+
+function gpuTime(sec) {
+  return sec < 3600 ? (sec / 60).toFixed(1) + ' GPU-minutes' : (sec / 3600).toFixed(2) + ' GPU-hours';
+}
+
+function size(b) {
+  if (b >= 1 << 30) return (b / (1 << 30)).toFixed(1) + ' GiB';
+  if (b >= 1 << 20) return (b / (1 << 20)).toFixed(1) + ' MiB';
+  if (b >= 1 << 10) return (b / (1 << 10)).toFixed(1) + ' KiB';
+  return b + ' B';
+}
+
+function showError(where, e) {
+  where.replaceChildren(el('p', { class: 'error' }, e.message || String(e)));
+}
+
+// ---- the token ----
+
+function loginPage(message) {
+  forget.hidden = true;
+  const input = el('textarea', { id: 'token', placeholder: 'eyJhbGciOi…', autocomplete: 'off', spellcheck: 'false' });
+  const submit = () => {
+    const t = input.value.trim();
+    if (!t) return;
+    sessionStorage.setItem(TOKEN_KEY, t);
+    route();
+  };
+  app.replaceChildren(el('div', { class: 'card login' },
+    el('h1', {}, 'Paste your API token'),
+    el('p', { class: 'muted' }, 'It stays in this tab (sessionStorage) and goes only in the Authorization header. ',
+      '`hostedtrain admin token --scopes jobs:read,jobs:write` makes one; `hostedtrain dev` writes admin.token.'),
+    message ? el('p', { class: 'error' }, message) : null,
+    input,
+    el('p', {}, el('button', { class: 'primary', id: 'use-token', type: 'button', onclick: submit }, 'Use this token'))));
+  input.focus();
+}
+
+// ---- the jobs table ----
+
+function jobsPage() {
+  const state = { status: '', kind: '' };
+  const body = el('tbody');
+  const more = el('p');
+  const status = el('select', { id: 'filter-status', onchange: () => { state.status = status.value; load(); } },
+    ['', 'QUEUED', 'PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPPED'].map((s) => el('option', { value: s }, s || 'any status')));
+  const kind = el('select', { id: 'filter-kind', onchange: () => { state.kind = kind.value; load(); } },
+    ['', 'rl', 'gepa', 'eval'].map((k) => el('option', { value: k }, k || 'any kind')));
+  app.replaceChildren(el('h1', {}, 'Jobs'), el('div', { class: 'filters' }, status, kind),
+    el('table', { id: 'jobs' }, el('thead', {}, el('tr', {},
+      ['Status', 'Job', 'Model', 'Environments', 'Step', 'Reward', 'Age'].map((h) => el('th', {}, h)))), body), more);
+  const row = (j) => el('tr', { 'data-id': j.id },
+    el('td', {}, badge(j.status)),
+    el('td', { class: 'mono' }, el('a', { href: '#/jobs/' + j.id }, j.name || j.id)),
+    el('td', {}, j.config.model),
+    el('td', {}, (j.config.env || []).map((e) => e.id).join(', ')),
+    el('td', {}, `${j.progress.step}/${j.progress.max_steps}`),
+    el('td', {}, fmt((j.progress.metrics || {})['reward/all/mean'])),
+    el('td', {}, ago(j.created_at)));
+  async function load(cursor) {
+    const q = new URLSearchParams({ limit: '50' });
+    if (state.status) q.set('status', state.status);
+    if (state.kind) q.set('kind', state.kind);
+    if (cursor) q.set('cursor', cursor);
+    try {
+      const page = await api('/v1/jobs?' + q);
+      if (!cursor) body.replaceChildren();
+      body.append(...page.items.map(row));
+      if (!page.items.length && !cursor) body.append(el('tr', {}, el('td', { colspan: 7, class: 'muted' }, 'no jobs')));
+      more.replaceChildren(page.next_cursor ? el('button', { type: 'button', onclick: () => load(page.next_cursor) }, 'More') : '');
+    } catch (e) {
+      showError(more, e);
+    }
+  }
+  load();
+  const timer = setInterval(() => { if (!more.querySelector('button')) load(); }, 5000);
+  return () => clearInterval(timer);
+}
+
+// ---- a job ----
+
+const CHARTS = [['reward/all/mean', 'Reward'], ['loss/mean', 'Loss'], ['entropy/mean', 'Entropy']];
+
+function jobPage(id) {
+  const ctl = new AbortController();
+  const facts = el('div', { class: 'card', id: 'facts' }, 'loading…');
+  const bar = el('div', { class: 'bar' }, el('div', { style: 'width:0%' }));
+  const charts = el('div', { class: 'charts', id: 'charts' });
+  const events = el('ul', { class: 'timeline', id: 'events' });
+  const checkpoints = el('div', { id: 'checkpoints' });
+  const artifacts = el('div', { id: 'artifacts' });
+  const component = el('select', { id: 'log-component' },
+    ['', 'trainer', 'orchestrator', 'inference', 'envs', 'pipeline', 'install', 'agent'].map((c) => el('option', { value: c }, c || 'all components')));
+  const logs = el('pre', { class: 'logs', id: 'logs' });
+  app.replaceChildren(
+    el('p', {}, el('a', { href: '#/' }, '← jobs')),
+    el('h1', { id: 'job-title' }, id), facts, bar,
+    el('h2', {}, 'Metrics'), charts,
+    el('h2', {}, 'Events'), events,
+    el('h2', {}, 'Checkpoints'), checkpoints,
+    el('h2', {}, 'Artifacts'), artifacts,
+    el('div', { class: 'row' }, el('h2', {}, 'Logs'), component), logs);
+
+  // The charts: one uPlot a metric, steps on x.
+  const plots = {};
+  const series = { step: [] };
+  for (const [name] of CHARTS) series[name] = [];
+  // All the boxes first, so each has its column's width when its chart is sized to it.
+  const boxes = CHARTS.map(([name, title]) => el('div', { class: 'chart', 'data-metric': name }, el('h3', {}, title)));
+  charts.append(...boxes);
+  CHARTS.forEach(([name], i) => {
+    plots[name] = new uPlot({
+      width: Math.max(260, boxes[i].clientWidth - 24), height: 220,
+      scales: { x: { time: false } },
+      axes: [{ label: 'step' }, {}],
+      series: [{ label: 'step' }, { label: name, stroke: '#3558d6', width: 2 }],
+      legend: { show: false },
+    }, [[], []], boxes[i]);
+  });
+  let lastStep = 0;
+  async function loadMetrics() {
+    const names = CHARTS.map(([n]) => n).join(',');
+    for (;;) {
+      const page = await api(`/v1/jobs/${id}/metrics?min_step=${lastStep + 1}&names=${encodeURIComponent(names)}&limit=5000`);
+      for (const r of page.items) {
+        series.step.push(r.step);
+        for (const [name] of CHARTS) series[name].push(typeof r[name] === 'number' ? r[name] : null);
+        lastStep = r.step;
+      }
+      if (!page.next_min_step) break;
+    }
+    for (const [name] of CHARTS) plots[name].setData([series.step, series[name]]);
+  }
+
+  function showJob(j) {
+    document.getElementById('job-title').replaceChildren(j.name || j.id, ' ', badge(j.status));
+    const envs = (j.config.env || []).map((e) => e.id).join(', ');
+    const pairs = [
+      ['job', el('span', { class: 'mono' }, j.id)], ['kind', j.kind], ['model', j.config.model], ['environments', envs],
+      ['gpus', j.config.resources.gpus ? `${j.config.resources.gpus}×${j.config.resources.gpu_type}` : 'none'],
+      ['step', `${j.progress.step}/${j.progress.max_steps}`], ['reward', fmt((j.progress.metrics || {})['reward/all/mean'])],
+      ['attempt', `${j.attempt} of ${j.max_attempts}`], ['gpu time', gpuTime(j.gpu_seconds)],
+      ['created', new Date(j.created_at).toLocaleString()],
+    ];
+    if (j.runtime) pairs.push(['runs on', `${j.runtime.pipeline || ''}${j.runtime.emulated ? ' (emulated)' : ''} ${j.runtime.agent_id || ''}`]);
+    if (j.queue_reason) pairs.push(['queue', `${j.queue_reason} (${j.runs_ahead} ahead)`]);
+    if (j.error) pairs.push(['error', el('span', { class: 'error' }, j.error)]);
+    const actions = [];
+    if (!terminal(j.status)) actions.push(el('button', { type: 'button', id: 'stop', onclick: () => act('cancel') }, 'Stop'));
+    if (j.status === 'FAILED' || j.status === 'STOPPED') actions.push(el('button', { type: 'button', onclick: () => act('restart') }, 'Restart'));
+    facts.replaceChildren(el('dl', { class: 'facts' }, pairs.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
+    if (actions.length) facts.append(el('p', { class: 'row' }, actions));
+    const pct = j.progress.max_steps ? (100 * j.progress.step) / j.progress.max_steps : 0;
+    bar.firstChild.style.width = Math.min(100, pct) + '%';
+  }
+
+  async function act(what) {
+    try {
+      showJob(await api(`/v1/jobs/${id}/${what}`, { method: 'POST' }));
+    } catch (e) {
+      alert(e.message);
+    }
+  }
+
+  const showEvent = (e) => events.append(el('li', { 'data-seq': e.seq },
+    el('span', { class: 't' }, new Date(e.time).toLocaleTimeString()), badge(e.status), ' ', el('b', {}, e.type),
+    e.detail ? el('span', { class: 'muted' }, ' — ' + e.detail) : null));
+
+  async function loadCheckpoints() {
+    const page = await api(`/v1/jobs/${id}/checkpoints`);
+    if (!page.items.length) { checkpoints.replaceChildren(el('p', { class: 'muted' }, 'none yet')); return; }
+    checkpoints.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, ['Step', 'Status', 'Size', 'Time', 'Download'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, page.items.map((c) => el('tr', {},
+        el('td', {}, c.step), el('td', {}, c.status), el('td', {}, size(c.bytes)),
+        el('td', {}, c.time ? new Date(c.time).toLocaleString() : '-'),
+        el('td', {}, (c.download || []).map((f) => el('div', {}, el('a', { href: f.url, class: 'mono', rel: 'noopener' }, f.path), ' ', el('span', { class: 'muted' }, size(f.bytes))))))))));
+  }
+
+  async function loadArtifacts() {
+    const page = await api(`/v1/jobs/${id}/artifacts`);
+    artifacts.replaceChildren(page.items.length
+      ? el('ul', {}, page.items.map((a) => el('li', {}, el('a', { href: a.url, class: 'mono', rel: 'noopener' }, a.name), ' ', el('span', { class: 'muted' }, size(a.bytes)))))
+      : el('p', { class: 'muted' }, 'none'));
+  }
+
+  // The log tail: the last lines, then, while the job runs, new ones as they come.
+  let logCtl = null;
+  function logLine(l) {
+    logs.append(el('span', { class: 'c' }, l.component.padEnd(12) + ' '), l.line + '\n');
+    if (logs.childNodes.length > 4000) logs.removeChild(logs.firstChild);
+    logs.scrollTop = logs.scrollHeight;
+  }
+  async function loadLogs(running) {
+    if (logCtl) logCtl.abort();
+    logCtl = new AbortController();
+    ctl.signal.addEventListener('abort', () => logCtl.abort());
+    logs.replaceChildren();
+    const q = new URLSearchParams({ tail_lines: '200' });
+    if (component.value) q.set('component', component.value);
+    if (!running) {
+      const page = await api(`/v1/jobs/${id}/logs?` + q);
+      page.items.forEach(logLine);
+      if (!page.items.length) logs.append('no log lines');
+      return;
+    }
+    q.set('follow', 'true');
+    follow(`/v1/jobs/${id}/logs?` + q, (ev, data) => { if (ev === 'log') logLine(data); }, logCtl.signal, id);
+  }
+
+  let running = false;
+  async function refresh() {
+    const j = await api('/v1/jobs/' + id);
+    showJob(j);
+    await Promise.all([loadMetrics(), loadCheckpoints(), loadArtifacts()]);
+    return j;
+  }
+
+  (async () => {
+    try {
+      const j = await refresh();
+      running = !terminal(j.status);
+      component.addEventListener('change', () => loadLogs(running).catch((e) => showError(logs, e)));
+      loadLogs(running).catch((e) => showError(logs, e));
+      if (running) {
+        follow(`/v1/jobs/${id}/events`, (_, e) => showEvent(e), ctl.signal, id);
+        const timer = setInterval(async () => {
+          try {
+            const now = await refresh();
+            if (terminal(now.status)) clearInterval(timer);
+          } catch (e) { /* shown on the next look */ }
+        }, 3000);
+        ctl.signal.addEventListener('abort', () => clearInterval(timer));
+      } else {
+        const page = await api(`/v1/jobs/${id}/events?limit=100`);
+        page.items.forEach(showEvent);
+      }
+    } catch (e) {
+      showError(facts, e);
+    }
+  })();
+  return () => ctl.abort();
+}
+
+// ---- routing ----
+
+function route(message) {
+  leave();
+  leave = () => {};
+  if (!token()) {
+    loginPage(message);
+    return;
+  }
+  forget.hidden = false;
+  const m = location.hash.match(/^#\/jobs\/([A-Za-z0-9-]+)/);
+  leave = m ? jobPage(m[1]) : jobsPage();
+}
+
+window.addEventListener('hashchange', () => route());
+route();

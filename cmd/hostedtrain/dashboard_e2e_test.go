@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+// The dashboard in a real browser (Debian's chromium driven by playwright-core) against the
+// local stack: the jobs table and its filters, a finished job's charts, events, checkpoint
+// links and log tail, and the API docs, with no page error. Screenshots go to web/test/out/.
+func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
+	web := filepath.Join("..", "..", "web")
+	if _, err := os.Stat(filepath.Join(web, "node_modules", "playwright-core")); err != nil {
+		t.Fatalf("playwright-core is not installed: run `make test` (or make web): %v", err)
+	}
+	if _, err := exec.LookPath("chromium"); err != nil {
+		t.Fatalf("chromium is not installed: run `make test` (or make chromium): %v", err)
+	}
+	d := startDev(t, "20ms")
+	out, code := d.cli(t, "train", "submit", "../../examples/quickstart.toml", "--wait", "-o", "json")
+	if code != 0 {
+		t.Fatalf("submit: %s", out)
+	}
+	var j job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil || j.Status != job.Completed {
+		t.Fatalf("the run: %v %s", err, out)
+	}
+	shots, err := filepath.Abs(filepath.Join(web, "test", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots)
+	cmd.Dir = web
+	res, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(res), "dashboard ok") {
+		t.Fatalf("the browser test: %v\n%s", err, res)
+	}
+	for _, name := range []string{"jobs.png", "job.png", "docs.png"} {
+		st, err := os.Stat(filepath.Join(shots, name))
+		if err != nil || st.Size() < 10_000 {
+			t.Errorf("screenshot %s: %v", name, err)
+		}
+	}
+	t.Logf("screenshots in %s", shots)
+	d.stop(t)
+}

@@ -1,0 +1,78 @@
+// The dashboard's browser test: Debian's chromium, driven by playwright-core, against a running
+// API (the local stack). It pastes the token, finds the job in the table, opens it, waits for
+// the charts, the events, the checkpoints with their links and the log tail, opens the API
+// docs, and fails on any page error, console error or failed request. It saves screenshots.
+//
+//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR
+import { chromium } from 'playwright-core';
+
+const [url, token, jobID, out] = process.argv.slice(2);
+const fail = (msg) => { console.error('FAIL: ' + msg); process.exitCode = 1; };
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
+});
+const problems = [];
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1500 } });
+  page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+  page.on('console', (m) => { if (m.type() === 'error') problems.push('console error: ' + m.text()); });
+  page.on('requestfailed', (r) => {
+    // A stream the page closes itself when it leaves a job is not a failure.
+    if (!(r.failure()?.errorText || '').includes('ERR_ABORTED')) problems.push('request failed: ' + r.url() + ' ' + r.failure()?.errorText);
+  });
+  const timeout = { timeout: 30000 };
+
+  await page.goto(url + '/');
+  await page.fill('#token', token);
+  await page.click('#use-token');
+  await page.waitForSelector(`#jobs tr[data-id="${jobID}"]`, timeout);
+  if (page.url().includes(token)) fail('the token is in the URL');
+  const stored = await page.evaluate(() => ({ session: sessionStorage.getItem('hostedtrain.token'), local: localStorage.length }));
+  if (stored.session !== token || stored.local !== 0) fail('the token is not in sessionStorage alone: ' + JSON.stringify(stored));
+
+  // The table's filters: COMPLETED keeps the job; FAILED hides it.
+  await page.selectOption('#filter-status', 'FAILED');
+  await page.waitForFunction((id) => !document.querySelector(`#jobs tr[data-id="${id}"]`), jobID, timeout);
+  await page.selectOption('#filter-status', 'COMPLETED');
+  await page.waitForSelector(`#jobs tr[data-id="${jobID}"]`, timeout);
+  await page.screenshot({ path: out + '/jobs.png', fullPage: true });
+
+  await page.click(`#jobs tr[data-id="${jobID}"] a`);
+  await page.waitForSelector('#charts .chart canvas', timeout);
+  // Each chart has drawn, inside its own box.
+  await page.waitForFunction(() => [...document.querySelectorAll('#charts .chart')].every((c) => c.querySelector('canvas')), null, timeout);
+  const overflow = await page.$$eval('#charts .chart', (boxes) => boxes
+    .filter((b) => b.querySelector('canvas').getBoundingClientRect().right > b.getBoundingClientRect().right + 1)
+    .map((b) => b.dataset.metric));
+  if (overflow.length) fail('charts spill out of their boxes: ' + overflow.join(', '));
+  if ((await page.$$('#charts .chart')).length !== 3) fail('want 3 charts (reward, loss, entropy)');
+  await page.waitForFunction(() => document.querySelectorAll('#events li').length >= 5, null, timeout);
+  await page.waitForSelector('#checkpoints a[href*="/v1/downloads/"], #checkpoints a[href^="http"]', timeout);
+  await page.waitForFunction(() => document.querySelector('#logs').textContent.includes('training finished'), null, timeout);
+  const facts = await page.textContent('#facts');
+  if (!facts.includes('COMPLETED') && !(await page.textContent('#job-title')).includes('COMPLETED')) fail('the job page does not say COMPLETED');
+  const events = await page.$$eval('#events li', (lis) => lis.map((li) => li.textContent));
+  if (!events.some((e) => e.includes('job.completed'))) fail('the events lack job.completed: ' + events.join(' | '));
+  // A download link works without the token.
+  const link = await page.getAttribute('#checkpoints a', 'href');
+  const res = await page.request.get(link);
+  if (res.status() !== 200 || (await res.body()).length === 0) fail(`the checkpoint link answered ${res.status()}`);
+  await page.selectOption('#log-component', 'agent');
+  await page.waitForFunction(() => document.querySelector('#logs').textContent.includes('pipeline exited'), null, timeout);
+  await page.screenshot({ path: out + '/job.png', fullPage: true });
+
+  await page.goto(url + '/docs');
+  await page.waitForSelector('#redoc h1', timeout);
+  const title = await page.textContent('#redoc h1');
+  if (!title.toLowerCase().includes('hostedtrain')) fail('the API docs title: ' + title);
+  await page.screenshot({ path: out + '/docs.png' });
+} catch (e) {
+  fail(e.message);
+} finally {
+  await browser.close();
+}
+for (const p of problems) fail(p);
+if (!process.exitCode) console.log('dashboard ok');
