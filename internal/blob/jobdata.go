@@ -90,7 +90,7 @@ func ReadMetrics(ctx context.Context, store Store, jobID string, q MetricsQuery)
 		}
 		want = append(want, c)
 	}
-	rows := make([][]MetricsRow, len(want))
+	rows := make([][]stepRow, len(want))
 	errs := make([]error, len(want))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
@@ -104,20 +104,28 @@ func ReadMetrics(ctx context.Context, store Store, jobID string, q MetricsQuery)
 		}()
 	}
 	wg.Wait()
-	byStep := map[int]MetricsRow{}
+	// Chunks are in attempt order and their lines in step order: a later row of a step
+	// replaces an earlier one.
+	byStep := map[int]int{}
+	var all []stepRow
 	for i := range want {
 		if errs[i] != nil {
 			return nil, false, errs[i]
 		}
 		for _, r := range rows[i] {
-			byStep[r.Step()] = r
+			if at, ok := byStep[r.step]; ok {
+				all[at] = r
+				continue
+			}
+			byStep[r.step] = len(all)
+			all = append(all, r)
 		}
 	}
-	out := make([]MetricsRow, 0, len(byStep))
-	for _, r := range byStep {
-		out = append(out, r)
+	sort.Slice(all, func(i, j int) bool { return all[i].step < all[j].step })
+	out := make([]MetricsRow, len(all))
+	for i, r := range all {
+		out[i] = r.row
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Step() < out[j].Step() })
 	more := false
 	if q.Limit > 0 && len(out) > q.Limit {
 		out, more = out[:q.Limit], true
@@ -125,7 +133,13 @@ func ReadMetrics(ctx context.Context, store Store, jobID string, q MetricsQuery)
 	return out, more, nil
 }
 
-func readChunk(ctx context.Context, store Store, c metricsChunk, q MetricsQuery) ([]MetricsRow, error) {
+// stepRow is a row with its step read once.
+type stepRow struct {
+	step int
+	row  MetricsRow
+}
+
+func readChunk(ctx context.Context, store Store, c metricsChunk, q MetricsQuery) ([]stepRow, error) {
 	rc, err := store.Get(ctx, c.key)
 	if err != nil {
 		return nil, err
@@ -135,7 +149,7 @@ func readChunk(ctx context.Context, store Store, c metricsChunk, q MetricsQuery)
 	for _, n := range q.Names {
 		keep[n] = true
 	}
-	var out []MetricsRow
+	var out []stepRow
 	sc := bufio.NewScanner(rc)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -158,7 +172,7 @@ func readChunk(ctx context.Context, store Store, c metricsChunk, q MetricsQuery)
 				}
 			}
 		}
-		out = append(out, row)
+		out = append(out, stepRow{step: s, row: row})
 	}
 	return out, sc.Err()
 }
