@@ -8,13 +8,28 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build demo test deps redis-server spec-validator versitygw awscli webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent
+.PHONY: all build lambda demo test deps redis-server spec-validator versitygw awscli webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent
 
 all: build
 
 ## build: the CLI (hostedtrain), the agent (gpuagent) and the emulated pipeline into bin/
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
+
+## lambda: one zip per folder of functions/, each holding the function's `bootstrap` for the
+## provided.al2023 runtime on arm64 (static: CGO off; no RPC shim: the lambda.norpc tag)
+LAMBDA_DIR := dist/lambda
+FUNCTIONS  := $(notdir $(wildcard functions/*))
+FUNCTIONS  := $(filter-out internal,$(FUNCTIONS))
+lambda:
+	@rm -rf $(LAMBDA_DIR) && mkdir -p $(LAMBDA_DIR)
+	@for f in $(FUNCTIONS); do \
+	  mkdir -p $(LAMBDA_DIR)/$$f && \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w -buildid=' \
+	    -o $(LAMBDA_DIR)/$$f/bootstrap ./functions/$$f || exit 1; \
+	  (cd $(LAMBDA_DIR)/$$f && touch -d 2026-01-01T00:00:00Z bootstrap && rm -f ../$$f.zip && zip -q -X ../$$f.zip bootstrap) || exit 1; \
+	  echo "$(LAMBDA_DIR)/$$f.zip  $$(du -h $(LAMBDA_DIR)/$$f/bootstrap | cut -f1) bootstrap"; \
+	done
 
 ## demo: start the local stack, run examples/quickstart.toml to COMPLETED, stop the stack
 demo: redis-server build

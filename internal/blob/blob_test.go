@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
@@ -245,4 +246,36 @@ func TestManifestStep(t *testing.T) {
 
 func listUploads(bucket string) *s3.ListMultipartUploadsInput {
 	return &s3.ListMultipartUploadsInput{Bucket: &bucket}
+}
+
+// Objects are tagged with what they are, for the bucket's lifecycle rules (old checkpoints
+// expire; logs and metrics stay).
+func TestS3TagsObjectsByKind(t *testing.T) {
+	t.Parallel()
+	st, _ := s3test.Store(t)
+	ctx := context.Background()
+	cases := map[string]string{
+		blob.CheckpointPrefix("j1", 10) + "trainer/model.safetensors": "checkpoints",
+		blob.MetricsChunkKey("j1", 1, 1):                              "metrics",
+		blob.ArtifactPrefix("j1") + "results.jsonl":                   "artifacts",
+		"elsewhere/x": "",
+	}
+	for key, want := range cases {
+		if err := st.Put(ctx, key, strings.NewReader("x")); err != nil {
+			t.Fatal(err)
+		}
+		out, err := st.Client().GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: aws.String(st.Bucket()), Key: aws.String(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, tag := range out.TagSet {
+			if aws.ToString(tag.Key) == "hostedtrain-kind" {
+				got = aws.ToString(tag.Value)
+			}
+		}
+		if got != want {
+			t.Errorf("%s: tag %q, want %q", key, got, want)
+		}
+	}
 }

@@ -19,6 +19,24 @@ import (
 //	jobs/{id}/checkpoints/step_{n}/manifest.json             written last: the commit mark
 //	jobs/{id}/artifacts/{name}                               GEPA and eval outputs
 
+// KindOf is what a job's object is — checkpoints, metrics, logs or artifacts — from its key
+// (jobs/{id}/{kind}/...); "" for any other key.
+func KindOf(key string) string {
+	rest, ok := strings.CutPrefix(key, "jobs/")
+	if !ok {
+		return ""
+	}
+	parts := strings.SplitN(rest, "/", 3)
+	if len(parts) < 3 {
+		return ""
+	}
+	switch parts[1] {
+	case "checkpoints", "metrics", "logs", "artifacts":
+		return parts[1]
+	}
+	return ""
+}
+
 // MetricsPrefix holds a job's metrics chunks.
 func MetricsPrefix(jobID string) string { return JobPrefix(jobID) + "metrics/" }
 

@@ -152,7 +152,12 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.tm.UploadObject(ctx, &transfermanager.UploadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: k, Body: r}); err != nil {
+	in := &transfermanager.UploadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: k, Body: r}
+	if kind := KindOf(key); kind != "" {
+		// The bucket's lifecycle rules tell checkpoints from logs by this tag (infra/).
+		in.Tagging = aws.String("hostedtrain-kind=" + kind)
+	}
+	if _, err := s.tm.UploadObject(ctx, in); err != nil {
 		return fmt.Errorf("blob: put %s: %w", key, err)
 	}
 	return nil
