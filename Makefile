@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda demo test deps redis-server spec-validator versitygw awscli webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent
+.PHONY: all build lambda demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent
 
 all: build
 
@@ -72,7 +72,7 @@ bench-agent: versitygw
 bench-jobs:
 	$(GO) test -run '^$$' -bench BenchmarkJobAdmission -benchmem -cpu 1 -count 5 ./api
 
-deps: redis-server spec-validator versitygw awscli webhook-receiver web chromium
+deps: redis-server spec-validator versitygw awscli moto webhook-receiver web chromium
 
 ## web: the dashboard's vendored libraries (uPlot, Redoc) copied from npm into api/web, where
 ## the API embeds them; and playwright-core for the browser test
@@ -106,6 +106,14 @@ webhook-receiver:
 	  command -v npm >/dev/null 2>&1 || { echo "npm is needed (Node 18 or later)"; exit 1; }; \
 	  echo "installing the webhook receiver's npm packages"; \
 	  cd testdata/webhook-receiver && npm ci --silent --no-audit --no-fund; }
+
+## moto: the AWS emulator (python3 -m moto.server) the STS and Secrets Manager tests run against
+moto:
+	@python3 -c 'import moto.server' 2>/dev/null || { \
+	  echo "installing moto"; \
+	  python3 -m pip install --quiet 'moto[server]' || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-moto python3-flask python3-flask-cors >/dev/null; }; }
+	@python3 -c 'import moto.server' || { echo "moto is still missing"; exit 1; }
 
 ## awscli: a client that is not ours, to read back what the S3 backend wrote
 awscli:

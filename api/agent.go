@@ -54,6 +54,21 @@ func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if s.cfg.Storage != nil {
+		if cl.Storage, err = s.cfg.Storage.Grant(r.Context(), cl.Job.ID); err != nil {
+			// Without storage the run would be lost: hand the job back, unharmed, for the
+			// next claim, and tell the agent to try again later.
+			s.cfg.Logger.Error("claim: storage grant", "job", cl.Job.ID, "err", err)
+			if _, rerr := s.cfg.Queue.Release(r.Context(), cl.Job.ID, job.Outcome{Token: cl.Lease.Token,
+				Reason: "the service could not issue storage credentials"}); rerr != nil {
+				s.cfg.Logger.Error("claim: release job", "job", cl.Job.ID, "err", rerr)
+			}
+			w.Header().Set("Retry-After", "5")
+			writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "storage-unavailable",
+				"object storage credentials could not be issued for the job; it is queued again"))
+			return
+		}
+	}
 	cl.HeartbeatIntervalSeconds = s.cfg.Queue.HeartbeatInterval().Seconds()
 	writeJSON(w, http.StatusOK, cl)
 }
@@ -77,9 +92,17 @@ func (s *Server) agentHeartbeat(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &hb) {
 		return
 	}
-	rep, err := s.cfg.Queue.Heartbeat(r.Context(), pathParam(r, "id"), hb)
+	id := pathParam(r, "id")
+	rep, err := s.cfg.Queue.Heartbeat(r.Context(), id, hb)
 	if s.agentError(w, r, err) {
 		return
+	}
+	// Fresh credentials only for the lease holder of a job that goes on: the heartbeat just
+	// proved the lease current. A failure is not the agent's: it asks again next time.
+	if hb.StorageRefresh && s.cfg.Storage != nil && rep.Action == job.Continue {
+		if rep.Storage, err = s.cfg.Storage.Grant(r.Context(), id); err != nil {
+			s.cfg.Logger.Error("heartbeat: storage grant", "job", id, "err", err)
+		}
 	}
 	writeJSON(w, http.StatusOK, rep)
 }

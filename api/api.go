@@ -17,6 +17,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/grant"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
@@ -57,13 +58,16 @@ type Config struct {
 	// Webhooks keeps webhook endpoints and their deliveries; nil answers those endpoints
 	// with 503.
 	Webhooks Webhooks
+	// Storage hands the agent that claims a job credentials limited to the job's data (and
+	// fresh ones on a heartbeat that asks); nil hands none, and agents use their own.
+	Storage grant.Granter
 	// DownloadKey signs the download links the API serves itself (where the store cannot
 	// presign); empty makes a random one (links then work only with this process).
 	DownloadKey []byte
 	// StreamLimit ends event and log streams after this long (0: when the job ends): under
 	// Lambda a response is buffered, so a stream must end for the client to see it.
 	StreamLimit time.Duration
-	Logger   *slog.Logger
+	Logger      *slog.Logger
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64
 	// Ready, if set, must return nil before /healthz answers 200 (the local stack uses it to

@@ -39,11 +39,16 @@ type API interface {
 
 // Config configures an Agent.
 type Config struct {
-	API      API
-	Store    blob.Store
-	WorkDir  string
-	Devices  []Device
-	Pipeline Pipeline
+	API API
+	// Store is the agent's own storage, for claims that carry no storage grant; nil where
+	// the service grants job-scoped credentials with every claim.
+	Store blob.Store
+	// PartSize and Concurrency shape uploads to granted storage (blob's defaults if 0).
+	PartSize    int64
+	Concurrency int
+	WorkDir     string
+	Devices     []Device
+	Pipeline    Pipeline
 	// MaxCPUJobs bounds the jobs that need no GPU (evals and GEPA against API models) run at
 	// once (default 2); GPU jobs are bounded by the GPUs.
 	MaxCPUJobs int
@@ -65,8 +70,8 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if c.API == nil || c.Store == nil || c.WorkDir == "" {
-		return errors.New("gpuagent: Config needs API, Store and WorkDir")
+	if c.API == nil || c.WorkDir == "" {
+		return errors.New("gpuagent: Config needs API and WorkDir")
 	}
 	if len(c.Pipeline.RL) == 0 && len(c.Pipeline.GEPA) == 0 && len(c.Pipeline.Eval) == 0 {
 		return errors.New("gpuagent: Config.Pipeline has no command")
@@ -174,7 +179,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = time.Second
 		a.tel.claims.WithLabelValues("job").Inc()
-		r, err := a.admit(cl)
+		r, err := a.admit(ctx, cl)
 		if err != nil {
 			a.cfg.Logger.Error("claimed job cannot run here; handing it back", "job", cl.Job.ID, "err", err)
 			_ = a.cfg.API.Release(context.WithoutCancel(ctx), cl.Job.ID, job.Outcome{Token: cl.Lease.Token, Reason: err.Error()})
@@ -189,14 +194,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// admit gives a claimed job its devices.
-func (a *Agent) admit(cl *job.Claim) (*run, error) {
+// admit gives a claimed job its storage and devices.
+func (a *Agent) admit(ctx context.Context, cl *job.Claim) (*run, error) {
+	store, creds, err := a.storeFor(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
 	res := cl.Job.Config.Resources
 	devs, ok := a.pool.take(res.GPUType, res.GPUs, cl.Job.ID)
 	if !ok {
 		return nil, fmt.Errorf("no %d×%s free for the job", res.GPUs, res.GPUType)
 	}
-	r := newRun(a, cl, devs)
+	r := newRun(a, cl, devs, store, creds)
 	a.mu.Lock()
 	a.running[cl.Job.ID] = r
 	if len(devs) == 0 {

@@ -66,7 +66,7 @@ func (r *run) uploadArtifacts(ctx context.Context) {
 				return err
 			}
 			defer f.Close()
-			return r.agent.cfg.Store.Put(ctx, path.Join(blob.ArtifactPrefix(r.claim.Job.ID), name), f)
+			return r.store.Put(ctx, path.Join(blob.ArtifactPrefix(r.claim.Job.ID), name), f)
 		})
 		if err != nil {
 			r.agent.tel.objectWrites.WithLabelValues("artifacts", "error").Inc()

@@ -80,7 +80,7 @@ func (r *run) execute(drain, ctx context.Context) outcome {
 	// Checkpoints: commit what the trainer completes; resume from the newest committed one.
 	resume := false
 	if spec.Kind == jobspec.KindRL {
-		committed, err := committedSteps(ctx, a.cfg.Store, r.claim.Job.ID)
+		committed, err := committedSteps(ctx, r.store, r.claim.Job.ID)
 		if err != nil {
 			return outcome{how: "fail", reason: "list checkpoints: " + err.Error()}
 		}
@@ -88,7 +88,7 @@ func (r *run) execute(drain, ctx context.Context) outcome {
 		if spec.Checkpoints != nil {
 			keep = spec.Checkpoints.KeepCloud
 		}
-		up := newUploader(a.cfg.Store, r.claim.Job.ID, r.checkpointDir(), keep, committed, r.log, r.committed, a.tel)
+		up := newUploader(r.store, r.claim.Job.ID, r.checkpointDir(), keep, committed, r.log, r.committed, a.tel)
 		r.mu.Lock() // the heartbeats read it
 		r.uploader = up
 		r.mu.Unlock()
@@ -97,7 +97,7 @@ func (r *run) execute(drain, ctx context.Context) outcome {
 		go r.uploader.run(upCtx)
 		if len(committed) > 0 {
 			began := time.Now()
-			step, err := restoreNewest(prep, a.cfg.Store, r.claim.Job.ID, r.checkpointDir(), r.log)
+			step, err := restoreNewest(prep, r.store, r.claim.Job.ID, r.checkpointDir(), r.log)
 			if err != nil {
 				return r.interruptedOr(drain, outcome{how: "fail", reason: "restore checkpoint: " + err.Error()})
 			}

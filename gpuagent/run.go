@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
@@ -24,6 +25,10 @@ type run struct {
 	dir     string
 	log     *slog.Logger
 	notes   *os.File // agent.log: what the agent did for the job, shipped with its logs
+	// store is where the job's data goes; creds are the service's grant it is reached with
+	// (nil when it is the agent's own store).
+	store blob.Store
+	creds *grantedCreds
 
 	uploader *uploader
 	tail     metricsTail
@@ -43,19 +48,19 @@ type run struct {
 	lostOnce sync.Once
 }
 
-func newRun(a *Agent, cl *job.Claim, devs []Device) *run {
+func newRun(a *Agent, cl *job.Claim, devs []Device, store blob.Store, creds *grantedCreds) *run {
 	dir := filepath.Join(a.cfg.WorkDir, "jobs", cl.Job.ID)
 	_ = os.RemoveAll(dir)
 	_ = os.MkdirAll(dir, 0o755)
 	r := &run{
-		agent: a, claim: cl, devices: devs, dir: dir,
+		agent: a, claim: cl, devices: devs, dir: dir, store: store, creds: creds,
 		log:      a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence, "kind", cl.Job.Kind),
 		progress: job.Progress{MaxSteps: cl.Job.Config.MaxSteps},
 		stopped:  make(chan struct{}),
 		lost:     make(chan struct{}),
 		kick:     make(chan struct{}, 1),
-		metrics:  newMetricsStream(a.cfg.Store, cl.Job.ID, cl.Lease.Fence),
-		logs:     newLogShipper(a.cfg.Store, cl.Job.ID, cl.Lease.Fence),
+		metrics:  newMetricsStream(store, cl.Job.ID, cl.Lease.Fence),
+		logs:     newLogShipper(store, cl.Job.ID, cl.Lease.Fence),
 	}
 	r.notes, _ = os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	r.logs.fixed["agent"] = filepath.Join(dir, "agent.log")
@@ -180,9 +185,10 @@ func (r *run) heartbeats(ctx context.Context) {
 func (r *run) beat(ctx context.Context) (ok, lost bool) {
 	p := r.agent.cfg.Pipeline
 	running, prog, fresh := r.snapshot()
+	refresh := r.creds != nil && r.creds.due(time.Now())
 	rep, err := r.agent.cfg.API.Heartbeat(ctx, r.claim.Job.ID, job.Heartbeat{
 		Token: r.claim.Lease.Token, Running: running, Progress: &prog, Checkpoints: fresh,
-		Runtime: &job.Runtime{Pipeline: p.Name, Emulated: p.Emulated},
+		Runtime: &job.Runtime{Pipeline: p.Name, Emulated: p.Emulated}, StorageRefresh: refresh,
 	})
 	switch {
 	case errors.Is(err, job.ErrLeaseLost):
@@ -197,6 +203,10 @@ func (r *run) beat(ctx context.Context) (ok, lost bool) {
 		return false, false
 	}
 	r.acknowledged(fresh)
+	if rep.Storage != nil && r.creds != nil {
+		r.creds.update(rep.Storage, time.Now())
+		r.log.Info("storage credentials refreshed", "expire", rep.Storage.Expiration)
+	}
 	if rep.Action == job.Stop {
 		r.stopOnce.Do(func() { close(r.stopped) })
 	}

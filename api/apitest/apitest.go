@@ -15,6 +15,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/grant"
 	"github.com/hostedtrain/hostedtrain/internal/redistest"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
@@ -42,6 +43,8 @@ type Options struct {
 	// a guard that allows loopback receivers are filled in); the test drives its dispatcher
 	// through Stack.Webhooks.
 	Webhooks *webhooks.Config
+	// Storage hands agents storage credentials with their claims (nil: none).
+	Storage grant.Granter
 }
 
 // Start runs the stack for t and stops it when t ends.
@@ -68,7 +71,7 @@ func Start(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store}
+	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store, Storage: o.Storage}
 	var wh *webhooks.Service
 	if o.Webhooks != nil {
 		wc := *o.Webhooks

@@ -44,7 +44,7 @@ func run() error {
 	gpus := flag.String("gpus", "", "GPUs this node offers, MODEL:COUNT[,MODEL:COUNT], for a node without nvidia-smi; empty asks nvidia-smi")
 	nvidiaSMI := flag.String("nvidia-smi", "nvidia-smi", "the nvidia-smi binary the inventory comes from")
 	workDir := flag.String("work-dir", "/var/lib/hostedtrain/work", "per-job working folders")
-	store := flag.String("store", os.Getenv("HOSTEDTRAIN_STORE"), "object storage: s3://BUCKET[/PREFIX][?endpoint=URL&region=R] or a local folder")
+	store := flag.String("store", os.Getenv("HOSTEDTRAIN_STORE"), "the agent's own object storage, s3://BUCKET[/PREFIX][?endpoint=URL&region=R] or a local folder; empty where the service grants job-scoped credentials with each claim (AWS deployments)")
 	storeDir := flag.String("store-dir", "", "object storage as a local folder (same as --store FOLDER)")
 	rlCmd := flag.String("rl-command", strings.Join(def.RL, " "), "the rl pipeline ({config} {output_dir} {run_name})")
 	gepaCmd := flag.String("gepa-command", strings.Join(def.GEPA, " "), "the GEPA pipeline ({config} {output_dir})")
@@ -70,15 +70,15 @@ func run() error {
 	if *store == "" {
 		*store = *storeDir
 	}
-	if *store == "" {
-		return errors.New("set --store (s3://BUCKET/PREFIX or a folder)")
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
-	st, err := openStore(ctx, *store)
-	if err != nil {
-		return err
+	var st blob.Store
+	if *store != "" {
+		var err error
+		if st, err = openStore(ctx, *store); err != nil {
+			return err
+		}
 	}
 	devices, err := inventory(ctx, *gpus, *nvidiaSMI)
 	if err != nil {

@@ -23,7 +23,8 @@ import (
 )
 
 func main() {
-	h, err := newHandler(os.Getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	ctx := context.Background()
+	h, err := newHandler(ctx, os.Getenv, lambdaenv.AWS(ctx), slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -31,7 +32,11 @@ func main() {
 }
 
 // newHandler builds the API from the function's environment.
-func newHandler(getenv lambdaenv.Getenv, logger *slog.Logger) (http.Handler, error) {
+func newHandler(ctx context.Context, getenv lambdaenv.Getenv, clients lambdaenv.Clients, logger *slog.Logger) (http.Handler, error) {
+	getenv, err := lambdaenv.Env(ctx, getenv, clients)
+	if err != nil {
+		return nil, err
+	}
 	rdb, err := lambdaenv.Redis(getenv)
 	if err != nil {
 		return nil, err
@@ -48,7 +53,11 @@ func newHandler(getenv lambdaenv.Getenv, logger *slog.Logger) (http.Handler, err
 	if err != nil {
 		return nil, err
 	}
-	store, err := lambdaenv.Store(context.Background(), getenv)
+	store, err := lambdaenv.Store(ctx, getenv)
+	if err != nil {
+		return nil, err
+	}
+	storage, err := lambdaenv.Storage(getenv, clients.STS)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +74,7 @@ func newHandler(getenv lambdaenv.Getenv, logger *slog.Logger) (http.Handler, err
 			return nil, fmt.Errorf("HOSTEDTRAIN_STREAM_LIMIT: %w", err)
 		}
 	}
-	return api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Webhooks: hooks,
+	return api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Storage: storage, Webhooks: hooks,
 		StreamLimit: streamLimit, Logger: logger})
 }
 

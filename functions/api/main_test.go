@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/hostedtrain/hostedtrain/functions/internal/lambdaenv"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/redistest"
@@ -50,7 +51,7 @@ func TestLambdaServesTheAPI(t *testing.T) {
 		"HOSTEDTRAIN_JWT_KEYS":     keys.String(),
 		"HOSTEDTRAIN_SECRETS_KEYS": sealKey,
 	}
-	h, err := newHandler(func(k string) string { return env[k] }, nil)
+	h, err := newHandler(context.Background(), func(k string) string { return env[k] }, lambdaenv.Clients{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

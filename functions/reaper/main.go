@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/hostedtrain/hostedtrain/functions/internal/lambdaenv"
@@ -16,18 +17,39 @@ import (
 )
 
 func main() {
-	rdb, err := lambdaenv.Redis(os.Getenv)
+	ctx := context.Background()
+	getenv, err := lambdaenv.Env(ctx, os.Getenv, lambdaenv.AWS(ctx))
 	if err != nil {
 		log.Fatal(err)
 	}
-	qc, err := lambdaenv.Queue(os.Getenv)
+	reaper, err := newReaper(getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	if err != nil {
 		log.Fatal(err)
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	reaper := queue.NewReaper(queue.New(rdb, qc), 0, logger)
-	lambda.Start(func(ctx context.Context) (map[string]int, error) {
+	lambda.Start(handler(reaper))
+}
+
+func newReaper(getenv lambdaenv.Getenv, logger *slog.Logger) (*queue.Reaper, error) {
+	rdb, err := lambdaenv.Redis(getenv)
+	if err != nil {
+		return nil, err
+	}
+	qc, err := lambdaenv.Queue(getenv)
+	if err != nil {
+		return nil, err
+	}
+	return queue.NewReaper(queue.New(rdb, qc), 0, logger), nil
+}
+
+// result is what one run did, for the function's log.
+type result struct {
+	Reaped int `json:"reaped"`
+}
+
+// handler reaps once per scheduled event.
+func handler(reaper *queue.Reaper) func(context.Context, events.EventBridgeEvent) (result, error) {
+	return func(ctx context.Context, _ events.EventBridgeEvent) (result, error) {
 		n, err := reaper.RunOnce(ctx)
-		return map[string]int{"reaped": n}, err
-	})
+		return result{Reaped: n}, err
+	}
 }

@@ -20,7 +20,12 @@ import (
 )
 
 func main() {
-	svc, err := newService(os.Getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	ctx := context.Background()
+	getenv, err := lambdaenv.Env(ctx, os.Getenv, lambdaenv.AWS(ctx))
+	if err != nil {
+		log.Fatal(err)
+	}
+	svc, err := newService(getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	if err != nil {
 		log.Fatal(err)
 	}

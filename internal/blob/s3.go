@@ -32,6 +32,9 @@ type S3Config struct {
 	Region   string
 	// Static credentials; empty uses the SDK's default chain (environment, profile, role).
 	AccessKeyID, SecretAccessKey, SessionToken string
+	// Credentials, if set, is used instead of the static ones and the chain (an agent's
+	// job-scoped credentials, which the service refreshes).
+	Credentials aws.CredentialsProvider
 
 	// PartSize is the multipart part size (DefaultPartSize); objects under it go in one PUT.
 	PartSize int64
@@ -94,7 +97,10 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 		cfg.Concurrency = DefaultConcurrency
 	}
 	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(cfg.Region)}
-	if cfg.AccessKeyID != "" {
+	switch {
+	case cfg.Credentials != nil:
+		opts = append(opts, awsconfig.WithCredentialsProvider(cfg.Credentials))
+	case cfg.AccessKeyID != "":
 		opts = append(opts, awsconfig.WithCredentialsProvider(
 			credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)))
 	}

@@ -188,8 +188,23 @@ type Claim struct {
 	Lease                    Lease             `json:"lease"`
 	HeartbeatIntervalSeconds float64           `json:"heartbeat_interval_seconds"`
 	Secrets                  map[string]string `json:"secrets,omitempty"`
+	// Storage reaches this job's data alone, when the service hands out scoped credentials.
+	Storage *StorageGrant `json:"storage,omitempty"`
 	// SealedSecrets is the stored, encrypted form; it never leaves the service.
 	SealedSecrets string `json:"-"`
+}
+
+// StorageGrant is object-storage access limited to one job's data (Prefix + "jobs/{id}/"),
+// for the agent that holds the job's lease, until Expiration.
+type StorageGrant struct {
+	Bucket          string    `json:"bucket"`
+	Prefix          string    `json:"prefix,omitempty"`
+	Region          string    `json:"region"`
+	Endpoint        string    `json:"endpoint,omitempty"`
+	AccessKeyID     string    `json:"access_key_id"`
+	SecretAccessKey string    `json:"secret_access_key"`
+	SessionToken    string    `json:"session_token,omitempty"`
+	Expiration      time.Time `json:"expiration"`
 }
 
 // Submission is a validated, normalized job to store and queue.
@@ -221,6 +236,8 @@ type Heartbeat struct {
 	// Checkpoints are the steps committed to storage, ascending; each new one becomes a
 	// job.checkpoint event.
 	Checkpoints []int `json:"checkpoints,omitempty"`
+	// StorageRefresh asks for fresh storage credentials: the claim's are near expiry.
+	StorageRefresh bool `json:"storage_refresh,omitempty"`
 }
 
 // Action is what the service tells an agent in answer to a heartbeat.
@@ -236,6 +253,8 @@ const (
 type HeartbeatReply struct {
 	Action         Action    `json:"action"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// Storage is fresh storage credentials, when the heartbeat asked for them.
+	Storage *StorageGrant `json:"storage,omitempty"`
 }
 
 // Outcome is how an agent finished with a job: completed, or failed with a reason.

@@ -3,6 +3,7 @@
 //
 //	HOSTEDTRAIN_REDIS_URL      redis:// or rediss:// URL of ElastiCache (required)
 //	HOSTEDTRAIN_REDIS_CLUSTER  "true" for a cluster-mode endpoint
+//	HOSTEDTRAIN_REDIS_AUTH     the AUTH token (ElastiCache's), if not in the URL
 //	HOSTEDTRAIN_REDIS_PREFIX   key prefix and hash tag (default "ht")
 //	HOSTEDTRAIN_JWT_KEYS       kid=base64key[,kid=base64key]; the first signs
 //	HOSTEDTRAIN_SECRETS_KEYS   kid=base64key[,...] 32-byte AES keys for job secrets; the first seals
@@ -20,8 +21,14 @@
 //	                           (default 5s,5m,30m,2h,5h,10h,10h)
 //	HOSTEDTRAIN_STREAM_LIMIT   how long an event or log stream lasts before the client reconnects
 //	                           (default 25s: API Gateway buffers the answer)
+//	HOSTEDTRAIN_STORE_KMS_KEY  the bucket's SSE-KMS key ARN, which agents' credentials may use
+//	HOSTEDTRAIN_AGENT_STORAGE_ROLE      role assumed for agents' job-scoped storage credentials
+//	HOSTEDTRAIN_AGENT_STORAGE_DURATION  how long those last (15m to 1h, default 1h)
 //	HOSTEDTRAIN_WEBHOOKS_ALLOW_LOOPBACK  "true" lets deliveries reach 127.0.0.1 (tests only; never
 //	                           in production)
+//
+// HOSTEDTRAIN_JWT_KEYS, HOSTEDTRAIN_SECRETS_KEYS and HOSTEDTRAIN_REDIS_AUTH may instead be read
+// from Secrets Manager at start: set NAME_SECRET to the secret's ARN (see WithSecrets).
 package lambdaenv
 
 import (
@@ -56,11 +63,17 @@ func Redis(getenv Getenv) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("HOSTEDTRAIN_REDIS_URL: %w", err)
 		}
+		if pw := getenv("HOSTEDTRAIN_REDIS_AUTH"); pw != "" {
+			o.Password = pw
+		}
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("HOSTEDTRAIN_REDIS_URL: %w", err)
+	}
+	if pw := getenv("HOSTEDTRAIN_REDIS_AUTH"); pw != "" {
+		o.Password = pw
 	}
 	return redis.NewClient(o), nil
 }
@@ -135,11 +148,19 @@ func Store(ctx context.Context, getenv Getenv) (blob.Store, error) {
 	if v == "" {
 		return nil, nil
 	}
-	cfg, err := blob.ParseS3URL(v)
+	cfg, err := parseStore(v)
 	if err != nil {
-		return nil, fmt.Errorf("HOSTEDTRAIN_STORE: %w", err)
+		return nil, err
 	}
 	return blob.NewS3(ctx, cfg)
+}
+
+func parseStore(v string) (blob.S3Config, error) {
+	cfg, err := blob.ParseS3URL(v)
+	if err != nil {
+		return cfg, fmt.Errorf("HOSTEDTRAIN_STORE: %w", err)
+	}
+	return cfg, nil
 }
 
 // Webhooks is the webhook service over the queue q, sealing secrets with secrets.

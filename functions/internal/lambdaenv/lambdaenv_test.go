@@ -1,0 +1,120 @@
+package lambdaenv_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/hostedtrain/hostedtrain/functions/internal/lambdaenv"
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/mototest"
+	"github.com/hostedtrain/hostedtrain/internal/redisproc"
+	"github.com/hostedtrain/hostedtrain/internal/redistest"
+)
+
+// The keys and the Redis AUTH token come from Secrets Manager (moto's) when the function's
+// configuration names their secrets; the values themselves are nowhere in it.
+func TestSecretsComeFromSecretsManager(t *testing.T) {
+	t.Parallel()
+	moto := mototest.Start(t)
+	ctx := context.Background()
+	clients := lambdaenv.FromConfig(func() (aws.Config, error) { return moto.AWSConfig(), nil })
+	sm, err := clients.SecretsManager()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := auth.NewKeySet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const redisAuth = "an-elasticache-auth-token-of-32-chars"
+	arns := map[string]string{}
+	for name, value := range map[string]string{"jwt": keys.String(), "redis": redisAuth} {
+		out, err := sm.(*secretsmanager.Client).CreateSecret(ctx, &secretsmanager.CreateSecretInput{
+			Name: aws.String("hostedtrain/test/" + name), SecretString: aws.String(value)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		arns[name] = *out.ARN
+	}
+	rs := redistest.Start(t, func(o *redisproc.Options) { o.Args = append(o.Args, "--requirepass", redisAuth) })
+	env := map[string]string{
+		"HOSTEDTRAIN_REDIS_URL":         "redis://" + rs.Addr + "/0",
+		"HOSTEDTRAIN_REDIS_AUTH_SECRET": arns["redis"],
+		"HOSTEDTRAIN_JWT_KEYS_SECRET":   arns["jwt"],
+	}
+	getenv, err := lambdaenv.Env(ctx, func(k string) string { return env[k] }, clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := lambdaenv.Keys(getenv)
+	if err != nil || ks.String() != keys.String() {
+		t.Fatalf("keys from the secret: %v", err)
+	}
+	rdb, err := lambdaenv.Redis(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("redis with the AUTH token from the secret: %v", err)
+	}
+
+	env["HOSTEDTRAIN_SECRETS_KEYS_SECRET"] = "hostedtrain/test/missing"
+	if _, err := lambdaenv.Env(ctx, func(k string) string { return env[k] }, clients); err == nil ||
+		!strings.Contains(err.Error(), "HOSTEDTRAIN_SECRETS_KEYS_SECRET") {
+		t.Errorf("a missing secret: %v", err)
+	}
+}
+
+// Without a _SECRET variable no AWS client is made: `hostedtrain dev`-like configurations and
+// the handler tests need no AWS.
+func TestPlainEnvironmentNeedsNoAWS(t *testing.T) {
+	t.Parallel()
+	var made atomic.Int32
+	clients := lambdaenv.Clients{
+		SecretsManager: func() (lambdaenv.SecretGetter, error) { made.Add(1); return nil, nil },
+	}
+	env := map[string]string{"HOSTEDTRAIN_JWT_KEYS": "k1=AAAA", "HOSTEDTRAIN_JWT_KEYS_SECRET": "ignored: set directly"}
+	getenv, err := lambdaenv.Env(context.Background(), func(k string) string { return env[k] }, clients)
+	if err != nil || getenv("HOSTEDTRAIN_JWT_KEYS") != "k1=AAAA" || made.Load() != 0 {
+		t.Fatalf("%v %q %d", err, getenv("HOSTEDTRAIN_JWT_KEYS"), made.Load())
+	}
+	g, err := lambdaenv.Storage(getenv, nil)
+	if err != nil || g != nil {
+		t.Fatalf("storage without a role: %v %v", g, err)
+	}
+}
+
+// HOSTEDTRAIN_AGENT_STORAGE_ROLE makes the API hand agents STS credentials for the store.
+func TestStorageGrantsFromTheRole(t *testing.T) {
+	t.Parallel()
+	moto := mototest.Start(t)
+	clients := lambdaenv.FromConfig(func() (aws.Config, error) { return moto.AWSConfig(), nil })
+	env := map[string]string{
+		"HOSTEDTRAIN_STORE":                  "s3://ht-data/prod?region=eu-west-1",
+		"HOSTEDTRAIN_AGENT_STORAGE_ROLE":     "arn:aws:iam::123456789012:role/agent-storage",
+		"HOSTEDTRAIN_AGENT_STORAGE_DURATION": "20m",
+	}
+	getenv := func(k string) string { return env[k] }
+	g, err := lambdaenv.Storage(getenv, clients.STS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, err := g.Grant(context.Background(), "01936b2e-8f7a-7c3e-9d1a-2b3c4d5e6f70")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sg.Bucket != "ht-data" || sg.Prefix != "prod/" || sg.Region != "eu-west-1" || time.Until(sg.Expiration) > 21*time.Minute {
+		t.Errorf("grant %+v", sg)
+	}
+	env["HOSTEDTRAIN_AGENT_STORAGE_DURATION"] = "12h"
+	if _, err := lambdaenv.Storage(getenv, clients.STS); err == nil {
+		t.Error("a 12h duration was accepted (STS caps a chained role at 1h)")
+	}
+}
