@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent bench-lambda
 
 all: build
 
@@ -23,13 +23,40 @@ FUNCTIONS  := $(notdir $(wildcard functions/*))
 FUNCTIONS  := $(filter-out internal,$(FUNCTIONS))
 lambda:
 	@rm -rf $(LAMBDA_DIR) && mkdir -p $(LAMBDA_DIR)
+	@$(GO) build -o $(LAMBDA_DIR)/.lambdazip ./scripts/lambdazip
 	@for f in $(FUNCTIONS); do \
 	  mkdir -p $(LAMBDA_DIR)/$$f && \
 	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w -buildid=' \
 	    -o $(LAMBDA_DIR)/$$f/bootstrap ./functions/$$f || exit 1; \
-	  (cd $(LAMBDA_DIR)/$$f && touch -d 2026-01-01T00:00:00Z bootstrap && rm -f ../$$f.zip && zip -q -X ../$$f.zip bootstrap) || exit 1; \
+	  $(LAMBDA_DIR)/.lambdazip $(LAMBDA_DIR)/$$f.zip $(LAMBDA_DIR)/$$f/bootstrap || exit 1; \
 	  echo "$(LAMBDA_DIR)/$$f.zip  $$(du -h $(LAMBDA_DIR)/$$f/bootstrap | cut -f1) bootstrap"; \
 	done
+	@rm -f $(LAMBDA_DIR)/.lambdazip
+
+## deploy-check: package serverless.yml offline with osls (the maintained Serverless Framework
+## v3, pinned in deploy/package.json) and lint the CloudFormation it makes and every template in
+## infra/ with cfn-lint. Errors fail; on the generated template the W3005 warnings (redundant
+## DependsOn that the framework itself writes) are not ours to fix and are ignored.
+deploy-check: lambda osls cfn-lint
+	@rm -rf .serverless
+	HOME=$(CURDIR)/.serverless-home SLS_TELEMETRY_DISABLED=1 SLS_NOTIFICATIONS_MODE=off \
+	  deploy/node_modules/.bin/osls package --stage ci --region eu-west-1
+	cfn-lint --ignore-checks W3005 -- .serverless/cloudformation-template-update-stack.json
+	cfn-lint -- infra/*.yml
+
+## osls: the Serverless Framework v3 fork, from npm, as deploy/package-lock.json pins it
+osls:
+	@test -x deploy/node_modules/.bin/osls || { \
+	  command -v npm >/dev/null 2>&1 || { echo "npm is needed (Node 18 or later)"; exit 1; }; \
+	  echo "installing osls"; \
+	  cd deploy && npm ci --silent --no-audit --no-fund; }
+
+## cfn-lint: the CloudFormation linter
+cfn-lint:
+	@command -v cfn-lint >/dev/null 2>&1 || { \
+	  echo "installing cfn-lint"; \
+	  python3 -m pip install --quiet cfn-lint || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cfn-lint >/dev/null; }; }
 
 ## demo: start the local stack, run examples/quickstart.toml to COMPLETED, stop the stack
 demo: redis-server build
@@ -37,7 +64,7 @@ demo: redis-server build
 
 ## test: every test, against real redis-server processes, with the race detector, and a
 ## short run of the job-file fuzzer (5,000 executions; see fuzz below for why a count)
-test: deps
+test: deps deploy-check
 	@# The dashboard embeds what `make web` vendors from npm: it must be what is committed.
 	@! git rev-parse --git-dir >/dev/null 2>&1 || git diff --quiet HEAD -- api/web/static/vendor || \
 	  { echo "api/web/static/vendor differs from web/package-lock.json's packages: commit what make web wrote"; exit 1; }
@@ -67,6 +94,11 @@ bench-agent: versitygw
 	$(GO) test -run '^$$' -bench BenchmarkStepTimeDuringUpload -benchtime 1x ./gpuagent
 	HOSTEDTRAIN_BENCH_TRAINER_CPU=0 taskset -c 1 $(GO) test -run '^$$' -bench BenchmarkStepTimeDuringUpload -benchtime 1x ./gpuagent
 	$(GO) test -run '^$$' -bench BenchmarkJobToJobGap -benchtime 50x ./gpuagent
+
+## bench-lambda: each function's cold start (process start to its first request for an event,
+## spec and router built) and the size of its arm64 bootstrap
+bench-lambda: redis-server
+	$(GO) test -run '^$$' -bench BenchmarkColdStart -benchtime 50x ./functions/internal/initbench
 
 ## bench-jobs: decode + validate + normalize of every fixture, on one core
 bench-jobs:

@@ -12,11 +12,12 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/seal"
 )
 
 func newAdminCmd() *cobra.Command {
 	c := &cobra.Command{Use: "admin", Short: "Operator commands"}
-	c.AddCommand(newTokenCmd(), newOrgCmd())
+	c.AddCommand(newTokenCmd(), newOrgCmd(), newKeysCmd())
 	return c
 }
 
@@ -73,6 +74,69 @@ func newTokenCmd() *cobra.Command {
 	c.Flags().DurationVar(&ttl, "ttl", time.Hour, "lifetime")
 	_ = c.MarkFlagRequired("org")
 	return c
+}
+
+func newKeysCmd() *cobra.Command {
+	var keep string
+	c := &cobra.Command{
+		Use:   "keys jwt|seal",
+		Short: "Print a key ring with a new first key, for HOSTEDTRAIN_JWT_KEYS or HOSTEDTRAIN_SECRETS_KEYS",
+		Long: "Prints kid=base64key[,...]: a new 256-bit key, which signs tokens (jwt) or seals job secrets (seal),\n" +
+			"followed by the keys of --keep, which go on verifying or opening what they signed or sealed.\n" +
+			"docs/operations.md shows how to rotate with it.",
+		Example: "  hostedtrain admin keys jwt\n" +
+			"  hostedtrain admin keys seal --keep \"$(aws secretsmanager get-secret-value --secret-id hostedtrain/prod/secrets-keys --query SecretString --output text)\"",
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: []string{"jwt", "seal"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ring, err := newKeyRing(args[0], keep, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), ring)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&keep, "keep", "", "the current ring, whose keys are kept after the new one (drop a key by leaving it out)")
+	return c
+}
+
+// newKeyRing is a ring of kind jwt or seal: a new key named after now, then keep's keys.
+func newKeyRing(kind, keep string, now time.Time) (string, error) {
+	kid := "k" + now.UTC().Format("20060102T150405")
+	var fresh string
+	var err error
+	switch kind {
+	case "jwt":
+		if keep != "" {
+			if _, err := auth.ParseKeySet(keep); err != nil {
+				return "", fmt.Errorf("--keep: %w", err)
+			}
+		}
+		var ks *auth.KeySet
+		if ks, err = auth.NewKeySet(); err == nil {
+			fresh = ks.String()
+		}
+	case "seal":
+		if keep != "" {
+			if _, err := seal.Parse(keep); err != nil {
+				return "", fmt.Errorf("--keep: %w", err)
+			}
+		}
+		fresh, err = seal.NewKey(kid)
+	default:
+		return "", fmt.Errorf("keys: want jwt or seal, got %q", kind)
+	}
+	if err != nil {
+		return "", err
+	}
+	if keep == "" {
+		return fresh, nil
+	}
+	if newKid, _, _ := strings.Cut(fresh, "="); strings.Contains(","+keep, ","+newKid+"=") {
+		return "", fmt.Errorf("--keep already has a key named %s: try again in a second", newKid)
+	}
+	return fresh + "," + keep, nil
 }
 
 func newOrgCmd() *cobra.Command {
