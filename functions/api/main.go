@@ -19,7 +19,6 @@ import (
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/functions/internal/lambdaenv"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
-	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 func main() {
@@ -37,11 +36,7 @@ func newHandler(ctx context.Context, getenv lambdaenv.Getenv, clients lambdaenv.
 	if err != nil {
 		return nil, err
 	}
-	rdb, err := lambdaenv.Redis(getenv)
-	if err != nil {
-		return nil, err
-	}
-	qc, err := lambdaenv.Queue(getenv)
+	rdb, q, qc, err := lambdaenv.Jobs(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +56,6 @@ func newHandler(ctx context.Context, getenv lambdaenv.Getenv, clients lambdaenv.
 	if err != nil {
 		return nil, err
 	}
-	q := queue.New(rdb, qc)
 	hooks, err := lambdaenv.Webhooks(getenv, rdb, q, qc, secrets, logger)
 	if err != nil {
 		return nil, err

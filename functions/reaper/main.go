@@ -30,15 +30,11 @@ func main() {
 }
 
 func newReaper(getenv lambdaenv.Getenv, logger *slog.Logger) (*queue.Reaper, error) {
-	rdb, err := lambdaenv.Redis(getenv)
+	_, q, _, err := lambdaenv.Jobs(getenv)
 	if err != nil {
 		return nil, err
 	}
-	qc, err := lambdaenv.Queue(getenv)
-	if err != nil {
-		return nil, err
-	}
-	return queue.NewReaper(queue.New(rdb, qc), 0, logger), nil
+	return queue.NewReaper(q, 0, logger), nil
 }
 
 // result is what one run did, for the function's log.

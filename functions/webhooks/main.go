@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/hostedtrain/hostedtrain/functions/internal/lambdaenv"
-	"github.com/hostedtrain/hostedtrain/queue"
 	"github.com/hostedtrain/hostedtrain/webhooks"
 )
 
@@ -33,11 +32,7 @@ func main() {
 }
 
 func newService(getenv lambdaenv.Getenv, logger *slog.Logger) (*webhooks.Service, error) {
-	rdb, err := lambdaenv.Redis(getenv)
-	if err != nil {
-		return nil, err
-	}
-	qc, err := lambdaenv.Queue(getenv)
+	rdb, q, qc, err := lambdaenv.Jobs(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +40,7 @@ func newService(getenv lambdaenv.Getenv, logger *slog.Logger) (*webhooks.Service
 	if err != nil {
 		return nil, err
 	}
-	return lambdaenv.Webhooks(getenv, rdb, queue.New(rdb, qc), qc, secrets, logger)
+	return lambdaenv.Webhooks(getenv, rdb, q, qc, secrets, logger)
 }
 
 // result is what one run did, for the function's log.

@@ -112,6 +112,19 @@ func Queue(getenv Getenv) (queue.Config, error) {
 	return c, nil
 }
 
+// Jobs is the queue on the configured Redis: the client, the queue and its configuration.
+func Jobs(getenv Getenv) (redis.UniversalClient, *queue.Client, queue.Config, error) {
+	rdb, err := Redis(getenv)
+	if err != nil {
+		return nil, nil, queue.Config{}, err
+	}
+	qc, err := Queue(getenv)
+	if err != nil {
+		return nil, nil, qc, err
+	}
+	return rdb, queue.New(rdb, qc), qc, nil
+}
+
 // Keys are the token signing keys.
 func Keys(getenv Getenv) (*auth.KeySet, error) {
 	v := getenv("HOSTEDTRAIN_JWT_KEYS")
