@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
@@ -22,6 +23,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/openapi"
+	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 // Queue is what the API needs of the job store; queue.Client implements it.
@@ -45,6 +47,10 @@ type Queue interface {
 	SetOrg(ctx context.Context, org string, s job.OrgSettings) error
 	HeartbeatInterval() time.Duration
 }
+
+// RetryAfterSeconds is the Retry-After of a 503: about how long a Redis failover takes to be
+// noticed and a client's pool to reconnect.
+const RetryAfterSeconds = 5
 
 // Config wires a Server.
 type Config struct {
@@ -185,9 +191,18 @@ func (s *Server) openapiDocument(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(openapi.YAML())
 }
 
-// internalError logs err and answers 500 without detail; it is for failures of our own
-// dependencies, never for anything a caller did.
+// internalError logs err and answers without detail; it is for failures of our own
+// dependencies, never for anything a caller did. Redis out of reach (or failing over, or
+// full) is 503 with Retry-After: the request changed nothing and may be sent again; anything
+// else is 500.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if queue.Unavailable(err) {
+		s.cfg.Logger.Warn("job store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "unavailable",
+			"the job store is unavailable for a moment; nothing was changed; try again after Retry-After seconds"))
+		return
+	}
 	s.cfg.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeProblem(w, r, newProblem(http.StatusInternalServerError, "internal", "an internal error occurred; it has been logged"))
 }

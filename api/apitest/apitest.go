@@ -45,12 +45,17 @@ type Options struct {
 	Webhooks *webhooks.Config
 	// Storage hands agents storage credentials with their claims (nil: none).
 	Storage grant.Granter
+	// Redis is the server to use (nil: a private one is started); for tests that stop it.
+	Redis *redis.Client
 }
 
 // Start runs the stack for t and stops it when t ends.
 func Start(t testing.TB, o Options) *Stack {
 	t.Helper()
-	rdb := redistest.Client(t)
+	rdb := o.Redis
+	if rdb == nil {
+		rdb = redistest.Client(t)
+	}
 	if o.Queue.LeaseTTL == 0 {
 		o.Queue.LeaseTTL = 10 * time.Second
 	}

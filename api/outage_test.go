@@ -1,0 +1,76 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/api/apitest"
+	"github.com/hostedtrain/hostedtrain/internal/redisproc"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
+)
+
+// While Redis is down every endpoint that needs it answers 503 problem+json with Retry-After
+// and changes nothing; when it is back (from its AOF) everything acknowledged before is there.
+func TestRedisOutageAnswers503(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := redisproc.Options{Dir: t.TempDir(), Port: port, AppendOnly: true}
+	srv, err := redisproc.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 1, DialTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	st := apitest.Start(t, apitest.Options{Redis: rdb})
+	writer := st.Token("acme", "jobs:read", "jobs:write")
+	agent := st.AgentToken("agent-1")
+
+	r := call(t, "POST", st.URL+"/v1/jobs", writer, "application/toml", fixture(t, "hosted-basic.toml"))
+	if r.status != http.StatusCreated {
+		t.Fatalf("submit: %d %s", r.status, r.body)
+	}
+	var before struct{ ID string }
+	r.decode(t, &before)
+
+	srv.Stop()
+	for _, c := range []struct{ method, path, token, ctype, body string }{
+		{"GET", "/v1/jobs/" + before.ID, writer, "", ""},
+		{"GET", "/v1/jobs", writer, "", ""},
+		{"POST", "/v1/jobs", writer, "application/toml", string(fixture(t, "hosted-basic.toml"))},
+		{"POST", "/v1/jobs/" + before.ID + "/cancel", writer, "", ""},
+		{"POST", "/v1/agent/claim", agent, "application/json", `{"wait_seconds":0}`},
+		{"POST", "/v1/agent/jobs/" + before.ID + "/heartbeat", agent, "application/json", `{"lease_token":"1.x"}`},
+	} {
+		var body []byte
+		if c.body != "" {
+			body = []byte(c.body)
+		}
+		r := call(t, c.method, st.URL+c.path, c.token, c.ctype, body)
+		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s with Redis down: %d (Retry-After %q) %s", c.method, c.path, r.status, r.header.Get("Retry-After"), r.body)
+			continue
+		}
+		r.problem(t)
+	}
+
+	if srv, err = redisproc.Start(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 20*time.Second, "the API to answer again", func() bool {
+		return call(t, "GET", st.URL+"/v1/jobs/"+before.ID, writer, "", nil).status == http.StatusOK
+	})
+	var list struct{ Items []struct{ ID, Status string } }
+	call(t, "GET", st.URL+"/v1/jobs", writer, "", nil).decode(t, &list)
+	if len(list.Items) != 1 || list.Items[0].ID != before.ID || list.Items[0].Status != "QUEUED" {
+		t.Errorf("after the outage: %+v (want the one job submitted before it, QUEUED)", list.Items)
+	}
+}
