@@ -63,7 +63,7 @@ demo: redis-server build
 	./scripts/demo.sh
 
 ## test: every test, against real redis-server processes, with the race detector, and a
-## short run of the job-file fuzzer (5,000 executions; see fuzz below for why a count)
+## short run of each fuzz target (a count of executions; see fuzz below for why a count)
 test: deps deploy-check
 	@# The dashboard embeds what `make web` vendors from npm: it must be what is committed.
 	@! git rev-parse --git-dir >/dev/null 2>&1 || git diff --quiet HEAD -- api/web/static/vendor || \
@@ -71,14 +71,26 @@ test: deps deploy-check
 	$(GO) vet ./...
 	python3 -m openapi_spec_validator openapi/openapi.yaml
 	$(GO) test -race -count=1 -timeout 20m ./...
-	$(GO) test -run '^$$' -fuzz FuzzJobAdmission -fuzztime 5000x ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzJobAdmission$$' -fuzztime 5000x ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime 20000x ./internal/auth
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckURL$$' -fuzztime 20000x ./internal/webhook
 
-## fuzz: a longer run of the job-file fuzzer (FUZZTIME executions, default 1000000x).
-## Counts rather than durations: with a duration, Go 1.26's fuzz coordinator can fail a target
-## with a bare "context deadline exceeded" as the time runs out (golang/go#75804, fixed in 1.27).
-FUZZTIME ?= 1000000x
+## fuzz: every fuzz target for at least FUZZ_SECONDS (default 60) each: the job decoder
+## (TOML and JSON), the token verifier and the webhook target guard. Run as rounds of a fixed
+## count until the time is spent, the corpus carrying over between rounds: with a duration, Go
+## 1.26's fuzz coordinator can fail a target with a bare "context deadline exceeded" as the time
+## runs out (golang/go#75804, fixed in 1.27).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := FuzzJobAdmission:./api FuzzVerify:./internal/auth FuzzCheckURL:./internal/webhook
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzJobAdmission -fuzztime $(FUZZTIME) ./api
+	@for t in $(FUZZ_TARGETS); do \
+	  name=$${t%%:*}; pkg=$${t#*:}; end=$$(( $$(date +%s) + $(FUZZ_SECONDS) )); rounds=0; \
+	  while [ $$(date +%s) -lt $$end ]; do \
+	    $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime 20000x $$pkg >/tmp/hostedtrain-fuzz.log 2>&1 || { cat /tmp/hostedtrain-fuzz.log; exit 1; }; \
+	    rounds=$$((rounds+1)); \
+	  done; \
+	  echo "fuzz: $$name ($$pkg): $$rounds rounds of 20000 executions in $(FUZZ_SECONDS)+ s, no failure"; \
+	done
 
 ## bench-queue: hostedtrain's queue against asynq on one redis-server (its own module, bench/)
 BENCH_QUEUE_ARGS ?= -n 20000 -c 16
