@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
@@ -44,6 +43,8 @@ type Queue interface {
 	Fail(ctx context.Context, id string, o job.Outcome) (job.Status, error)
 	Release(ctx context.Context, id string, o job.Outcome) (job.Status, error)
 	GetOrg(ctx context.Context, org string) (job.OrgStatus, error)
+	RevokeToken(ctx context.Context, jti string, until time.Time) error
+	TokenRevoked(ctx context.Context, jti string) (bool, error)
 	SetOrg(ctx context.Context, org string, s job.OrgSettings) error
 	HeartbeatInterval() time.Duration
 }
@@ -153,6 +154,7 @@ func New(cfg Config) (*Server, error) {
 		"agentRelease":             s.agentRelease,
 		"getOrg":                   s.getOrg,
 		"setOrg":                   s.setOrg,
+		"revokeToken":              s.revokeToken,
 	}
 	seen := map[string]bool{}
 	for path, item := range spec.Doc.Paths.Map() {
@@ -198,9 +200,7 @@ func (s *Server) openapiDocument(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	if queue.Unavailable(err) {
 		s.cfg.Logger.Warn("job store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "unavailable",
-			"the job store is unavailable for a moment; nothing was changed; try again after Retry-After seconds"))
+		writeProblem(w, r, unavailable())
 		return
 	}
 	s.cfg.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)

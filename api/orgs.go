@@ -2,7 +2,9 @@ package api
 
 import (
 	"net/http"
+	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
@@ -28,4 +30,44 @@ func (s *Server) setOrg(w http.ResponseWriter, r *http.Request) {
 	s.cfg.Logger.Info("org settings changed", "org", org, "by", principal(r).Subject,
 		"weight", set.Weight, "max_running", set.MaxRunning, "max_queued", set.MaxQueued)
 	s.getOrg(w, r)
+}
+
+type revokeRequest struct {
+	Token     string    `json:"token"`
+	JTI       string    `json:"jti"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+type revokeReply struct {
+	JTI          string    `json:"jti"`
+	RevokedUntil time.Time `json:"revoked_until"`
+}
+
+// revokeToken refuses a token from now on: by the token itself, or by its id and expiry.
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	var req revokeRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	jti, until := req.JTI, req.ExpiresAt
+	if req.Token != "" {
+		var err error
+		if jti, until, err = auth.TokenID(req.Token); err != nil {
+			writeProblem(w, r, &Problem{Type: problemTypeBase + "invalid-token", Title: http.StatusText(http.StatusUnprocessableEntity),
+				Status: http.StatusUnprocessableEntity, Detail: err.Error(), Errors: []FieldError{{Pointer: "/token", Message: err.Error()}}})
+			return
+		}
+	}
+	if jti == "" || until.IsZero() {
+		writeProblem(w, r, &Problem{Type: problemTypeBase + "invalid-body", Title: http.StatusText(http.StatusUnprocessableEntity),
+			Status: http.StatusUnprocessableEntity, Detail: "send the token, or its jti and expires_at",
+			Errors: []FieldError{{Pointer: "/token", Message: "send the token, or its jti and expires_at"}}})
+		return
+	}
+	if err := s.cfg.Queue.RevokeToken(r.Context(), jti, until); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	s.cfg.Logger.Info("token revoked", "jti", jti, "until", until, "by", principal(r).Subject)
+	writeJSON(w, http.StatusOK, revokeReply{JTI: jti, RevokedUntil: until.UTC()})
 }

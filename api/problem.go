@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -25,6 +26,8 @@ type Problem struct {
 	Detail   string       `json:"detail,omitempty"`
 	Instance string       `json:"instance,omitempty"`
 	Errors   []FieldError `json:"errors,omitempty"`
+	// retryAfter, if set, is sent as Retry-After (seconds).
+	retryAfter int
 }
 
 // FieldError names one thing wrong with a request: a body field by JSON pointer (and its
@@ -39,6 +42,14 @@ type FieldError struct {
 
 // problemTypeBase prefixes the type URIs; each names a page of docs/errors.md.
 const problemTypeBase = "https://hostedtrain.dev/problems/"
+
+// unavailable is the problem of a request that reached Redis while it could not serve.
+func unavailable() *Problem {
+	p := newProblem(http.StatusServiceUnavailable, "unavailable",
+		"the job store is unavailable for a moment; nothing was changed; try again after Retry-After seconds")
+	p.retryAfter = RetryAfterSeconds
+	return p
+}
 
 func newProblem(status int, slug, detail string) *Problem {
 	return &Problem{
@@ -56,6 +67,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
+	if p.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
 }

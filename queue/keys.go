@@ -23,6 +23,9 @@ func (k keys) delayed() string           { return k.prefix + "delayed" }
 func (k keys) outbox() string            { return k.prefix + "outbox" }
 func (k keys) meta() string              { return k.prefix + "meta" }
 
+// revoked marks a revoked token by its id (jti) until the token expires.
+func (k keys) revoked(jti string) string { return k.prefix + "revoked:" + jti }
+
 func (k keys) classQueue(org, class string) string { return k.prefix + "q:" + org + ":" + class }
 
 // wake is the pub/sub channel a submit or requeue publishes on, so that claims waiting in

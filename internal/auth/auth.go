@@ -53,6 +53,9 @@ type Principal struct {
 	Subject string
 	Org     string
 	Scopes  []string
+	// TokenID is the token's jti, by which it can be revoked; ExpiresAt is when it ends.
+	TokenID   string
+	ExpiresAt time.Time
 }
 
 // Has reports whether the caller holds scope; admin holds every scope.
@@ -224,7 +227,24 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	if c.Org == "" {
 		return Principal{}, fmt.Errorf("%w: token has no organization", ErrUnauthenticated)
 	}
-	return Principal{Subject: c.Subject, Org: c.Org, Scopes: strings.Fields(c.Scope)}, nil
+	p := Principal{Subject: c.Subject, Org: c.Org, Scopes: strings.Fields(c.Scope), TokenID: c.ID}
+	if c.ExpiresAt != nil {
+		p.ExpiresAt = c.ExpiresAt.Time
+	}
+	return p, nil
+}
+
+// TokenID reads a token's id (jti) and expiry without verifying it, for revoking it: a
+// revocation of a token that was never issued refuses nothing.
+func TokenID(raw string) (string, time.Time, error) {
+	var c Claims
+	if _, _, err := jwt.NewParser().ParseUnverified(strings.TrimSpace(raw), &c); err != nil {
+		return "", time.Time{}, fmt.Errorf("auth: not a token: %w", err)
+	}
+	if c.ID == "" || c.ExpiresAt == nil {
+		return "", time.Time{}, errors.New("auth: the token has no id (jti) or no expiry")
+	}
+	return c.ID, c.ExpiresAt.Time, nil
 }
 
 func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
