@@ -190,7 +190,7 @@ func TestBrokenTokensAre401(t *testing.T) {
 		"wrong issuer": sign(t, jwt.SigningMethodHS256, kid, key, claimsFor("acme", all, func(c *auth.Claims) {
 			c.Issuer = "https://evil.example"
 		})),
-		"unknown key id": sign(t, jwt.SigningMethodHS256, "k-unknown", key, good),
+		"unknown key id":  sign(t, jwt.SigningMethodHS256, "k-unknown", key, good),
 		"altered payload": altered,
 		"revoked":         revoked,
 		"HS512":           sign(t, jwt.SigningMethodHS512, kid, key, good),
