@@ -17,7 +17,7 @@ import (
 
 func newAdminCmd() *cobra.Command {
 	c := &cobra.Command{Use: "admin", Short: "Operator commands"}
-	c.AddCommand(newTokenCmd(), newOrgCmd(), newKeysCmd())
+	c.AddCommand(newTokenCmd(), newOrgCmd(), newKeysCmd(), newRevokeCmd())
 	return c
 }
 
@@ -74,6 +74,26 @@ func newTokenCmd() *cobra.Command {
 	c.Flags().DurationVar(&ttl, "ttl", time.Hour, "lifetime")
 	_ = c.MarkFlagRequired("org")
 	return c
+}
+
+func newRevokeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke TOKEN",
+		Short: "Refuse a token from now until it expires (needs an admin token)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			jti, until, err := api.RevokeToken(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked until %s\n", jti, until.Format(time.RFC3339))
+			return nil
+		},
+	}
 }
 
 func newKeysCmd() *cobra.Command {

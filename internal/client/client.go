@@ -310,6 +310,19 @@ func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) (*jo
 	return &st, nil
 }
 
+// RevokeToken refuses token from now until it expires (scope admin); it returns the token's
+// id and when the revocation ends.
+func (c *Client) RevokeToken(ctx context.Context, token string) (string, time.Time, error) {
+	var out struct {
+		JTI          string    `json:"jti"`
+		RevokedUntil time.Time `json:"revoked_until"`
+	}
+	if _, err := c.postJSON(ctx, "/v1/admin/tokens/revoke", map[string]string{"token": token}, &out); err != nil {
+		return "", time.Time{}, err
+	}
+	return out.JTI, out.RevokedUntil, nil
+}
+
 // CancelJob asks for a job to stop.
 func (c *Client) CancelJob(ctx context.Context, id string) (*job.Job, error) {
 	var j job.Job
