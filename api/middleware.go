@@ -218,5 +218,10 @@ func (s *Server) readBody(r *http.Request, route *routers.Route) ([]byte, *Probl
 		return nil, newProblem(http.StatusUnsupportedMediaType, "unsupported-media-type",
 			fmt.Sprintf("Content-Type %q is not accepted here; send one of: %s", ct, strings.Join(accepted, ", ")))
 	}
+	if mt == "application/json" {
+		if err := checkJSON(body); err != nil {
+			return nil, newProblem(http.StatusBadRequest, "malformed-body", "the body is not acceptable JSON: "+err.Error())
+		}
+	}
 	return body, nil
 }
