@@ -5,6 +5,7 @@ package apitest
 
 import (
 	"bytes"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -47,6 +48,10 @@ type Options struct {
 	Storage grant.Granter
 	// Redis is the server to use (nil: a private one is started); for tests that stop it.
 	Redis *redis.Client
+	// Logger is the API's logger (nil: none).
+	Logger *slog.Logger
+	// Wrap, if set, wraps the API's handler (to record what it answers, say).
+	Wrap func(http.Handler) http.Handler
 }
 
 // Start runs the stack for t and stops it when t ends.
@@ -76,7 +81,7 @@ func Start(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store, Storage: o.Storage}
+	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store, Storage: o.Storage, Logger: o.Logger}
 	var wh *webhooks.Service
 	if o.Webhooks != nil {
 		wc := *o.Webhooks
@@ -93,7 +98,11 @@ func Start(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(ValidateResponses(t, h))
+	var handler http.Handler = ValidateResponses(t, h)
+	if o.Wrap != nil {
+		handler = o.Wrap(handler)
+	}
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	return &Stack{URL: srv.URL, Queue: q, Redis: rdb, Keys: keys, Webhooks: wh, t: t}
 }
