@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent bench-lambda
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent bench-lambda load
 
 all: build
 
@@ -111,6 +111,12 @@ bench-agent: versitygw
 ## spec and router built) and the size of its arm64 bootstrap
 bench-lambda: redis-server
 	$(GO) test -run '^$$' -bench BenchmarkColdStart -benchtime 50x ./functions/internal/initbench
+
+## load: 10,000 job submissions over HTTP at concurrency 64 with 200 emulated agents claiming,
+## against the same requests to a minimal net/http handler that writes one Redis key (the floor)
+LOAD_ARGS ?= -n 10000 -c 64 -agents 200
+load: redis-server
+	$(GO) run ./scripts/loadtest $(LOAD_ARGS)
 
 ## bench-jobs: decode + validate + normalize of every fixture, on one core
 bench-jobs:
