@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent bench-lambda load
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent bench-lambda load chaos
 
 all: build
 
@@ -111,6 +111,14 @@ bench-agent: versitygw
 ## spec and router built) and the size of its arm64 bootstrap
 bench-lambda: redis-server
 	$(GO) test -run '^$$' -bench BenchmarkColdStart -benchtime 50x ./functions/internal/initbench
+
+## chaos: 1,000 emulated jobs through the HTTP API while agents are SIGKILLed (120 times),
+## the API process is restarted once and redis-server twice; checks nothing is lost, run twice
+## or written with a stale lease, and that resumed runs start from their newest checkpoint
+CHAOS_ARGS ?= -jobs 1000 -agents 8 -kills 120
+chaos: build redis-server
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/chaos ./scripts/chaos
+	$(BIN)/chaos -bin $(BIN) $(CHAOS_ARGS)
 
 ## load: 10,000 job submissions over HTTP at concurrency 64 with 200 emulated agents claiming,
 ## against the same requests to a minimal net/http handler that writes one Redis key (the floor)

@@ -198,6 +198,13 @@ func (s *Server) openapiDocument(w http.ResponseWriter, _ *http.Request) {
 // full) is 503 with Retry-After: the request changed nothing and may be sent again; anything
 // else is 500.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		// The caller went away mid-request (an agent that stopped heartbeating a finished
+		// job, say): nobody reads the answer, and it is not our failure.
+		s.cfg.Logger.Info("request abandoned by the caller", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeProblem(w, r, unavailable())
+		return
+	}
 	if queue.Unavailable(err) {
 		s.cfg.Logger.Warn("job store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeProblem(w, r, unavailable())

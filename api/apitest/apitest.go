@@ -6,6 +6,7 @@ package apitest
 import (
 	"bytes"
 	"log/slog"
+	"os"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -82,6 +83,9 @@ func Start(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store, Storage: o.Storage, Logger: o.Logger}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	}
 	var wh *webhooks.Service
 	if o.Webhooks != nil {
 		wc := *o.Webhooks

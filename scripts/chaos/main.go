@@ -1,0 +1,495 @@
+// Command chaos is `make chaos`: it runs JOBS short jobs (the emulated pipeline) through the
+// real HTTP API on the real agents (bin/gpuagent processes), and while they run kills agents
+// with SIGKILL at random moments (starting a new one each time), restarts the API process
+// once and redis-server (AOF on) twice, and tries writes with lease tokens that are no longer
+// current. At the end it checks, from the API and Redis, that every job is in a terminal
+// state, none is lost, none completed twice, no stale write was accepted, and every resumed
+// run resumed from its newest committed checkpoint. Its last line is the summary.
+//
+// It re-executes itself as the API process (-role api), so that the API can be restarted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/redisproc"
+	"github.com/hostedtrain/hostedtrain/internal/seal"
+	"github.com/hostedtrain/hostedtrain/queue"
+)
+
+const prefix = "ht"
+
+func main() {
+	role := flag.String("role", "chaos", "chaos, or api (the API process the chaos run starts)")
+	jobs := flag.Int("jobs", 1000, "jobs to run")
+	agents := flag.Int("agents", 8, "agents alive at any time")
+	kills := flag.Int("kills", 120, "agent SIGKILLs to spread over the run (at least)")
+	steps := flag.Int("steps", 6, "training steps of each job")
+	stepTime := flag.Duration("step-time", 60*time.Millisecond, "emulated time of one step")
+	bin := flag.String("bin", "bin", "where gpuagent and prime-rl-emulator are")
+	addr := flag.String("addr", "", "(api role) where to listen")
+	redisAddr := flag.String("redis", "", "(api role) redis-server")
+	store := flag.String("store", "", "(api role) the object store folder")
+	flag.Parse()
+	var err error
+	if *role == "api" {
+		err = serveAPI(*addr, *redisAddr, *store)
+	} else {
+		err = chaos(*jobs, *agents, *kills, *steps, *stepTime, *bin)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(1)
+	}
+}
+
+// serveAPI is the API process: the API and the reaper, keys from the environment.
+func serveAPI(addr, redisAddr, storeDir string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	keys, err := auth.ParseKeySet(os.Getenv("HOSTEDTRAIN_JWT_KEYS"))
+	if err != nil {
+		return err
+	}
+	secrets, err := seal.Parse(os.Getenv("HOSTEDTRAIN_SECRETS_KEYS"))
+	if err != nil {
+		return err
+	}
+	store, err := blob.NewDir(storeDir)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: 1, DialTimeout: time.Second})
+	defer rdb.Close()
+	q := queue.New(rdb, queue.Config{Prefix: prefix, LeaseTTL: 3 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
+		MaxAttempts: 50, MaxClaimWait: 2 * time.Second, RetryBackoff: 100 * time.Millisecond})
+	defer q.Close()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	h, err := api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Logger: logger})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	reaper := queue.NewReaper(q, 500*time.Millisecond, logger)
+	if err := reaper.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	reaper.Stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// proc is a child process in its own process group.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func start(name string, args []string, env []string, logPath string) (*proc, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	return p, nil
+}
+
+func (p *proc) kill() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+func (p *proc) term() {
+	_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		p.kill()
+	}
+}
+
+type run struct {
+	dir, bin, apiURL, apiAddr string
+	keys                      *auth.KeySet
+	env                       []string
+	stepTime                  time.Duration
+	redisOpts                 redisproc.Options
+	storeDir                  string
+
+	mu     sync.Mutex
+	agents map[int]*proc
+	nextID int
+}
+
+func (r *run) startAgent() error {
+	r.mu.Lock()
+	id := r.nextID
+	r.nextID++
+	r.mu.Unlock()
+	name := fmt.Sprintf("chaos-agent-%d", id)
+	tok, err := r.keys.Issue(auth.TokenRequest{Subject: name, Org: "agents", Scopes: []string{auth.ScopeAgent}, TTL: 24 * time.Hour}, time.Now())
+	if err != nil {
+		return err
+	}
+	work := filepath.Join(r.dir, "work", name)
+	p, err := start(filepath.Join(r.bin, "gpuagent"), []string{
+		"--api", r.apiURL, "--store", r.storeDir, "--gpus", "H100:8", "--work-dir", work,
+		"--emulated", "--emulator", filepath.Join(r.bin, "prime-rl-emulator"),
+		"--emulate-flags", "--emulate.step-time " + r.stepTime.String(),
+		"--metrics-addr", "", "--claim-wait", "2s", "--stop-grace", "2s", "--poll-interval", "50ms", "--flush-interval", "200ms",
+	}, []string{"HOSTEDTRAIN_AGENT_TOKEN=" + tok}, filepath.Join(r.dir, "agents.log"))
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.agents[id] = p
+	r.mu.Unlock()
+	return nil
+}
+
+// killOne SIGKILLs a random agent and starts another in its place.
+func (r *run) killOne() error {
+	r.mu.Lock()
+	var ids []int
+	for id := range r.agents {
+		ids = append(ids, id)
+	}
+	victim := ids[rand.IntN(len(ids))]
+	p := r.agents[victim]
+	delete(r.agents, victim)
+	r.mu.Unlock()
+	p.kill()
+	return r.startAgent()
+}
+
+func (r *run) stopAgents() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.agents {
+		p.kill()
+	}
+}
+
+func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string) error {
+	ctx := context.Background()
+	began := time.Now()
+	dir, err := os.MkdirTemp("", "hostedtrain-chaos")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	keys, err := auth.NewKeySet()
+	if err != nil {
+		return err
+	}
+	sealKey, err := seal.NewKey("k1")
+	if err != nil {
+		return err
+	}
+	redisPort, err := redisproc.FreePort()
+	if err != nil {
+		return err
+	}
+	apiPort, err := redisproc.FreePort()
+	if err != nil {
+		return err
+	}
+	r := &run{
+		dir: dir, bin: bin, keys: keys, stepTime: stepTime, agents: map[int]*proc{},
+		apiAddr: "127.0.0.1:" + strconv.Itoa(apiPort), apiURL: "http://127.0.0.1:" + strconv.Itoa(apiPort),
+		env:       []string{"HOSTEDTRAIN_JWT_KEYS=" + keys.String(), "HOSTEDTRAIN_SECRETS_KEYS=" + sealKey},
+		redisOpts: redisproc.Options{Dir: filepath.Join(dir, "redis"), Port: redisPort, AppendOnly: true},
+		storeDir:  filepath.Join(dir, "objects"),
+	}
+	if err := os.MkdirAll(r.storeDir, 0o755); err != nil {
+		return err
+	}
+	rs, err := redisproc.Start(ctx, r.redisOpts)
+	if err != nil {
+		return err
+	}
+	defer func() { rs.Stop() }()
+	redisAddr := rs.Addr
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	apiArgs := []string{"-role", "api", "-addr", r.apiAddr, "-redis", redisAddr, "-store", r.storeDir}
+	apiProc, err := start(self, apiArgs, r.env, filepath.Join(dir, "api.log"))
+	if err != nil {
+		return err
+	}
+	defer func() { apiProc.term() }()
+	userTok, err := keys.Issue(auth.TokenRequest{Org: "chaos", Scopes: []string{auth.ScopeJobsRead, auth.ScopeJobsWrite}, TTL: 24 * time.Hour}, time.Now())
+	if err != nil {
+		return err
+	}
+	user := client.New(r.apiURL, userTok)
+	if err := waitFor(time.Minute, func() bool { _, err := user.Usage(ctx, "", 1); return err == nil }); err != nil {
+		return fmt.Errorf("the API never answered: %w", err)
+	}
+	for range nAgents {
+		if err := r.startAgent(); err != nil {
+			return err
+		}
+	}
+	defer r.stopAgents()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: 1})
+	defer rdb.Close()
+
+	// Submit every job first, before any chaos.
+	body := fmt.Sprintf("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = %d\nbatch_size = 16\nrollouts_per_example = 4\n"+
+		"[[env]]\nid = \"primeintellect/alphabet-sort\"\n[checkpoints]\ninterval = 2\nkeep_cloud = 2\n", steps)
+	ids := make([]string, nJobs)
+	var submitWG sync.WaitGroup
+	var submitErr atomic.Value
+	sem := make(chan struct{}, 16)
+	for i := range nJobs {
+		submitWG.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer submitWG.Done()
+			defer func() { <-sem }()
+			j, err := user.SubmitJob(ctx, []byte(body), "application/toml", "")
+			if err != nil {
+				submitErr.Store(err)
+				return
+			}
+			ids[i] = j.ID
+		}()
+	}
+	submitWG.Wait()
+	if err, _ := submitErr.Load().(error); err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	fmt.Printf("chaos: %d jobs submitted; %d agents; killing agents, restarting the API once and Redis twice\n", nJobs, nAgents)
+
+	// The stale-write probe: every lease token seen; once a job's token has moved on, an agent
+	// writes with the old one. None may be accepted.
+	probeTok, err := keys.Issue(auth.TokenRequest{Subject: "stale-prober", Org: "agents", Scopes: []string{auth.ScopeAgent}, TTL: 24 * time.Hour}, time.Now())
+	if err != nil {
+		return err
+	}
+	prober := client.New(r.apiURL, probeTok)
+	var staleTried, staleAccepted atomic.Int64
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		seen := map[string]map[string]bool{} // job -> tokens seen
+		for probeCtx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			leased, err := rdb.ZRange(probeCtx, "{"+prefix+"}:leases", 0, -1).Result()
+			if err != nil {
+				continue
+			}
+			for _, id := range leased {
+				tok, err := rdb.HGet(probeCtx, "{"+prefix+"}:job:"+id, "lease_token").Result()
+				if err != nil || tok == "" {
+					continue
+				}
+				if seen[id] == nil {
+					seen[id] = map[string]bool{}
+				}
+				for old := range seen[id] {
+					if old == tok {
+						continue
+					}
+					staleTried.Add(1)
+					if _, err := prober.Heartbeat(probeCtx, id, job.Heartbeat{Token: old, Running: true}); err == nil {
+						staleAccepted.Add(1)
+					}
+					if err := prober.Complete(probeCtx, id, job.Outcome{Token: old}); err == nil {
+						staleAccepted.Add(1)
+					}
+					delete(seen[id], old)
+				}
+				seen[id][tok] = true
+			}
+		}
+	}()
+
+	// The chaos: kills spread over the expected run; the API restarted at a third of the jobs,
+	// Redis at a half and three quarters.
+	terminal := func() int {
+		n := 0
+		for _, id := range ids {
+			st, err := rdb.HGet(ctx, "{"+prefix+"}:job:"+id, "status").Result()
+			if err == nil && job.Status(st).Terminal() {
+				n++
+			}
+		}
+		return n
+	}
+	expected := time.Duration(nJobs/nAgents+1) * (time.Duration(steps)*stepTime + 900*time.Millisecond)
+	killEvery := max(expected/time.Duration(nKills), 100*time.Millisecond)
+	kills, redisRestarts, apiRestarts := 0, 0, 0
+	deadline := time.Now().Add(20 * time.Minute)
+	lastKill := time.Now()
+	for {
+		done := terminal()
+		if done == nJobs && kills >= nKills && redisRestarts >= 2 && apiRestarts >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 20 minutes %d of %d jobs are terminal", done, nJobs)
+		}
+		switch {
+		case apiRestarts == 0 && done >= nJobs/3:
+			apiProc.term()
+			if apiProc, err = start(self, apiArgs, r.env, filepath.Join(dir, "api.log")); err != nil {
+				return err
+			}
+			apiRestarts++
+			fmt.Printf("chaos: API restarted (%d of %d jobs terminal)\n", done, nJobs)
+		case redisRestarts == 0 && done >= nJobs/2, redisRestarts == 1 && done >= nJobs*3/4:
+			rs.Stop()
+			time.Sleep(time.Second) // the outage: API answers 503, agents buffer
+			if rs, err = redisproc.Start(ctx, r.redisOpts); err != nil {
+				return err
+			}
+			redisRestarts++
+			fmt.Printf("chaos: redis-server restarted (%d of %d jobs terminal)\n", done, nJobs)
+		case time.Since(lastKill) >= killEvery && (kills < nKills || done < nJobs):
+			if err := r.killOne(); err != nil {
+				return err
+			}
+			kills++
+			lastKill = time.Now()
+		case done == nJobs:
+			// All ended before the last chaos: more jobs would be needed to place it.
+			if kills < nKills {
+				return fmt.Errorf("all jobs ended after only %d kills: give them more steps", kills)
+			}
+			if redisRestarts < 2 || apiRestarts < 1 {
+				return fmt.Errorf("all jobs ended before every restart (API %d, Redis %d)", apiRestarts, redisRestarts)
+			}
+		default:
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	stopProbe()
+	<-probeDone
+
+	// The verdict, from the API (events) and Redis (statuses).
+	lost, duplicated, failed, resumed, badResume := 0, 0, 0, 0, 0
+	stepRe := regexp.MustCompile(`step (\d+)`)
+	resumeRe := regexp.MustCompile(`resumes from the checkpoint of step (\d+)`)
+	for _, id := range ids {
+		j, err := getRetry(ctx, user, id)
+		if err != nil || !j.Status.Terminal() {
+			lost++
+			continue
+		}
+		if j.Status == job.Failed {
+			failed++
+		}
+		evs, err := eventsRetry(ctx, user, id)
+		if err != nil {
+			return err
+		}
+		completions, newest := 0, 0
+		for _, e := range evs {
+			switch e.Type {
+			case "job.completed":
+				completions++
+			case "job.checkpoint":
+				if m := stepRe.FindStringSubmatch(e.Detail); m != nil {
+					newest, _ = strconv.Atoi(m[1])
+				}
+			case "job.retrying":
+				resumed++
+				m := resumeRe.FindStringSubmatch(e.Detail)
+				switch {
+				case m == nil && newest != 0:
+					badResume++
+				case m != nil && m[1] != strconv.Itoa(newest):
+					badResume++
+				}
+			}
+		}
+		if completions > 1 {
+			duplicated++
+		}
+	}
+	fmt.Printf("chaos: %d terminal (%d failed), %d runs resumed (%d not from the newest checkpoint), %d stale writes tried, API restarts %d, took %s\n",
+		nJobs-lost, failed, resumed, badResume, staleTried.Load(), apiRestarts, time.Since(began).Round(time.Second))
+	fmt.Printf("chaos: jobs=%d agent_kills=%d redis_restarts=%d lost=%d duplicated=%d stale_accepted=%d\n",
+		nJobs, kills, redisRestarts, lost, duplicated, staleAccepted.Load())
+	if lost > 0 || duplicated > 0 || staleAccepted.Load() > 0 || badResume > 0 || failed > 0 {
+		return errors.New("the run broke a promise")
+	}
+	return nil
+}
+
+func waitFor(d time.Duration, cond func() bool) error {
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			return errors.New("timed out")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+func getRetry(ctx context.Context, c *client.Client, id string) (*job.Job, error) {
+	var j *job.Job
+	err := waitFor(30*time.Second, func() bool {
+		var err error
+		j, err = c.GetJob(ctx, id)
+		return err == nil || strings.Contains(err.Error(), "404")
+	})
+	return j, err
+}
+
+func eventsRetry(ctx context.Context, c *client.Client, id string) ([]job.Event, error) {
+	var evs []job.Event
+	var last error
+	if waitFor(30*time.Second, func() bool { evs, last = c.Events(ctx, id, 0); return last == nil }) != nil {
+		return nil, last
+	}
+	return evs, nil
+}
