@@ -6,9 +6,9 @@ package apitest
 import (
 	"bytes"
 	"log/slog"
-	"os"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
