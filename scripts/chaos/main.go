@@ -44,7 +44,13 @@ import (
 
 const prefix = "ht"
 
+// quiet drops go-redis's own log lines (dial failures while redis-server is down on purpose).
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
 func main() {
+	redis.SetLogger(quiet{})
 	role := flag.String("role", "chaos", "chaos, or api (the API process the chaos run starts)")
 	jobs := flag.Int("jobs", 1000, "jobs to run")
 	agents := flag.Int("agents", 8, "agents alive at any time")
@@ -214,11 +220,21 @@ func (r *run) stopAgents() {
 func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string) error {
 	ctx := context.Background()
 	began := time.Now()
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "hostedtrain-chaos")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if os.Getenv("CHAOS_KEEP") != "" {
+			fmt.Println("chaos: logs and data kept in", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
 	keys, err := auth.NewKeySet()
 	if err != nil {
 		return err
@@ -363,8 +379,9 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 		}
 		return n
 	}
-	expected := time.Duration(nJobs/nAgents+1) * (time.Duration(steps)*stepTime + 900*time.Millisecond)
-	killEvery := max(expected/time.Duration(nKills), 100*time.Millisecond)
+	// Kills come every killEvery until there have been nKills, then go on at that pace while
+	// jobs remain; a job's runs take about a second, so most kills land mid-run.
+	killEvery := 300 * time.Millisecond
 	kills, redisRestarts, apiRestarts := 0, 0, 0
 	deadline := time.Now().Add(20 * time.Minute)
 	lastKill := time.Now()
@@ -416,7 +433,7 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	// The verdict, from the API (events) and Redis (statuses).
 	lost, duplicated, failed, resumed, badResume := 0, 0, 0, 0, 0
 	stepRe := regexp.MustCompile(`step (\d+)`)
-	resumeRe := regexp.MustCompile(`resumes from the checkpoint of step (\d+)`)
+	resumeRe := regexp.MustCompile(`from the checkpoint of step (\d+)`)
 	for _, id := range ids {
 		j, err := getRetry(ctx, user, id)
 		if err != nil || !j.Status.Terminal() {
@@ -442,11 +459,14 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 			case "job.retrying":
 				resumed++
 				m := resumeRe.FindStringSubmatch(e.Detail)
-				switch {
-				case m == nil && newest != 0:
+				if (m == nil && newest != 0) || (m != nil && m[1] != strconv.Itoa(newest)) {
 					badResume++
-				case m != nil && m[1] != strconv.Itoa(newest):
-					badResume++
+					if badResume <= 3 {
+						fmt.Printf("chaos: job %s resumed not from its newest checkpoint (step %d):\n", id, newest)
+						for _, e := range evs {
+							fmt.Printf("  %d %s %s %s\n", e.Seq, e.Time.Format("15:04:05.000"), e.Type, e.Detail)
+						}
+					}
 				}
 			}
 		}
