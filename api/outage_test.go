@@ -1,15 +1,12 @@
 package api_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hostedtrain/hostedtrain/api/apitest"
-	"github.com/hostedtrain/hostedtrain/internal/redisproc"
+	"github.com/hostedtrain/hostedtrain/internal/redistest"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
 
@@ -17,20 +14,8 @@ import (
 // and changes nothing; when it is back (from its AOF) everything acknowledged before is there.
 func TestRedisOutageAnswers503(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	port, err := redisproc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := redisproc.Options{Dir: t.TempDir(), Port: port, AppendOnly: true}
-	srv, err := redisproc.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 1, DialTimeout: 500 * time.Millisecond})
-	t.Cleanup(func() { _ = rdb.Close() })
-	st := apitest.Start(t, apitest.Options{Redis: rdb})
+	rs := redistest.StartRestartable(t)
+	st := apitest.Start(t, apitest.Options{Redis: rs.Client})
 	writer := st.Token("acme", "jobs:read", "jobs:write")
 	agent := st.AgentToken("agent-1")
 
@@ -41,7 +26,7 @@ func TestRedisOutageAnswers503(t *testing.T) {
 	var before struct{ ID string }
 	r.decode(t, &before)
 
-	srv.Stop()
+	rs.Stop()
 	for _, c := range []struct{ method, path, token, ctype, body string }{
 		{"GET", "/v1/jobs/" + before.ID, writer, "", ""},
 		{"GET", "/v1/jobs", writer, "", ""},
@@ -62,9 +47,7 @@ func TestRedisOutageAnswers503(t *testing.T) {
 		r.problem(t)
 	}
 
-	if srv, err = redisproc.Start(ctx, opts); err != nil {
-		t.Fatal(err)
-	}
+	rs.Start(t)
 	testwait.Until(t, 20*time.Second, "the API to answer again", func() bool {
 		return call(t, "GET", st.URL+"/v1/jobs/"+before.ID, writer, "", nil).status == http.StatusOK
 	})

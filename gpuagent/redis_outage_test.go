@@ -7,14 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hostedtrain/hostedtrain/api/apitest"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
-	"github.com/hostedtrain/hostedtrain/internal/redisproc"
+	"github.com/hostedtrain/hostedtrain/internal/redistest"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
@@ -27,29 +25,18 @@ var heartbeatFailures = regexp.MustCompile(`hostedtrain_agent_heartbeat_failures
 func TestAgentTrainsThroughARedisOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	port, err := redisproc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := redisproc.Options{Dir: t.TempDir(), Port: port, AppendOnly: true}
-	srv, err := redisproc.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 1, DialTimeout: 500 * time.Millisecond})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rs := redistest.StartRestartable(t)
 	store, err := blob.NewDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := apitest.Start(t, apitest.Options{Queue: queue.Config{LeaseTTL: time.Minute}, Store: store, Redis: rdb})
+	s := apitest.Start(t, apitest.Options{Queue: queue.Config{LeaseTTL: time.Minute}, Store: store, Redis: rs.Client})
 	b := bundle{stack: s, user: client.New(s.URL, s.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite)), store: store}
 	a, _ := b.run(t, b.agentConfig(t, "agent-r", "--emulate.step-time", "50ms"))
 
 	j := b.submit(t, withSteps(60))
 	before := b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 2 })
-	srv.Stop()
+	rs.Stop()
 	testwait.Until(t, time.Minute, "heartbeats refused while Redis is down", func() bool {
 		m := heartbeatFailures.FindStringSubmatch(scrape(t, a))
 		n := 0
@@ -62,9 +49,7 @@ func TestAgentTrainsThroughARedisOutage(t *testing.T) {
 		cps, err := blob.ListCheckpoints(ctx, store, j.ID)
 		return err == nil && len(cps) > 0 && cps[len(cps)-1].Step >= before.Progress.Step+6
 	})
-	if srv, err = redisproc.Start(ctx, opts); err != nil {
-		t.Fatal(err)
-	}
+	rs.Start(t)
 	done := b.waitFor(t, j.ID, "ended", terminal)
 	if done.Status != job.Completed || done.Progress.Step != 60 || done.Attempt != 1 {
 		t.Fatalf("got %s at step %d, attempt %d (%s)", done.Status, done.Progress.Step, done.Attempt, done.Error)

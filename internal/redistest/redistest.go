@@ -6,6 +6,7 @@ package redistest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -38,4 +39,42 @@ func Client(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// Restartable is a private redis-server (AOF on) that a test stops and starts again on the same
+// port and data, with a client that fails fast while it is down.
+type Restartable struct {
+	Client *redis.Client
+	opts   redisproc.Options
+	srv    *redisproc.Server
+}
+
+// StartRestartable starts one for the rest of t.
+func StartRestartable(t testing.TB) *Restartable {
+	t.Helper()
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Restartable{opts: redisproc.Options{Dir: t.TempDir(), Port: port, AppendOnly: true}}
+	r.Start(t)
+	r.Client = redis.NewClient(&redis.Options{Addr: r.srv.Addr, MaxRetries: 1, DialTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() {
+		_ = r.Client.Close()
+		r.srv.Stop()
+	})
+	return r
+}
+
+// Stop stops redis-server as a clean shutdown does (SIGTERM: the AOF is flushed).
+func (r *Restartable) Stop() { r.srv.Stop() }
+
+// Start starts it (again) from its data.
+func (r *Restartable) Start(t testing.TB) {
+	t.Helper()
+	srv, err := redisproc.Start(context.Background(), r.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = srv
 }
