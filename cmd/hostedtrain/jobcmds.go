@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -297,23 +298,9 @@ func newProgressCmd() *cobra.Command {
 		Short: "Where a run stands: its step, newest metrics, pace and ETA",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			p, err := api.JobProgress(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				printJSON(cmd.OutOrStdout(), p)
-				return nil
-			}
-			renderProgress(cmd.OutOrStdout(), p)
-			return nil
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.JobProgress, error) {
+				return api.JobProgress(ctx, args[0])
+			}, renderProgress)
 		},
 	}
 	outputFlag(c, &output)
@@ -328,23 +315,9 @@ func newUsageCmd() *cobra.Command {
 		Short: "GPU time used by your organization and by each job",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			u, err := api.Usage(cmd.Context(), cursor, limit)
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				printJSON(cmd.OutOrStdout(), u)
-				return nil
-			}
-			renderUsage(cmd.OutOrStdout(), u)
-			return nil
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.Usage, error) {
+				return api.Usage(ctx, cursor, limit)
+			}, renderUsage)
 		},
 	}
 	c.Flags().IntVar(&limit, "limit", 20, "jobs per page (1-100)")

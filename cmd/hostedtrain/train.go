@@ -35,6 +35,28 @@ func checkOutput(o string) error {
 	return nil
 }
 
+// fetchAndPrint is the body of a command that asks the API for one thing and prints it: as
+// JSON with -o json, else with render. The -o value is checked before the API is asked.
+func fetchAndPrint[T any](cmd *cobra.Command, output string, fetch func(context.Context, *client.Client) (T, error), render func(io.Writer, T)) error {
+	if err := checkOutput(output); err != nil {
+		return err
+	}
+	api, err := apiClient()
+	if err != nil {
+		return err
+	}
+	v, err := fetch(cmd.Context(), api)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		printJSON(cmd.OutOrStdout(), v)
+		return nil
+	}
+	render(cmd.OutOrStdout(), v)
+	return nil
+}
+
 func printJSON(w io.Writer, v any) {
 	b, _ := json.Marshal(v)
 	fmt.Fprintln(w, string(b))
@@ -232,23 +254,9 @@ func jobCmd(use, short string, act func(*client.Client, context.Context, string)
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			j, err := act(api, cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				printJSON(cmd.OutOrStdout(), j)
-			} else {
-				show(cmd.OutOrStdout(), j)
-			}
-			return nil
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*job.Job, error) {
+				return act(api, ctx, args[0])
+			}, show)
 		},
 	}
 	outputFlag(c, &output)

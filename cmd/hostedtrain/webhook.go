@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
 )
 
@@ -47,23 +49,9 @@ func newWebhookCreateCmd() *cobra.Command {
 		Short: "Register an endpoint; prints its signing secret once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			ep, err := api.CreateWebhook(cmd.Context(), args[0], splitList(events), description)
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				printJSON(cmd.OutOrStdout(), ep)
-				return nil
-			}
-			printEndpoint(cmd.OutOrStdout(), ep)
-			return nil
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*webhook.Endpoint, error) {
+				return api.CreateWebhook(ctx, args[0], splitList(events), description)
+			}, printEndpoint)
 		},
 	}
 	c.Flags().StringVar(&events, "events", "*", "comma-separated events: "+strings.Join(webhook.EventTypes, ", ")+", or * for all")
@@ -123,23 +111,9 @@ func newWebhookGetCmd() *cobra.Command {
 		Short: "Show an endpoint",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			ep, err := api.GetWebhook(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				printJSON(cmd.OutOrStdout(), ep)
-				return nil
-			}
-			printEndpoint(cmd.OutOrStdout(), ep)
-			return nil
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*webhook.Endpoint, error) {
+				return api.GetWebhook(ctx, args[0])
+			}, printEndpoint)
 		},
 	}
 	outputFlag(c, &output)
@@ -181,20 +155,9 @@ func newWebhookUpdateCmd() *cobra.Command {
 			if len(patch) == 0 {
 				return fmt.Errorf("nothing to change: pass --url, --events, --enable, --disable, --description or --rotate-secret")
 			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			ep, err := api.UpdateWebhook(cmd.Context(), args[0], patch)
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				printJSON(cmd.OutOrStdout(), ep)
-				return nil
-			}
-			printEndpoint(cmd.OutOrStdout(), ep)
-			return nil
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*webhook.Endpoint, error) {
+				return api.UpdateWebhook(ctx, args[0], patch)
+			}, printEndpoint)
 		},
 	}
 	f := c.Flags()
