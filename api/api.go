@@ -194,22 +194,24 @@ func (s *Server) openapiDocument(w http.ResponseWriter, _ *http.Request) {
 }
 
 // internalError logs err and answers without detail; it is for failures of our own
-// dependencies, never for anything a caller did. Redis out of reach (or failing over, or
-// full) is 503 with Retry-After: the request changed nothing and may be sent again; anything
-// else is 500.
+// dependencies, never for anything a caller did.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
-		// The caller went away mid-request (an agent that stopped heartbeating a finished
-		// job, say): nobody reads the answer, and it is not our failure.
+	writeProblem(w, r, s.failure(r, err))
+}
+
+// failure logs err and says how to answer it: Redis out of reach (or failing over, or full)
+// is 503 with Retry-After, since the request changed nothing and may be sent again; a caller
+// that went away mid-request (an agent that stopped heartbeating a finished job, say) is not
+// our failure and reads no answer; anything else is 500.
+func (s *Server) failure(r *http.Request, err error) *Problem {
+	switch {
+	case r.Context().Err() != nil:
 		s.cfg.Logger.Info("request abandoned by the caller", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeProblem(w, r, unavailable())
-		return
-	}
-	if queue.Unavailable(err) {
+		return unavailable()
+	case queue.Unavailable(err):
 		s.cfg.Logger.Warn("job store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeProblem(w, r, unavailable())
-		return
+		return unavailable()
 	}
 	s.cfg.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeProblem(w, r, newProblem(http.StatusInternalServerError, "internal", "an internal error occurred; it has been logged"))
+	return newProblem(http.StatusInternalServerError, "internal", "an internal error occurred; it has been logged")
 }

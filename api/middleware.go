@@ -19,7 +19,6 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/openapi"
-	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 type ctxKey int
@@ -172,12 +171,8 @@ func (s *Server) authenticate(r *http.Request, scope string) (auth.Principal, *P
 	if p.TokenID != "" {
 		revoked, err := s.cfg.Queue.TokenRevoked(r.Context(), p.TokenID)
 		switch {
-		case err != nil && queue.Unavailable(err):
-			s.cfg.Logger.Warn("job store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
-			return auth.Principal{}, unavailable()
 		case err != nil:
-			s.cfg.Logger.Error("revocation check", "err", err)
-			return auth.Principal{}, newProblem(http.StatusInternalServerError, "internal", "an internal error occurred; it has been logged")
+			return auth.Principal{}, s.failure(r, fmt.Errorf("revocation check: %w", err))
 		case revoked:
 			s.cfg.Logger.Info("token refused", "err", "revoked", "jti", p.TokenID)
 			return auth.Principal{}, newProblem(http.StatusUnauthorized, "unauthenticated", "the token was revoked")
