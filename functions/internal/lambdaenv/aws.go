@@ -26,31 +26,41 @@ type SecretGetter interface {
 }
 
 // WithSecrets reads the values of SecretVars that name a secret (NAME_SECRET) from Secrets
-// Manager, through the client sm returns (called only when one is needed), and returns a
-// Getenv that answers them. NAME set directly wins over NAME_SECRET.
+// Manager, through the client sm returns (called only when one is needed), all at once, and
+// returns a Getenv that answers them. NAME set directly wins over NAME_SECRET.
 func WithSecrets(ctx context.Context, getenv Getenv, sm func() (SecretGetter, error)) (Getenv, error) {
-	values := map[string]string{}
-	var client SecretGetter
+	ids := map[string]string{} // variable -> secret
 	for _, name := range SecretVars {
-		id := getenv(name + "_SECRET")
-		if id == "" || getenv(name) != "" {
-			continue
+		if id := getenv(name + "_SECRET"); id != "" && getenv(name) == "" {
+			ids[name] = id
 		}
-		if client == nil {
-			c, err := sm()
-			if err != nil {
-				return nil, err
-			}
-			client = c
-		}
-		out, err := client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id)})
+	}
+	values := map[string]string{}
+	if len(ids) > 0 {
+		client, err := sm()
 		if err != nil {
-			return nil, fmt.Errorf("%s_SECRET: %w", name, err)
+			return nil, err
 		}
-		if out.SecretString == nil || *out.SecretString == "" {
-			return nil, fmt.Errorf("%s_SECRET: secret %s has no string value", name, id)
+		// In parallel: each read is a round trip of a cold start.
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var errs []error
+		for name, id := range ids {
+			wg.Go(func() {
+				v, err := readSecret(ctx, client, id)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s_SECRET: %w", name, err))
+					return
+				}
+				values[name] = v
+			})
 		}
-		values[name] = *out.SecretString
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
 	}
 	return func(k string) string {
 		if v, ok := values[k]; ok {
@@ -58,6 +68,17 @@ func WithSecrets(ctx context.Context, getenv Getenv, sm func() (SecretGetter, er
 		}
 		return getenv(k)
 	}, nil
+}
+
+func readSecret(ctx context.Context, client SecretGetter, id string) (string, error) {
+	out, err := client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id)})
+	if err != nil {
+		return "", err
+	}
+	if out.SecretString == nil || *out.SecretString == "" {
+		return "", fmt.Errorf("secret %s has no string value", id)
+	}
+	return *out.SecretString, nil
 }
 
 // Storage is the granter that hands agents credentials limited to one job's data, when
