@@ -105,6 +105,11 @@ func (r *run) execute(drain, ctx context.Context) outcome {
 				resume = true
 				a.tel.restoreSeconds.Observe(time.Since(began).Seconds())
 				r.note("checkpoint restored and verified; the run resumes from it", "step", step, "took", time.Since(began).Round(time.Millisecond))
+				// A previous run may have committed it and died before reporting it: report it,
+				// so the service's record (and the job's events) know the newest checkpoint.
+				r.mu.Lock()
+				r.unreported = append(r.unreported, step)
+				r.mu.Unlock()
 			}
 		}
 	}

@@ -55,7 +55,7 @@ func main() {
 	jobs := flag.Int("jobs", 1000, "jobs to run")
 	agents := flag.Int("agents", 8, "agents alive at any time")
 	kills := flag.Int("kills", 120, "agent SIGKILLs to spread over the run (at least)")
-	steps := flag.Int("steps", 20, "training steps of each job")
+	steps := flag.Int("steps", 30, "training steps of each job")
 	stepTime := flag.Duration("step-time", 60*time.Millisecond, "emulated time of one step")
 	bin := flag.String("bin", "bin", "where gpuagent and prime-rl-emulator are")
 	addr := flag.String("addr", "", "(api role) where to listen")
@@ -381,7 +381,7 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	}
 	// Kills come every killEvery until there have been nKills; a job's run takes longer than
 	// that, so most kills land mid-run.
-	killEvery := 250 * time.Millisecond
+	killEvery := 150 * time.Millisecond
 	kills, redisRestarts, apiRestarts := 0, 0, 0
 	deadline := time.Now().Add(20 * time.Minute)
 	lastKill := time.Now()
