@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
+
 	"github.com/hostedtrain/hostedtrain/openapi"
 )
 
@@ -58,7 +60,7 @@ func fixtureFiles(tb testing.TB) map[string][]byte {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		out[filepath.Base(p)] = b
+		out[filepath.Base(p)] = jobspectest.WithSecrets(tb, b)
 	}
 	return out
 }
@@ -97,8 +99,8 @@ func FuzzJobAdmission(f *testing.F) {
 	for _, body := range fixtureFiles(f) {
 		f.Add(body, false)
 	}
-	f.Add([]byte(`{"model":"m","env":[{"id":"gsm8k"}],"secrets":{"K":"v"}}`), true)
-	f.Add([]byte("model = \"m\"\n[[env]]\nid = \"a\"\n[env.args]\nx = [1, {y = 2}]\n"), false)
+	f.Add([]byte(`{"model":"Qwen/Qwen3-4B","env":[{"id":"gsm8k"}],"secrets":{"K":"v"}}`), true)
+	f.Add([]byte("model = \"Qwen/Qwen3-4B\"\n[[env]]\nid = \"a\"\n[env.args]\nx = [1, {y = 2}]\n"), false)
 	f.Fuzz(func(t *testing.T, body []byte, isJSON bool) {
 		ctype := "application/toml"
 		if isJSON {

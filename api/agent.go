@@ -11,10 +11,11 @@ import (
 )
 
 type claimRequest struct {
-	GPUs        []job.GPU `json:"gpus"`
-	WaitSeconds float64   `json:"wait_seconds"`
-	GPUJobsOnly bool      `json:"gpu_jobs_only"`
-	ClaimID     string    `json:"claim_id"`
+	GPUs        []job.GPU    `json:"gpus"`
+	WaitSeconds float64      `json:"wait_seconds"`
+	GPUJobsOnly bool         `json:"gpu_jobs_only"`
+	ClaimID     string       `json:"claim_id"`
+	Runtime     *job.Runtime `json:"runtime"`
 }
 
 func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
@@ -28,6 +29,7 @@ func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
 		Wait:        time.Duration(req.WaitSeconds * float64(time.Second)),
 		GPUJobsOnly: req.GPUJobsOnly,
 		ClaimID:     req.ClaimID,
+		Runtime:     req.Runtime,
 	})
 	if err != nil {
 		if r.Context().Err() != nil {

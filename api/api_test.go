@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
 
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/api/apitest"
@@ -70,11 +70,7 @@ func call(t *testing.T, method, url, token, ctype string, body []byte) reply {
 
 func fixture(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "jobs", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return jobspectest.Fixture(t, name)
 }
 
 type bundle struct {
@@ -188,11 +184,11 @@ func TestBadInputGetsAProblemAndChangesNothing(t *testing.T) {
 		{name: "malformed JSON", token: b.writer, ctype: "application/json",
 			body: []byte("{\n \"model\": \"x\",\n \"max_steps\": ]\n}"), status: 400, line: 3},
 		{name: "unknown key", token: b.writer, ctype: "application/toml",
-			body: []byte("model = \"m\"\nmax_stepz = 3\n[[env]]\nid = \"gsm8k\"\n"), status: 422, pointer: "/max_stepz"},
+			body: []byte("model = \"Qwen/Qwen3-4B\"\nmax_stepz = 3\n[[env]]\nid = \"gsm8k\"\n"), status: 422, pointer: "/max_stepz"},
 		{name: "wrong type", token: b.writer, ctype: "application/toml",
-			body: []byte("model = \"m\"\nmax_steps = \"many\"\n[[env]]\nid = \"gsm8k\"\n"), status: 422, pointer: "/max_steps"},
+			body: []byte("model = \"Qwen/Qwen3-4B\"\nmax_steps = \"many\"\n[[env]]\nid = \"gsm8k\"\n"), status: 422, pointer: "/max_steps"},
 		{name: "out of range", token: b.writer, ctype: "application/toml",
-			body: []byte("model = \"m\"\n[sampling]\ntemperature = 9.0\n[[env]]\nid = \"gsm8k\"\n"), status: 422, pointer: "/sampling/temperature"},
+			body: []byte("model = \"Qwen/Qwen3-4B\"\n[sampling]\ntemperature = 9.0\n[[env]]\nid = \"gsm8k\"\n"), status: 422, pointer: "/sampling/temperature"},
 		{name: "no token", token: "", ctype: "application/toml", body: good, status: 401},
 		{name: "bad token", token: "not.a.jwt", ctype: "application/toml", body: good, status: 401},
 		{name: "read-only token", token: b.reader, ctype: "application/toml", body: good, status: 403},

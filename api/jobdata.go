@@ -11,14 +11,15 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
 
 // What agents wrote to object storage for a job: metrics, checkpoints, artifacts. The API
-// reads it with the same layout (package blob) the agents write it with.
+// reads it with the same format (package jobdata) the agents write it with.
 
 type metricsPage struct {
-	Items       []blob.MetricsRow `json:"items"`
-	NextMinStep *int              `json:"next_min_step,omitempty"`
+	Items       []jobdata.Row `json:"items"`
+	NextMinStep *int          `json:"next_min_step,omitempty"`
 }
 
 // storeReady answers 503 when the service runs without object storage configured.
@@ -36,7 +37,7 @@ func (s *Server) getJobMetrics(w http.ResponseWriter, r *http.Request) {
 	if !ok || !s.storeReady(w, r) {
 		return
 	}
-	q := blob.MetricsQuery{
+	q := jobdata.MetricsQuery{
 		MinStep: intQuery(r, "min_step", 0),
 		MaxStep: intQuery(r, "max_step", 0),
 		Limit:   intQuery(r, "limit", 1000),
@@ -46,14 +47,14 @@ func (s *Server) getJobMetrics(w http.ResponseWriter, r *http.Request) {
 			q.Names = append(q.Names, n)
 		}
 	}
-	rows, more, err := blob.ReadMetrics(r.Context(), s.cfg.Store, j.ID, q)
+	rows, more, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, q)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
 	}
 	page := metricsPage{Items: rows}
 	if page.Items == nil {
-		page.Items = []blob.MetricsRow{}
+		page.Items = []jobdata.Row{}
 	}
 	if more {
 		next := rows[len(rows)-1].Step() + 1
@@ -83,7 +84,7 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 	if !ok || !s.storeReady(w, r) {
 		return
 	}
-	cps, err := blob.ListCheckpoints(r.Context(), s.cfg.Store, j.ID)
+	cps, err := jobdata.ListCheckpoints(r.Context(), s.cfg.Store, j.ID)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -113,15 +114,15 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 // checkpointDownloads lists a committed checkpoint's files, as its manifest has them, with
 // download links.
 func (s *Server) checkpointDownloads(r *http.Request, jobID string, step int, expires time.Time) ([]downloadFile, error) {
-	prefix := blob.CheckpointPrefix(jobID, step)
-	rc, err := s.cfg.Store.Get(r.Context(), prefix+blob.ManifestName)
+	prefix := jobdata.CheckpointPrefix(jobID, step)
+	rc, err := s.cfg.Store.Get(r.Context(), prefix+jobdata.ManifestName)
 	if errors.Is(err, blob.ErrNotFound) {
 		return nil, nil // pruned between the listing and now
 	}
 	if err != nil {
 		return nil, err
 	}
-	var m blob.Manifest
+	var m jobdata.Manifest
 	err = json.NewDecoder(rc).Decode(&m)
 	rc.Close()
 	if err != nil {
@@ -150,7 +151,7 @@ func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
 	if !ok || !s.storeReady(w, r) {
 		return
 	}
-	prefix := blob.ArtifactPrefix(j.ID)
+	prefix := jobdata.ArtifactPrefix(j.ID)
 	objs, err := s.cfg.Store.List(r.Context(), prefix)
 	if err != nil {
 		s.internalError(w, r, err)
@@ -177,6 +178,8 @@ type jobProgress struct {
 	MaxSteps       int                `json:"max_steps"`
 	Percent        float64            `json:"percent"`
 	Metrics        map[string]float64 `json:"metrics,omitempty"`
+	Series         map[string]string  `json:"series,omitempty"`
+	Result         *job.Result        `json:"result,omitempty"`
 	CheckpointStep int                `json:"checkpoint_step,omitempty"`
 	StepSeconds    *float64           `json:"step_seconds,omitempty"`
 	ETASeconds     *float64           `json:"eta_seconds,omitempty"`
@@ -194,7 +197,8 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := jobProgress{JobID: j.ID, Status: j.Status, Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps,
-		Metrics: j.Progress.Metrics, CheckpointStep: j.Progress.CheckpointStep, StartedAt: j.StartedAt, UpdatedAt: j.UpdatedAt}
+		Metrics: j.Progress.Metrics, Series: j.Progress.Series, Result: j.Progress.Result, CheckpointStep: j.Progress.CheckpointStep,
+		StartedAt: j.StartedAt, UpdatedAt: j.UpdatedAt}
 	if p.MaxSteps > 0 {
 		p.Percent = math.Round(1000*float64(p.Step)/float64(p.MaxSteps)) / 10
 	}
@@ -207,7 +211,7 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 		p.ElapsedSeconds = &e
 	}
 	if s.cfg.Store != nil && p.Step > 1 {
-		rows, _, err := blob.ReadMetrics(r.Context(), s.cfg.Store, j.ID, blob.MetricsQuery{
+		rows, _, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, jobdata.MetricsQuery{
 			MinStep: max(0, p.Step-progressWindow), Names: []string{"time"}})
 		if err != nil {
 			s.internalError(w, r, err)
@@ -226,7 +230,7 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 
 // stepPace is the mean time between consecutive steps of rows (by their `time`), over the
 // longest run of consecutive steps at their end.
-func stepPace(rows []blob.MetricsRow) (float64, bool) {
+func stepPace(rows []jobdata.Row) (float64, bool) {
 	var times []float64
 	var steps []int
 	for _, r := range rows {

@@ -17,6 +17,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
 
@@ -51,7 +52,7 @@ func setupData(t *testing.T) *dataBundle {
 
 func (d *dataBundle) put(t *testing.T, key, data string) {
 	t.Helper()
-	if err := d.store.Put(d.ctx, blob.JobPrefix(d.jobID)+key, strings.NewReader(data)); err != nil {
+	if err := d.store.Put(d.ctx, jobdata.JobPrefix(d.jobID)+key, strings.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -73,7 +74,7 @@ type logReply struct {
 	Attempt    int64
 	Attempts   []int64
 	Components []string
-	Items      []blob.LogLine
+	Items      []jobdata.LogLine
 }
 
 func TestJobLogs(t *testing.T) {
@@ -114,14 +115,14 @@ func TestJobLogs(t *testing.T) {
 	cases := []struct {
 		query string
 		n     int
-		check func(blob.LogLine) bool
+		check func(jobdata.LogLine) bool
 	}{
 		{"?tail_lines=5", 5, nil},
-		{"?component=envs", 1, func(l blob.LogLine) bool { return l.Component == "envs/gsm8k" && l.Level == "WARNING" }},
-		{"?component=orchestrator&search=STEP%203", 1, func(l blob.LogLine) bool { return strings.Contains(l.Line, "step 3 ") }},
-		{"?level=WARNING", 3, func(l blob.LogLine) bool { return l.Level != "INFO" || l.Time == nil }},
+		{"?component=envs", 1, func(l jobdata.LogLine) bool { return l.Component == "envs/gsm8k" && l.Level == "WARNING" }},
+		{"?component=orchestrator&search=STEP%203", 1, func(l jobdata.LogLine) bool { return strings.Contains(l.Line, "step 3 ") }},
+		{"?level=WARNING", 3, func(l jobdata.LogLine) bool { return l.Level != "INFO" || l.Time == nil }},
 		{"?since=" + t0.Add(15*time.Second).Format(time.RFC3339) + "&component=trainer", 4, nil}, // the traceback goes with its line
-		{"?attempt=1", 1, func(l blob.LogLine) bool { return l.Line[len(l.Line)-13:] == "first attempt" }},
+		{"?attempt=1", 1, func(l jobdata.LogLine) bool { return l.Line[len(l.Line)-13:] == "first attempt" }},
 	}
 	for _, c := range cases {
 		var page logReply
@@ -216,7 +217,7 @@ func TestFollowingLogs(t *testing.T) {
 	d.put(t, "logs/attempt_1/trainer/000000000000.log", chunk)
 	ch, stop := d.stream(t, "/logs?follow=true&tail_lines=1", "")
 	first := next(t, ch)
-	var l blob.LogLine
+	var l jobdata.LogLine
 	_ = json.Unmarshal([]byte(first.data), &l)
 	if first.name != "log" || !strings.HasSuffix(l.Line, "two") {
 		t.Fatalf("tail: %+v", first)
@@ -295,7 +296,7 @@ func TestCheckpointAndArtifactDownloads(t *testing.T) {
 	weights := strings.Repeat("w", 5000)
 	sum := sha256.Sum256([]byte(weights))
 	d.put(t, "checkpoints/step_10/trainer/model.safetensors", weights)
-	m, _ := json.Marshal(blob.Manifest{JobID: d.jobID, Step: 10, Bytes: 5000, Files: []blob.ManifestFile{
+	m, _ := json.Marshal(jobdata.Manifest{JobID: d.jobID, Step: 10, Bytes: 5000, Files: []jobdata.ManifestFile{
 		{Path: "trainer/model.safetensors", Size: 5000, SHA256: hex.EncodeToString(sum[:])}}})
 	d.put(t, "checkpoints/step_10/manifest.json", string(m))
 	d.put(t, "checkpoints/step_20/trainer/model.safetensors", "partial")
@@ -349,13 +350,27 @@ func TestProgressAndUsage(t *testing.T) {
 	agent := d.s.AgentToken("agent-1")
 	var cl job.Claim
 	call(t, "POST", d.s.URL+"/v1/agent/claim", agent, "application/json", []byte(`{"gpus":[{"model":"H100","count":8}]}`)).decode(t, &cl)
-	var rows strings.Builder
+	w := jobdata.NewMetricsWriter(d.store, d.jobID, 1, 1)
 	t0 := float64(time.Now().Unix())
 	for step := 1; step <= 30; step++ {
-		fmt.Fprintf(&rows, `{"step":%d,"time":%g,"reward/all/mean":0.5}`+"\n", step, t0+float64(step)*2)
+		// The orchestrator's row and the trainer's: the pace is read from the step's time.
+		for _, line := range []string{
+			fmt.Sprintf(`{"step":%d,"time":%g,"train/agg/all/agent/reward/mean":0.5}`, step, t0+float64(step)*2-1),
+			fmt.Sprintf(`{"step":%d,"time":%g,"loss/mean":0.1}`, step, t0+float64(step)*2),
+		} {
+			row, err := jobdata.ParseLine([]byte(line))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Add(row); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	d.put(t, blob.MetricsChunkKey(d.jobID, 1, 1)[len(blob.JobPrefix(d.jobID)):], rows.String())
-	hb := fmt.Sprintf(`{"lease_token":%q,"running":true,"progress":{"step":30,"max_steps":100,"checkpoints":0,"metrics":{"reward/all/mean":0.5}}}`, cl.Lease.Token)
+	if err := w.Flush(d.ctx); err != nil {
+		t.Fatal(err)
+	}
+	hb := fmt.Sprintf(`{"lease_token":%q,"running":true,"progress":{"step":30,"max_steps":100,"checkpoints":0,"metrics":{"train/agg/all/agent/reward/mean":0.5},"series":{"reward":"train/agg/all/agent/reward/mean"}}}`, cl.Lease.Token)
 	if r := call(t, "POST", d.s.URL+"/v1/agent/jobs/"+d.jobID+"/heartbeat", agent, "application/json", []byte(hb)); r.status != 200 {
 		t.Fatalf("heartbeat: %d %s", r.status, r.body)
 	}

@@ -10,14 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
 
 type logPage struct {
-	Attempt    int64          `json:"attempt,omitempty"`
-	Attempts   []int64        `json:"attempts"`
-	Components []string       `json:"components,omitempty"`
-	Items      []blob.LogLine `json:"items"`
+	Attempt    int64             `json:"attempt,omitempty"`
+	Attempts   []int64           `json:"attempts"`
+	Components []string          `json:"components,omitempty"`
+	Items      []jobdata.LogLine `json:"items"`
 }
 
 func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
@@ -26,7 +26,7 @@ func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	lq := blob.LogQuery{
+	lq := jobdata.LogQuery{
 		Fence: int64(intQuery(r, "attempt", 0)), Component: q.Get("component"), Search: q.Get("search"),
 		Level: q.Get("level"), Tail: intQuery(r, "tail_lines", 100),
 	}
@@ -49,7 +49,7 @@ func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := blob.ReadLogs(r.Context(), s.cfg.Store, j.ID, lq)
+	res, err := jobdata.ReadLogs(r.Context(), s.cfg.Store, j.ID, lq)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -57,7 +57,7 @@ func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
 	if !follow {
 		page := logPage{Attempt: res.Fence, Attempts: res.Fences, Components: res.Components, Items: res.Lines}
 		if page.Items == nil {
-			page.Items = []blob.LogLine{}
+			page.Items = []jobdata.LogLine{}
 		}
 		if page.Attempts == nil {
 			page.Attempts = []int64{}
@@ -114,7 +114,7 @@ func decodeLogPosition(id string) (logPosition, bool) {
 
 // followLogs streams the tail, then each new line while the job runs. A newer attempt (the
 // job resumed elsewhere) is followed from its start, announced by an `attempt` event.
-func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id string, q blob.LogQuery, pos logPosition, fresh bool, tail ...blob.LogLine) {
+func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id string, q jobdata.LogQuery, pos logPosition, fresh bool, tail ...jobdata.LogLine) {
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	out := startSSE(w)
@@ -160,8 +160,8 @@ func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id string, q
 
 // readOn reads what each component gained past pos: whole lines only, unless the job has
 // ended (then the rest too).
-func (s *Server) readOn(ctx context.Context, id string, q blob.LogQuery, pos logPosition, ended bool) ([]blob.LogLine, logPosition, error) {
-	chunks, err := blob.ListLogChunks(ctx, s.cfg.Store, id)
+func (s *Server) readOn(ctx context.Context, id string, q jobdata.LogQuery, pos logPosition, ended bool) ([]jobdata.LogLine, logPosition, error) {
+	chunks, err := jobdata.ListLogChunks(ctx, s.cfg.Store, id)
 	if err != nil {
 		return nil, pos, err
 	}
@@ -176,7 +176,7 @@ func (s *Server) readOn(ctx context.Context, id string, q blob.LogQuery, pos log
 	if newest != pos.fence {
 		next = logPosition{fence: newest, ends: map[string]int64{}}
 	}
-	var out []blob.LogLine
+	var out []jobdata.LogLine
 	for _, c := range chunks {
 		if c.Fence != next.fence || c.Offset+c.Size <= next.ends[c.Component] || !strings.HasPrefix(c.Component+"/", firstPart(q.Component)) {
 			continue
@@ -203,7 +203,7 @@ func (s *Server) readOn(ctx context.Context, id string, q blob.LogQuery, pos log
 			}
 		}
 		next.ends[c.Component] = c.Offset + from + int64(len(data))
-		for _, l := range blob.ParseLogLines(c.Component, data) {
+		for _, l := range jobdata.ParseLogLines(c.Component, data, c.Modified) {
 			if q.Passes(l) {
 				out = append(out, l)
 			}

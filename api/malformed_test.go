@@ -16,10 +16,10 @@ func TestMalformedRequestsAre4xx(t *testing.T) {
 	st := apitest.Start(t, apitest.Options{})
 	writer := st.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite, auth.ScopeWebhooks)
 	agent := st.AgentToken("agent-1")
-	good := `{"model":"m","env":[{"id":"primeintellect/alphabet-sort"}],"max_steps":10}`
+	good := `{"model":"Qwen/Qwen3-4B","env":[{"id":"primeintellect/alphabet-sort"}],"max_steps":10}`
 	deep := strings.Repeat(`{"a":`, 100000) + "1" + strings.Repeat("}", 100000)
-	deepArr := `{"model":"m","env":[{"id":"e","args":{"x":` + strings.Repeat("[", 50000) + strings.Repeat("]", 50000) + `}}]}`
-	deepTOML := "model = \"m\"\nx = " + strings.Repeat("[", 50000) + strings.Repeat("]", 50000) + "\n"
+	deepArr := `{"model":"Qwen/Qwen3-4B","env":[{"id":"e","args":{"x":` + strings.Repeat("[", 50000) + strings.Repeat("]", 50000) + `}}]}`
+	deepTOML := "model = \"Qwen/Qwen3-4B\"\nx = " + strings.Repeat("[", 50000) + strings.Repeat("]", 50000) + "\n"
 	cases := []struct {
 		name, method, path, token, ctype string
 		body                             []byte
@@ -31,14 +31,14 @@ func TestMalformedRequestsAre4xx(t *testing.T) {
 		{"deep TOML array", "POST", "/v1/jobs", writer, "application/toml", []byte(deepTOML)},
 		{"invalid UTF-8 JSON", "POST", "/v1/jobs", writer, "application/json", []byte("{\"model\":\"m\xff\xfe\",\"env\":[{\"id\":\"e\"}]}")},
 		{"invalid UTF-8 TOML", "POST", "/v1/jobs", writer, "application/toml", []byte("model = \"m\xff\"\n[[env]]\nid = \"e\"\n")},
-		{"NaN", "POST", "/v1/jobs", writer, "application/json", []byte(`{"model":"m","env":[{"id":"e"}],"max_steps":NaN}`)},
-		{"TOML nan", "POST", "/v1/jobs", writer, "application/toml", []byte("model = \"m\"\nmax_steps = nan\n[[env]]\nid = \"e\"\n")},
-		{"TOML inf learning rate", "POST", "/v1/jobs", writer, "application/toml", []byte("model = \"m\"\nlearning_rate = inf\n[[env]]\nid = \"e\"\n")},
-		{"huge number", "POST", "/v1/jobs", writer, "application/json", []byte(`{"model":"m","env":[{"id":"e"}],"max_steps":1e400}`)},
-		{"huge integer", "POST", "/v1/jobs", writer, "application/json", []byte(`{"model":"m","env":[{"id":"e"}],"max_steps":123456789012345678901234567890}`)},
-		{"huge TOML integer", "POST", "/v1/jobs", writer, "application/toml", []byte("model = \"m\"\nmax_steps = 99999999999999999999\n[[env]]\nid = \"e\"\n")},
-		{"duplicate JSON keys", "POST", "/v1/jobs", writer, "application/json", []byte(`{"model":"m","model":"n","env":[{"id":"e"}]}`)},
-		{"duplicate TOML keys", "POST", "/v1/jobs", writer, "application/toml", []byte("model = \"m\"\nmodel = \"n\"\n[[env]]\nid = \"e\"\n")},
+		{"NaN", "POST", "/v1/jobs", writer, "application/json", []byte(`{"model":"Qwen/Qwen3-4B","env":[{"id":"e"}],"max_steps":NaN}`)},
+		{"TOML nan", "POST", "/v1/jobs", writer, "application/toml", []byte("model = \"Qwen/Qwen3-4B\"\nmax_steps = nan\n[[env]]\nid = \"e\"\n")},
+		{"TOML inf learning rate", "POST", "/v1/jobs", writer, "application/toml", []byte("model = \"Qwen/Qwen3-4B\"\nlearning_rate = inf\n[[env]]\nid = \"e\"\n")},
+		{"huge number", "POST", "/v1/jobs", writer, "application/json", []byte(`{"model":"Qwen/Qwen3-4B","env":[{"id":"e"}],"max_steps":1e400}`)},
+		{"huge integer", "POST", "/v1/jobs", writer, "application/json", []byte(`{"model":"Qwen/Qwen3-4B","env":[{"id":"e"}],"max_steps":123456789012345678901234567890}`)},
+		{"huge TOML integer", "POST", "/v1/jobs", writer, "application/toml", []byte("model = \"Qwen/Qwen3-4B\"\nmax_steps = 99999999999999999999\n[[env]]\nid = \"e\"\n")},
+		{"duplicate JSON keys", "POST", "/v1/jobs", writer, "application/json", []byte(`{"model":"Qwen/Qwen3-4B","model":"n","env":[{"id":"e"}]}`)},
+		{"duplicate TOML keys", "POST", "/v1/jobs", writer, "application/toml", []byte("model = \"Qwen/Qwen3-4B\"\nmodel = \"n\"\n[[env]]\nid = \"e\"\n")},
 		{"text/plain", "POST", "/v1/jobs", writer, "text/plain", []byte(good)},
 		{"application/xml", "POST", "/v1/jobs", writer, "application/xml", []byte(`<job/>`)},
 		{"no content type", "POST", "/v1/jobs", writer, "", []byte(good)},

@@ -92,7 +92,7 @@ func TestProblemsNeverEchoSecretValues(t *testing.T) {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	assertNoSecret(t, "the problem", r.body)
-	toml := []byte("model = \"m\"\n[[env]]\nid = \"gsm8k\"\n[secrets]\n\"BAD NAME\" = \"" + openaiValue + "\"\n")
+	toml := []byte("model = \"Qwen/Qwen3-4B\"\n[[env]]\nid = \"gsm8k\"\n[secrets]\n\"BAD NAME\" = \"" + openaiValue + "\"\n")
 	r = call(t, "POST", b.s.URL+"/v1/jobs", b.writer, "application/toml", toml)
 	if r.status != http.StatusUnprocessableEntity {
 		t.Fatalf("status %d: %s", r.status, r.body)

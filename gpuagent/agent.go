@@ -26,6 +26,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 // API is what the agent needs of the service; client.Client implements it.
@@ -66,7 +67,23 @@ type Config struct {
 	// ReportTimeout bounds the retries of a job's final report while the API is unreachable
 	// (default 15 min); after it the lease lapses and the service requeues the job.
 	ReportTimeout time.Duration
-	Logger        *slog.Logger
+	// ServeTimeout bounds the wait for a GEPA or eval job's inference server to answer
+	// (loading a model can take minutes; default 30 min).
+	ServeTimeout time.Duration
+	// PortRange is where jobs get their blocks of ports (default DefaultPortRange).
+	PortRange [2]int
+	// Versions are the upstream versions installed on the node (read at start); they are
+	// reported with each claim and recorded on the jobs. New refuses versions other than the
+	// pin unless AllowUnpinned.
+	Versions      upstream.Versions
+	AllowUnpinned bool
+	// Endpoint, when set, serves open-weight models for GEPA and evals instead of a server on
+	// the job's GPUs.
+	Endpoint *Endpoint
+	// Providers overrides where provider-hosted models are called (tests); nil for the real
+	// providers.
+	Providers map[string]upstream.Provider
+	Logger    *slog.Logger
 }
 
 func (c *Config) validate() error {
@@ -87,28 +104,37 @@ func (c *Config) validate() error {
 	def(&c.PollInterval, time.Second)
 	def(&c.FlushInterval, 10*time.Second)
 	def(&c.ReportTimeout, 15*time.Minute)
+	def(&c.ServeTimeout, 30*time.Minute)
 	if c.MaxCPUJobs == 0 {
 		c.MaxCPUJobs = 2
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Pipeline.Emulated && c.Versions == (upstream.Versions{}) {
+		c.Versions = upstream.Pinned() // the emulator mirrors the pin
+	}
+	if err := upstream.CheckPinned(c.Versions); err != nil && !c.AllowUnpinned {
+		return fmt.Errorf("gpuagent: %w; install the pinned versions (infra/gpu-node) or start with --allow-unpinned", err)
+	}
 	return nil
 }
 
 // Agent claims and runs jobs.
 type Agent struct {
-	cfg  Config
-	pool *pool
-	tel  *telemetry
+	cfg   Config
+	pool  *pool
+	ports *portAllocator
+	tel   *telemetry
 
 	mu      sync.Mutex
 	cpuJobs int
-	running map[string]*run
+	running map[string]*jobRun
 	// cancelClaim ends the claim in flight, when GPUs come free and a bigger claim can be
 	// made (the service hands back a job claimed for a request that has gone).
 	cancelClaim context.CancelFunc
-	changed     chan struct{} // a job ended: capacity changed
+	changed     chan struct{}   // a job ended: capacity changed
+	cpuFreed    map[string]bool // jobs without GPUs whose slot is already given back
 }
 
 // New returns an agent.
@@ -119,7 +145,8 @@ func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "jobs"), 0o755); err != nil {
 		return nil, fmt.Errorf("gpuagent: %w", err)
 	}
-	a := &Agent{cfg: cfg, pool: newPool(cfg.Devices), tel: newTelemetry(), running: map[string]*run{}, changed: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, pool: newPool(cfg.Devices), ports: newPortAllocator(cfg.PortRange), tel: newTelemetry(),
+		running: map[string]*jobRun{}, changed: make(chan struct{}, 1)}
 	a.tel.setGPUs(a.pool)
 	return a, nil
 }
@@ -151,7 +178,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Lock()
 		a.cancelClaim = cancel
 		a.mu.Unlock()
-		cl, err := a.cfg.API.Claim(claimCtx, job.ClaimRequest{GPUs: free, Wait: a.cfg.ClaimWait, GPUJobsOnly: !cpuRoom})
+		rt := a.runtime()
+		cl, err := a.cfg.API.Claim(claimCtx, job.ClaimRequest{GPUs: free, Wait: a.cfg.ClaimWait, GPUJobsOnly: !cpuRoom, Runtime: &rt})
 		a.mu.Lock()
 		a.cancelClaim = nil
 		a.mu.Unlock()
@@ -194,18 +222,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// admit gives a claimed job its storage and devices.
-func (a *Agent) admit(ctx context.Context, cl *job.Claim) (*run, error) {
+// runtime is what the agent runs jobs with, as the service records it on each job.
+func (a *Agent) runtime() job.Runtime {
+	v := a.cfg.Versions
+	return job.Runtime{Pipeline: a.cfg.Pipeline.Name, Emulated: a.cfg.Pipeline.Emulated, Upstream: &v}
+}
+
+// admit gives a claimed job its storage, devices and ports.
+func (a *Agent) admit(ctx context.Context, cl *job.Claim) (*jobRun, error) {
 	store, creds, err := a.storeFor(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := a.ports.take(cl.Job.ID)
 	if err != nil {
 		return nil, err
 	}
 	res := cl.Job.Config.Resources
 	devs, ok := a.pool.take(res.GPUType, res.GPUs, cl.Job.ID)
 	if !ok {
+		a.ports.give(cl.Job.ID)
 		return nil, fmt.Errorf("no %d×%s free for the job", res.GPUs, res.GPUType)
 	}
-	r := newRun(a, cl, devs, store, creds)
+	r := a.newJobRun(cl, devs, ports, store, creds)
 	a.mu.Lock()
 	a.running[cl.Job.ID] = r
 	if len(devs) == 0 {
@@ -218,13 +257,17 @@ func (a *Agent) admit(ctx context.Context, cl *job.Claim) (*run, error) {
 }
 
 // freeDevices returns a job's GPUs to the pool as soon as its pipeline exits (its final
-// uploads go on without them) and lets the claim loop use them at once.
-func (a *Agent) freeDevices(r *run) {
-	a.pool.give(r.claim.Job.ID)
+// uploads go on without them) and lets the claim loop use them at once. It is safe to call
+// more than once for a job.
+func (a *Agent) freeDevices(jobID string, cpuJob bool) {
+	a.pool.give(jobID)
 	a.tel.setGPUs(a.pool)
 	a.mu.Lock()
-	if len(r.devices) == 0 && !r.cpuFreed {
-		r.cpuFreed = true
+	if cpuJob && !a.cpuFreed[jobID] {
+		if a.cpuFreed == nil {
+			a.cpuFreed = map[string]bool{}
+		}
+		a.cpuFreed[jobID] = true
 		a.cpuJobs--
 	}
 	if a.cancelClaim != nil {
@@ -238,10 +281,11 @@ func (a *Agent) freeDevices(r *run) {
 }
 
 // done forgets a job once it is reported.
-func (a *Agent) done(r *run, outcome string) {
-	a.freeDevices(r)
+func (a *Agent) done(r *jobRun, outcome string) {
+	r.deps.freeGPUs()
 	a.mu.Lock()
 	delete(a.running, r.claim.Job.ID)
+	delete(a.cpuFreed, r.claim.Job.ID)
 	a.mu.Unlock()
 	a.tel.jobsRunning.WithLabelValues(r.claim.Job.Kind).Dec()
 	a.tel.jobsEnded.WithLabelValues(outcome).Inc()

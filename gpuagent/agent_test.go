@@ -28,13 +28,21 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
 	"github.com/hostedtrain/hostedtrain/internal/s3test"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
+	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 // emulator and agentBin are the project's binaries, built once for the package's tests.
 var emulator, agentBin string
+
+// checkCmd is the upstream conformance kit's check.py: the emulator runs it on every config
+// it is given, so it refuses what upstream refuses.
+var checkCmd string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gpuagent-bins")
@@ -50,9 +58,23 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	checkCmd = strings.Join(upstreamtest.Command(failer{}), " ")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// failer is a testing.TB for TestMain, before any test runs: a failure ends the run.
+type failer struct{ testing.TB }
+
+func (failer) Helper() {}
+func (failer) Fatal(args ...any) {
+	fmt.Fprintln(os.Stderr, args...)
+	os.Exit(1)
+}
+func (failer) Fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+	os.Exit(1)
 }
 
 type bundle struct {
@@ -84,19 +106,78 @@ func setupWith(t testing.TB, qc queue.Config, store blob.Store, srv *s3test.Serv
 	return bundle{stack: s, user: client.New(s.URL, s.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite)), store: store, s3: srv}
 }
 
+// emulated is the emulated pipeline at bin (the emulator, or a wrapper of it), checking every
+// config with upstream's own code, with its own emulated prime-rl checkout.
+func emulated(t testing.TB, bin string, emulatorFlags ...string) gpuagent.Pipeline {
+	return gpuagent.EmulatedPipeline(bin, t.TempDir(), append([]string{"--emulate.check", checkCmd}, emulatorFlags...)...)
+}
+
+// nextPorts gives each agent of the tests a range of ports of its own: agents of one process
+// run side by side here, where a node has one.
+var nextPorts atomic.Int64
+
+func portRange() [2]int {
+	n := int(nextPorts.Add(1)) - 1
+	lo := 20000 + (n%150)*upstream.PortBlockSize*6
+	return [2]int{lo, lo + upstream.PortBlockSize*6 - 1}
+}
+
 // agentConfig is an in-process agent with the emulated pipeline on two H100s.
 func (b bundle) agentConfig(t testing.TB, name string, emulatorFlags ...string) gpuagent.Config {
 	return gpuagent.Config{
+		PortRange:     portRange(),
 		API:           client.New(b.stack.URL, b.stack.AgentToken(name)),
 		Store:         b.store,
 		WorkDir:       t.TempDir(),
 		Devices:       gpuagent.DevicesFromSpec([]job.GPU{{Model: "H100", Count: 2}}),
-		Pipeline:      gpuagent.EmulatedPipeline(emulator, emulatorFlags...),
+		Pipeline:      emulated(t, emulator, emulatorFlags...),
 		ClaimWait:     2 * time.Second,
 		StopGrace:     5 * time.Second,
 		PollInterval:  50 * time.Millisecond,
 		FlushInterval: 100 * time.Millisecond,
 	}
+}
+
+// fakeProvider stands in for a model provider's API (OpenAI's, Google's): it serves the
+// models it is given to the one key, and counts the calls.
+type fakeProvider struct {
+	*httptest.Server
+	calls atomic.Int64
+}
+
+func newFakeProvider(t testing.TB, key string, models ...string) *fakeProvider {
+	p := &fakeProvider{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+key {
+			http.Error(w, `{"error":"invalid key"}`, http.StatusUnauthorized)
+			return
+		}
+		p.calls.Add(1)
+		switch r.URL.Path {
+		case "/v1/models":
+			var data []map[string]string
+			for _, m := range models {
+				data = append(data, map[string]string{"id": m})
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"data": data})
+		case "/v1/chat/completions":
+			_ = json.NewEncoder(w).Encode(map[string]any{"choices": []map[string]any{{"message": map[string]string{"role": "assistant", "content": "ok"}}}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// providers points every provider's API at p.
+func (p *fakeProvider) providers() map[string]upstream.Provider {
+	out := map[string]upstream.Provider{}
+	for name, pr := range upstream.Providers {
+		pr.BaseURL = p.URL + "/v1"
+		out[name] = pr
+	}
+	return out
 }
 
 // startAgent runs an agent until the test ends or stop is called; stop drains it.
@@ -133,9 +214,11 @@ func (b bundle) startAgentProcess(t testing.TB, name string, args ...string) *ex
 	} else {
 		store = b.store.(*blob.Dir).Root()
 	}
+	ports := portRange()
 	cmd := exec.Command(agentBin, append([]string{"--api", b.stack.URL, "--store", store, "--gpus", "H100:2",
 		"--work-dir", t.TempDir(), "--emulated", "--emulator", emulator, "--metrics-addr", "",
-		"--claim-wait", "2s", "--stop-grace", "5s", "--poll-interval", "50ms", "--flush-interval", "100ms"}, args...)...)
+		"--claim-wait", "2s", "--stop-grace", "5s", "--poll-interval", "50ms", "--flush-interval", "100ms",
+		"--port-range", fmt.Sprintf("%d-%d", ports[0], ports[1]), "--prime-rl", t.TempDir(), "--emulate-check", checkCmd}, args...)...)
 	cmd.Env = append(os.Environ(), "HOSTEDTRAIN_AGENT_TOKEN="+b.stack.AgentToken(name))
 	if b.s3 != nil {
 		cmd.Env = append(cmd.Env, b.s3.Env()...)
@@ -219,7 +302,7 @@ func (b bundle) eventTypes(t testing.TB, id string) []string {
 func (b bundle) logText(t testing.TB, jobID string, fence int64, component string) string {
 	t.Helper()
 	ctx := context.Background()
-	objs, err := b.store.List(ctx, blob.LogPrefix(jobID, fence)+component+"/")
+	objs, err := b.store.List(ctx, jobdata.LogPrefix(jobID, fence)+component+"/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +333,9 @@ interval = 2
 keep_cloud = 2
 `
 
+// rewardKey is prime-rl's name for the reward of a single-agent environment.
+const rewardKey = "train/agg/all/agent/reward/mean"
+
 func withSteps(n int) string {
 	return strings.Replace(smallJob, "max_steps = 6", fmt.Sprintf("max_steps = %d", n), 1)
 }
@@ -271,10 +357,11 @@ func TestAgentRunsAJobToCompletionOnS3(t *testing.T) {
 	if p.Step != 6 || p.MaxSteps != 6 || p.CheckpointStep != 6 || p.Checkpoints != 2 {
 		t.Errorf("progress %+v; want step 6 of 6, newest checkpoint 6, 2 kept", p)
 	}
-	if _, ok := p.Metrics["reward/all/mean"]; !ok {
-		t.Errorf("metrics %v lack reward/all/mean", p.Metrics)
+	if p.Series["reward"] != rewardKey || p.Metrics[rewardKey] == 0 || p.Series["loss"] != "loss/mean" || len(p.Metrics) > len(jobdata.Headline) {
+		t.Errorf("progress metrics %v series %v; want the headline series by prime-rl's names", p.Metrics, p.Series)
 	}
-	if done.Runtime == nil || !done.Runtime.Emulated || done.Runtime.AgentID != "agent-a" {
+	if done.Runtime == nil || !done.Runtime.Emulated || done.Runtime.AgentID != "agent-a" ||
+		done.Runtime.Upstream == nil || done.Runtime.Upstream.PrimeRL != upstream.PrimeRLCommit {
 		t.Errorf("runtime %+v", done.Runtime)
 	}
 	ctx := context.Background()
@@ -283,22 +370,27 @@ func TestAgentRunsAJobToCompletionOnS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cps) != 2 || cps[0].Step != 4 || cps[1].Step != 6 || cps[1].Status != "committed" || cps[1].Files != 2 || cps[1].Bytes < 64<<10 {
-		t.Errorf("checkpoints %+v; want steps 4 and 6 committed, 2 files each", cps)
+	if len(cps) != 2 || cps[0].Step != 4 || cps[1].Step != 6 || cps[1].Status != "committed" || cps[1].Files != 3 || cps[1].Bytes < 64<<10 {
+		t.Errorf("checkpoints %+v; want steps 4 and 6 committed, 3 files each", cps)
 	}
-	rc, err := b.store.Get(ctx, blob.CheckpointPrefix(j.ID, 6)+blob.ManifestName)
+	rc, err := b.store.Get(ctx, jobdata.CheckpointPrefix(j.ID, 6)+jobdata.ManifestName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m blob.Manifest
+	var m jobdata.Manifest
 	if err := json.NewDecoder(rc).Decode(&m); err != nil {
 		t.Fatal(err)
 	}
 	rc.Close()
-	if m.Step != 6 || len(m.Files) != 2 || m.Bytes == 0 || len(m.Files[0].SHA256) != 64 {
+	var paths []string
+	for _, f := range m.Files {
+		paths = append(paths, f.Path)
+	}
+	slices.Sort(paths)
+	if m.Step != 6 || strings.Join(paths, " ") != "orchestrator/progress.pt trainer/.metadata trainer/__0_0.distcp" || m.Bytes == 0 || len(m.Files[0].SHA256) != 64 {
 		t.Errorf("manifest %+v", m)
 	}
-	page, err := b.user.JobMetrics(ctx, j.ID, 0, 0, []string{"reward/all/mean"}, 0)
+	page, err := b.user.JobMetrics(ctx, j.ID, 0, 0, []string{rewardKey, "loss/mean"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,18 +398,26 @@ func TestAgentRunsAJobToCompletionOnS3(t *testing.T) {
 		t.Fatalf("%d metric rows from the API, want 6", len(page.Items))
 	}
 	for i, row := range page.Items {
-		if string(row["step"]) != fmt.Sprint(i+1) || row["reward/all/mean"] == nil || row["entropy/mean"] != nil {
-			t.Errorf("row %d: %v; want step %d with reward/all/mean only", i, row, i+1)
+		// Each step is the trainer's rows and the orchestrator's merged, cut to the names asked.
+		if string(row["step"]) != fmt.Sprint(i+1) || row[rewardKey] == nil || row["loss/mean"] == nil || len(row) != 4 {
+			t.Errorf("row %d: %v; want step %d with time, the reward and the loss", i, row, i+1)
 		}
 	}
+	all, err := b.user.JobMetrics(ctx, j.ID, 3, 3, nil, 0)
+	if err != nil || len(all.Items) != 1 || len(all.Items[0]) < 450 {
+		t.Errorf("step 3 in full: %d keys (%v); want every key of its six rows", len(all.Items[0]), err)
+	}
 	trainer := b.logText(t, j.ID, 1, "trainer")
-	if !strings.Contains(trainer, "training finished after step 6") || !strings.Contains(trainer, "EMULATED") {
+	if !strings.Contains(trainer, "Training finished after step 6") || !strings.Contains(trainer, "EMULATED") {
 		t.Errorf("trainer log in storage:\n%s", trainer)
 	}
-	for _, comp := range []string{"orchestrator", "inference", "envs/alphabet-sort", "pipeline", "install", "agent"} {
+	for _, comp := range []string{"orchestrator", "inference", "envs/train/alphabet-sort", "pipeline", "install", "agent"} {
 		if b.logText(t, j.ID, 1, comp) == "" {
 			t.Errorf("no %s log stored", comp)
 		}
+	}
+	if inst := b.logText(t, j.ID, 1, "install"); !strings.Contains(inst, "Installed primeintellect/alphabet-sort") {
+		t.Errorf("install log %q", inst)
 	}
 	if agentLog := b.logText(t, j.ID, 1, "agent"); !strings.Contains(agentLog, "checkpoint committed step=6") {
 		t.Errorf("agent log:\n%s", agentLog)
@@ -352,15 +452,16 @@ func TestAgentReportsACrash(t *testing.T) {
 	if done.Status != job.Failed || !strings.Contains(done.Error, "status 1") || !strings.Contains(done.Error, "emulated crash at step 3") {
 		t.Errorf("got %s %q; want FAILED naming the exit status and the crash", done.Status, done.Error)
 	}
-	// The step_2 folder is the newest and the run did not end cleanly: nothing says it is
-	// whole (a crash can come in the middle of writing one), so it is not committed.
-	if done.Progress.CheckpointStep != 0 {
-		t.Errorf("checkpoint step %d committed from a crashed run's newest folder", done.Progress.CheckpointStep)
+	// The trainer finished step 2's checkpoint before the crash; the orchestrator had already
+	// saved step 4's part, running ahead. Step 2 is whole by prime-rl's marks and committed;
+	// step 4 is not, whatever folders exist.
+	if done.Progress.CheckpointStep != 2 {
+		t.Errorf("checkpoint step %d committed, want 2", done.Progress.CheckpointStep)
 	}
 }
 
-// A stop reaches the pipeline as SIGTERM; it shuts down cleanly, so its newest checkpoint is
-// whole and committed, and the job is STOPPED.
+// A stop reaches the pipeline as SIGTERM; prime-rl exits 1 on it and writes nothing more, but
+// its newest whole checkpoint is committed all the same, and the job is STOPPED.
 func TestStopReachesTheRunningPipeline(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
@@ -392,14 +493,19 @@ func TestJobsRunSideBySideOnTheirOwnGPUs(t *testing.T) {
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	openai := newFakeProvider(t, "sk-provider", "gpt-4.1-mini")
 	cfg := b.agentConfig(t, "agent-4", "--emulate.step-time", "50ms")
-	cfg.Pipeline = gpuagent.EmulatedPipeline(wrapper, "--emulate.step-time", "50ms")
+	cfg.Pipeline = emulated(t, wrapper, "--emulate.step-time", "50ms")
 	cfg.Devices = gpuagent.DevicesFromSpec([]job.GPU{{Model: "H100", Count: 4}})
+	cfg.Providers = openai.providers()
 	b.run(t, cfg)
 
+	// Both rl runs bind every port prime-rl's processes take; the emulator binds prime-rl's
+	// fixed defaults for any the config does not move, so a shared port fails a run.
 	two := strings.Replace(withSteps(40), "[sampling]", "num_gpus = 2\n[sampling]", 1)
 	j1, j2 := b.submit(t, two), b.submit(t, two)
-	eval := b.submitKind(t, "env_id = \"acme/wordle\"\nmodel = \"openai/gpt-4.1-mini\"\nnum_examples = 3\nrollouts_per_example = 2\n", "eval")
+	eval := b.submitKind(t, "env_id = \"acme/wordle\"\nmodel = \"openai/gpt-4.1-mini\"\nnum_examples = 3\nrollouts_per_example = 2\n"+
+		"[secrets]\nOPENAI_API_KEY = \"sk-provider\"\n", "eval")
 	if eval.Config.Resources.GPUs != 0 {
 		t.Fatalf("the eval against an API model needs %d GPUs, want 0", eval.Config.Resources.GPUs)
 	}
@@ -432,26 +538,45 @@ func TestJobsRunSideBySideOnTheirOwnGPUs(t *testing.T) {
 	if g := read(four.ID); g != "0,1,2,3" {
 		t.Errorf("the four-GPU job saw CUDA_VISIBLE_DEVICES=%q", g)
 	}
+	if openai.calls.Load() < 7 {
+		t.Errorf("the eval made %d calls to its provider, want its model check and 6 rollouts", openai.calls.Load())
+	}
+	// The runs' own logs say which ports their processes bound: all different.
+	ports := map[string]string{}
+	for _, id := range []string{j1.ID, j2.ID} {
+		for _, line := range strings.Split(b.logText(t, id, 1, "agent"), "\n") {
+			if i := strings.Index(line, "ports="); i >= 0 {
+				block := strings.Fields(line[i+len("ports="):])[0]
+				if other, ok := ports[block]; ok {
+					t.Errorf("jobs %s and %s both got ports %s", other, id, block)
+				}
+				ports[block] = id
+			}
+		}
+	}
+	if len(ports) != 2 {
+		t.Errorf("port blocks %v, want one per rl job", ports)
+	}
 }
 
-// GEPA and eval jobs run their commands (environments installed first) and their outputs
-// become the job's artifacts.
-func TestGEPAAndEvalOutputsBecomeArtifacts(t *testing.T) {
+// A GEPA job against a provider's models calls that provider with the user's key and needs no
+// GPU; an eval of an open-weight model serves it on the job's GPU (vLLM's OpenAI server) and
+// points the eval at it. Their outputs become artifacts, and their results job data: the
+// eval's summary and the GEPA's best prompt on the job, their scores as metrics.
+func TestGEPAAndEvalRunWhereTheirModelsLive(t *testing.T) {
 	t.Parallel()
 	b := setupS3(t, queue.Config{})
-	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms")
-	fixtures := filepath.Join("..", "testdata", "jobs")
-	read := func(name string) string {
-		data, err := os.ReadFile(filepath.Join(fixtures, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(data)
+	gemini := newFakeProvider(t, jobspectest.Secrets(t)["GEMINI_API_KEY"], "gemini-3-flash-preview", "gemini-3-exp-ultra-preview")
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.serve-delay", "300ms")
+	cfg.Providers = gemini.providers()
+	b.run(t, cfg)
+	g := b.submitKind(t, string(jobspectest.Fixture(t, "gepa.toml")), "gepa")
+	e := b.submitKind(t, string(jobspectest.Fixture(t, "eval.toml")), "eval")
+	if g.Config.Resources.GPUs != 0 || e.Config.Resources.GPUs != 1 {
+		t.Fatalf("GPUs: GEPA %d, eval %d; want 0 and 1", g.Config.Resources.GPUs, e.Config.Resources.GPUs)
 	}
-	g := b.submitKind(t, read("gepa.toml"), "gepa")
-	e := b.submitKind(t, read("eval.toml"), "eval")
 	for id, want := range map[string][]string{
-		g.ID: {"metadata.json", "pareto_frontier.jsonl", "system_prompt.txt"},
+		g.ID: {"metadata.json", "pareto_frontier.jsonl", "results.jsonl", "system_prompt.txt"},
 		e.ID: {"metadata.json", "results.jsonl"},
 	} {
 		done := b.waitFor(t, id, "ended", terminal)
@@ -472,19 +597,35 @@ func TestGEPAAndEvalOutputsBecomeArtifacts(t *testing.T) {
 		if !slices.Equal(names, want) {
 			t.Errorf("%s job: artifacts %v, want %v", done.Kind, names, want)
 		}
-		if inst := b.logText(t, id, 1, "install"); !strings.Contains(inst, "Installed my-env") {
-			t.Errorf("%s job: install log %q", done.Kind, inst)
-		}
 	}
-	// The eval's results: rollouts_per_example × num_examples scored rollouts.
-	rc, err := b.store.Get(context.Background(), blob.ArtifactPrefix(e.ID)+"results.jsonl")
-	if err != nil {
-		t.Fatal(err)
+	if gemini.calls.Load() < 4 {
+		t.Errorf("GEPA made %d calls to Gemini's API", gemini.calls.Load())
 	}
-	data, _ := io.ReadAll(rc)
-	rc.Close()
-	if n := bytes.Count(data, []byte("\n")); n != 100*5 {
-		t.Errorf("results.jsonl has %d rollouts, want 500 (100 examples × 5)", n)
+	// GEPA's result: the best prompt on the job, the best score per candidate as metrics.
+	gj, _ := b.user.GetJob(context.Background(), g.ID)
+	if r := gj.Progress.Result; r == nil || r.GEPA == nil || !strings.Contains(r.GEPA.BestPrompt, "careful solver for my-env") ||
+		r.GEPA.BestScore == nil || r.GEPA.Candidates < 2 {
+		t.Errorf("GEPA result %+v", gj.Progress.Result)
+	}
+	page, err := b.user.JobMetrics(context.Background(), g.ID, 0, 0, []string{"gepa/best_score"}, 0)
+	if err != nil || len(page.Items) < 2 {
+		t.Errorf("GEPA metrics: %v %v", page, err)
+	}
+	// The eval's result: the summary on the job; its model was served on the job's GPU.
+	ej, _ := b.user.GetJob(context.Background(), e.ID)
+	if r := ej.Progress.Result; r == nil || len(r.Eval) != 1 || r.Eval[0].Env != "my-env" || r.Eval[0].NumExamples != 100 ||
+		r.Eval[0].RolloutsPerExample != 5 || r.Eval[0].Rollouts != 500 || r.Eval[0].AvgReward == nil {
+		t.Errorf("eval result %+v", ej.Progress.Result)
+	}
+	if ej.Progress.Series["eval_reward"] != "eval/my-env/avg_reward" {
+		t.Errorf("eval series %v", ej.Progress.Series)
+	}
+	inference := b.logText(t, e.ID, 1, "inference")
+	if !strings.Contains(inference, "POST /v1/chat/completions 200") {
+		t.Errorf("the eval's inference server log:\n%s", inference)
+	}
+	if agentLog := b.logText(t, e.ID, 1, "agent"); !strings.Contains(agentLog, "the inference server is ready") || !strings.Contains(agentLog, "stopping the inference server") {
+		t.Errorf("agent log:\n%s", agentLog)
 	}
 }
 
@@ -522,8 +663,8 @@ func TestALostJobResumesFromItsCheckpointOnAnotherAgent(t *testing.T) {
 	if done.Status != job.Completed || done.Runtime.AgentID != "agent-b" {
 		t.Fatalf("got %s on %+v, want COMPLETED on agent-b", done.Status, done.Runtime)
 	}
-	if log := b.logText(t, j.ID, 2, "trainer"); !strings.Contains(log, fmt.Sprintf("start_step=%d", resumeFrom+1)) {
-		t.Errorf("attempt 2 trainer log lacks start_step=%d:\n%s", resumeFrom+1, log)
+	if log := b.logText(t, j.ID, 2, "pipeline"); !strings.Contains(log, fmt.Sprintf("Resuming from step %d", resumeFrom)) {
+		t.Errorf("attempt 2 did not resume from step %d:\n%s", resumeFrom, log)
 	}
 	if log := b.logText(t, j.ID, 2, "agent"); !strings.Contains(log, fmt.Sprintf("checkpoint restored and verified; the run resumes from it step=%d", resumeFrom)) {
 		t.Errorf("attempt 2 agent log:\n%s", log)
@@ -573,7 +714,7 @@ func TestADrainedAgentHandsItsJobBack(t *testing.T) {
 	if done.Status != job.Completed || done.Progress.Step != 40 {
 		t.Fatalf("got %s at step %d", done.Status, done.Progress.Step)
 	}
-	if log := b.logText(t, j.ID, 2, "trainer"); !strings.Contains(log, fmt.Sprintf("start_step=%d", back.ResumeStep+1)) {
+	if log := b.logText(t, j.ID, 2, "pipeline"); !strings.Contains(log, fmt.Sprintf("Resuming from step %d", back.ResumeStep)) {
 		t.Errorf("the second attempt did not resume from step %d:\n%s", back.ResumeStep, log)
 	}
 }
@@ -622,7 +763,7 @@ func TestTheAgentRidesOutAnAPIOutage(t *testing.T) {
 	testwait.Until(t, time.Minute, "heartbeats refused during the outage", func() bool { return api.refused.Load() >= 3 })
 	// The pipeline trains on: its checkpoints reach storage though the API is out.
 	testwait.Until(t, time.Minute, "checkpoints committed during the outage", func() bool {
-		cps, err := blob.ListCheckpoints(context.Background(), b.store, j.ID)
+		cps, err := jobdata.ListCheckpoints(context.Background(), b.store, j.ID)
 		return err == nil && len(cps) > 0 && cps[len(cps)-1].Step >= before.Progress.Step+6
 	})
 	api.down.Store(false)
@@ -699,7 +840,7 @@ func TestSecretsReachOnlyThePipelineEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := b.agentConfig(t, "agent-s")
-	cfg.Pipeline = gpuagent.EmulatedPipeline(wrapper, "--emulate.step-time", "10ms")
+	cfg.Pipeline = emulated(t, wrapper, "--emulate.step-time", "10ms")
 	b.run(t, cfg)
 	j := b.submit(t, smallJob+"[secrets]\nOPENAI_API_KEY = \"sk-for-the-judge\"\n")
 	if done := b.waitFor(t, j.ID, "ended", terminal); done.Status != job.Completed {
@@ -710,7 +851,7 @@ func TestSecretsReachOnlyThePipelineEnvironment(t *testing.T) {
 		t.Errorf("the pipeline saw %q (%v); want the secret and the job's GPUs 0,1", got, err)
 	}
 	// Nothing the agent stored holds the secret.
-	objs, err := b.store.List(context.Background(), blob.JobPrefix(j.ID))
+	objs, err := b.store.List(context.Background(), jobdata.JobPrefix(j.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,13 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
 
-// artifactNames are the outputs GEPA and evals write (seed 004; fixtures/jobs/README.md):
-// the optimized prompt (system_prompt.txt, or best_prompt.txt from older versions), the
-// Pareto frontier, the run's metadata, and an eval's scored rollouts.
+// artifactNames are the outputs GEPA and evals write (verifiers' save_gepa_results and
+// save_outputs at the pinned commit): the optimized prompt (system_prompt.txt), the Pareto
+// frontier, every candidate (GEPA's results.jsonl), the run's metadata, and an eval's scored
+// rollouts (results.jsonl). best_prompt.txt is what older versions called the prompt.
 var artifactNames = map[string]bool{
 	"system_prompt.txt": true, "best_prompt.txt": true, "pareto_frontier.jsonl": true,
 	"metadata.json": true, "results.jsonl": true,
@@ -52,9 +53,9 @@ func findArtifacts(root string) map[string]string {
 	return out
 }
 
-// uploadArtifacts stores the pipeline's outputs under jobs/{id}/artifacts/.
-func (r *run) uploadArtifacts(ctx context.Context) {
-	found := findArtifacts(r.dir)
+// uploadArtifacts stores the pipeline's outputs (found under root) as jobs/{id}/artifacts/.
+func (r *jobRun) uploadArtifacts(ctx context.Context, root string) {
+	found := findArtifacts(root)
 	if len(found) == 0 {
 		r.note("the pipeline wrote none of the expected outputs (system_prompt.txt, best_prompt.txt, pareto_frontier.jsonl, metadata.json, results.jsonl)")
 		return
@@ -66,14 +67,14 @@ func (r *run) uploadArtifacts(ctx context.Context) {
 				return err
 			}
 			defer f.Close()
-			return r.store.Put(ctx, path.Join(blob.ArtifactPrefix(r.claim.Job.ID), name), f)
+			return r.store.Put(ctx, path.Join(jobdata.ArtifactPrefix(r.claim.Job.ID), name), f)
 		})
 		if err != nil {
-			r.agent.tel.objectWrites.WithLabelValues("artifacts", "error").Inc()
+			r.deps.tel.objectWrites.WithLabelValues("artifacts", "error").Inc()
 			r.log.Warn("artifact not stored", "name", name, "err", err)
 			continue
 		}
-		r.agent.tel.objectWrites.WithLabelValues("artifacts", "ok").Inc()
+		r.deps.tel.objectWrites.WithLabelValues("artifacts", "ok").Inc()
 		r.note("artifact stored", "name", name)
 	}
 }

@@ -15,17 +15,17 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
 
 // uploader commits a run's checkpoints to object storage in the background, so the trainer
-// never waits on it. A step folder is uploaded once it is complete — the next one exists, or
-// the run ended cleanly — and committed by writing its manifest last. Only the newest keep
+// never waits on it. A step folder is uploaded once it is complete by prime-rl's own marks
+// (jobdata.Complete: the trainer's save finished, the orchestrator's progress written) —
+// however the run ends — and committed by writing its manifest last. Only the newest keep
 // committed checkpoints stay in storage (keep < 0 keeps all).
 //
 // The uploader owns the node's copies too: prime-rl is told to keep every step folder, and a
@@ -75,7 +75,7 @@ func (u *uploader) run(ctx context.Context) {
 			skipped := u.queue[0]
 			u.queue = u.queue[1:]
 			u.logger.Warn("checkpoint skipped: the trainer completes checkpoints faster than they can be stored", "step", skipped)
-			_ = os.RemoveAll(filepath.Join(u.dir, fmt.Sprintf("step_%d", skipped)))
+			_ = os.RemoveAll(jobdata.StepDir(u.dir, skipped))
 		}
 		if len(u.queue) == 0 {
 			u.busy = false
@@ -107,27 +107,25 @@ func (u *uploader) run(ctx context.Context) {
 
 // pruneLocal deletes the node's step folders older than step, which is committed.
 func (u *uploader) pruneLocal(step int) {
-	for _, s := range localSteps(u.dir) {
+	for _, s := range jobdata.LocalSteps(u.dir) {
 		if s < step {
-			_ = os.RemoveAll(filepath.Join(u.dir, fmt.Sprintf("step_%d", s)))
+			_ = os.RemoveAll(jobdata.StepDir(u.dir, s))
 		}
 	}
 }
 
 // scan queues every complete step folder not yet queued and reports whether it found one.
-// final says the run ended cleanly, which completes the newest folder too.
-func (u *uploader) scan(final bool) bool {
-	steps := localSteps(u.dir)
+func (u *uploader) scan() bool {
 	found := false
 	u.mu.Lock()
-	for i, s := range steps {
-		complete := i < len(steps)-1 || final
-		if complete && !u.seen[s] {
+	for _, s := range jobdata.LocalSteps(u.dir) {
+		if !u.seen[s] && jobdata.Complete(jobdata.StepDir(u.dir, s)) {
 			u.seen[s] = true
 			u.queue = append(u.queue, s)
 			found = true
 		}
 	}
+	sort.Ints(u.queue)
 	u.mu.Unlock()
 	if found {
 		select {
@@ -193,9 +191,9 @@ func (u *uploader) uploadWithRetry(ctx context.Context, step int) bool {
 
 // upload stores step's folder, then its manifest; it returns the bytes stored.
 func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
-	local := filepath.Join(u.dir, fmt.Sprintf("step_%d", step))
-	prefix := blob.CheckpointPrefix(u.jobID, step)
-	m := blob.Manifest{JobID: u.jobID, Step: step}
+	local := jobdata.StepDir(u.dir, step)
+	prefix := jobdata.CheckpointPrefix(u.jobID, step)
+	m := jobdata.Manifest{JobID: u.jobID, Step: step}
 	err := filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -214,7 +212,7 @@ func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 		if err := u.store.Put(ctx, prefix+filepath.ToSlash(rel), cr); err != nil {
 			return err
 		}
-		m.Files = append(m.Files, blob.ManifestFile{Path: filepath.ToSlash(rel), Size: cr.n, SHA256: hex.EncodeToString(h.Sum(nil))})
+		m.Files = append(m.Files, jobdata.ManifestFile{Path: filepath.ToSlash(rel), Size: cr.n, SHA256: hex.EncodeToString(h.Sum(nil))})
 		m.Bytes += cr.n
 		return nil
 	})
@@ -223,7 +221,7 @@ func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 	}
 	m.CreatedAt = time.Now().UTC()
 	body, _ := json.MarshalIndent(m, "", "  ")
-	if err := u.store.Put(ctx, prefix+blob.ManifestName, bytes.NewReader(body)); err != nil {
+	if err := u.store.Put(ctx, prefix+jobdata.ManifestName, bytes.NewReader(body)); err != nil {
 		return 0, fmt.Errorf("commit step %d: %w", step, err)
 	}
 	u.mu.Lock()
@@ -247,8 +245,8 @@ func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 
 // deleteCheckpoint uncommits a step (manifest first) and then removes its files.
 func deleteCheckpoint(ctx context.Context, store blob.Store, jobID string, step int) error {
-	prefix := blob.CheckpointPrefix(jobID, step)
-	if err := store.Delete(ctx, prefix+blob.ManifestName); err != nil {
+	prefix := jobdata.CheckpointPrefix(jobID, step)
+	if err := store.Delete(ctx, prefix+jobdata.ManifestName); err != nil {
 		return err
 	}
 	objs, err := store.List(ctx, prefix)
@@ -274,47 +272,16 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// localSteps lists the step_N folders under dir, ascending.
-func localSteps(dir string) []int {
-	entries, _ := os.ReadDir(dir)
-	var steps []int
-	for _, e := range entries {
-		if n, ok := strings.CutPrefix(e.Name(), "step_"); ok && e.IsDir() {
-			if s, err := strconv.Atoi(n); err == nil {
-				steps = append(steps, s)
-			}
-		}
-	}
-	sort.Ints(steps)
-	return steps
-}
-
-// committedSteps lists a job's committed checkpoints in storage, ascending.
-func committedSteps(ctx context.Context, store blob.Store, jobID string) ([]int, error) {
-	objs, err := store.List(ctx, blob.JobPrefix(jobID)+"checkpoints/")
-	if err != nil {
-		return nil, err
-	}
-	var steps []int
-	for _, o := range objs {
-		if s, ok := blob.ManifestStep(o.Key); ok {
-			steps = append(steps, s)
-		}
-	}
-	sort.Ints(steps)
-	return steps, nil
-}
-
 // restoreNewest downloads the newest committed checkpoint that verifies against its manifest
 // into dir/step_N and returns N; 0 when there is none to resume from.
 func restoreNewest(ctx context.Context, store blob.Store, jobID, dir string, logger *slog.Logger) (int, error) {
-	steps, err := committedSteps(ctx, store, jobID)
+	steps, err := jobdata.CommittedSteps(ctx, store, jobID)
 	if err != nil {
 		return 0, err
 	}
 	for i := len(steps) - 1; i >= 0; i-- {
 		step := steps[i]
-		err := restore(ctx, store, jobID, step, filepath.Join(dir, fmt.Sprintf("step_%d", step)))
+		err := restore(ctx, store, jobID, step, jobdata.StepDir(dir, step))
 		if err == nil {
 			return step, nil
 		}
@@ -327,12 +294,12 @@ func restoreNewest(ctx context.Context, store blob.Store, jobID, dir string, log
 }
 
 func restore(ctx context.Context, store blob.Store, jobID string, step int, dest string) error {
-	prefix := blob.CheckpointPrefix(jobID, step)
-	rc, err := store.Get(ctx, prefix+blob.ManifestName)
+	prefix := jobdata.CheckpointPrefix(jobID, step)
+	rc, err := store.Get(ctx, prefix+jobdata.ManifestName)
 	if err != nil {
 		return err
 	}
-	var m blob.Manifest
+	var m jobdata.Manifest
 	err = json.NewDecoder(rc).Decode(&m)
 	rc.Close()
 	if err != nil {
@@ -348,7 +315,7 @@ func restore(ctx context.Context, store blob.Store, jobID string, step int, dest
 	return nil
 }
 
-func restoreFile(ctx context.Context, store blob.Store, key, dest string, f blob.ManifestFile) error {
+func restoreFile(ctx context.Context, store blob.Store, key, dest string, f jobdata.ManifestFile) error {
 	if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
 		return fmt.Errorf("manifest names a path outside the checkpoint: %q", f.Path)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
 
@@ -37,7 +38,7 @@ func TestCheckpointUploadsRetryUntilCommitted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go u.run(ctx)
-	u.scan(true)
+	u.scan()
 	testwait.Until(t, 30*time.Second, "uploads to be refused", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -79,7 +80,7 @@ func TestRestoreSkipsACheckpointThatDoesNotVerify(t *testing.T) {
 		}
 	}
 	// Step 20's weights are damaged in storage after they were committed.
-	key := blob.CheckpointPrefix("j1", 20) + "trainer/model.safetensors"
+	key := jobdata.CheckpointPrefix("j1", 20) + "trainer/__0_0.distcp"
 	if err := store.Put(ctx, key, strings.NewReader("not the weights")); err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +92,8 @@ func TestRestoreSkipsACheckpointThatDoesNotVerify(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dest, "step_20")); err == nil {
 		t.Error("the damaged step_20 was left on disk")
 	}
-	got, _ := os.ReadFile(filepath.Join(dest, "step_10", "orchestrator", "progress.json"))
+	got, _ := os.ReadFile(filepath.Join(dest, "step_10", "orchestrator", "progress.pt"))
 	if string(got) != `{"step":1}` {
-		t.Errorf("restored progress.json %q", got)
+		t.Errorf("restored progress.pt %q", got)
 	}
 }

@@ -4,37 +4,37 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"strconv"
+	"sort"
 	"strings"
 	"testing"
 
+	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
-// normalized reads a job file as the API would take it.
-func normalized(t *testing.T, name string) jobspec.Spec {
+// admitted reads a job file as the API would take it: its secrets gathered as the CLI does,
+// the schema, normalization and the rules.
+func admitted(t *testing.T, name string) (jobspec.Spec, []string) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "testdata", "jobs", name))
+	adm, err := api.NewAdmission()
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := jobspec.DecodeTOML(data)
-	if err != nil {
-		t.Fatal(err)
+	kind := jobspectest.Kind(name)
+	got, prob := adm.Admit(kind, "application/toml", jobspectest.Fixture(t, name))
+	if prob != nil {
+		t.Fatalf("%s: %s %+v", name, prob.Detail, prob.Errors)
 	}
-	switch name {
-	case "gepa.toml":
-		doc["kind"] = jobspec.KindGEPA
-	case "eval.toml":
-		doc["kind"] = jobspec.KindEval
+	var secrets []string
+	for k := range got.Secrets {
+		secrets = append(secrets, k)
 	}
-	res, err := jobspec.Normalize(doc)
-	if err != nil || len(res.Errors) > 0 {
-		t.Fatalf("%s: %v %v", name, err, res.Errors)
-	}
-	return res.Spec
+	sort.Strings(secrets)
+	return got.Spec, secrets
 }
 
 func golden(t *testing.T, name string, got []byte) {
@@ -58,53 +58,32 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
-// Every fixture's generated pipeline config (rl.toml, gepa.toml) or command (eval) is what the
-// golden files say. Review a change to them as a change to what runs on the GPUs.
+// Every fixture's rendered files (rl.toml, the GEPA config and endpoint registry) and commands
+// are what the golden files say, on the GPUs the job asks for. Review a change to them as a
+// change to what runs on the GPUs; the conformance test proves upstream accepts them.
 func TestGoldenPipelineConfigs(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "testdata", "jobs", "*.toml"))
-	if err != nil || len(files) < 8 {
-		t.Fatalf("fixtures: %v %v", files, err)
-	}
-	for _, f := range files {
-		name := filepath.Base(f)
+	for _, name := range jobspectest.Names(t) {
 		t.Run(name, func(t *testing.T) {
-			spec := normalized(t, name)
-			base := strings.TrimSuffix(name, ".toml")
-			switch spec.Kind {
-			case jobspec.KindRL:
-				out, err := renderRLConfig("job-golden", spec, spec.Resources.GPUs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				golden(t, base+".rl.toml", out)
-			case jobspec.KindGEPA:
-				out, err := renderGEPAConfig("job-golden", spec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				golden(t, base+".gepa.toml", out)
-			case jobspec.KindEval:
-				flags, err := evalFlags(spec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				argv := expand(DefaultPipeline().Eval, map[string]string{
-					"env_id": spec.Env[0].ID, "model": spec.Model,
-					"num_examples": strconv.Itoa(spec.Evaluation.NumExamples), "rollouts_per_example": strconv.Itoa(spec.Evaluation.RolloutsPerExample),
-				}, map[string][]string{"eval_flags": flags})
-				golden(t, base+".eval.argv", []byte(strings.Join(argv, "\n")+"\n"))
+			spec, secrets := admitted(t, name)
+			r, err := Render(RenderInput{JobID: "job-golden", Spec: spec, Secrets: secrets, GPUs: spec.Resources.GPUs,
+				Ports: upstream.Ports{Base: 20000}, Dir: "/work/jobs/job-golden", Pipeline: DefaultPipeline()})
+			if err != nil {
+				t.Fatal(err)
 			}
+			base := strings.TrimSuffix(name, ".toml")
+			for _, f := range r.FileNames() {
+				golden(t, base+"."+f, r.Files[f])
+			}
+			var cmds strings.Builder
+			if len(r.Preflight) > 0 {
+				cmds.WriteString("preflight: " + strings.Join(r.Preflight, " ") + "\n")
+			}
+			if r.Serve != nil {
+				cmds.WriteString("serve: " + strings.Join(r.Serve.Command, " ") + "\n")
+			}
+			cmds.WriteString("run: " + strings.Join(r.Command, " ") + "\n")
+			golden(t, base+".commands", []byte(cmds.String()))
 		})
-	}
-}
-
-func TestSplitGPUsBetweenInferenceAndTrainer(t *testing.T) {
-	t.Parallel()
-	for n, want := range map[int][2]int{1: {1, 1}, 2: {1, 1}, 4: {2, 2}, 8: {4, 4}, 3: {1, 2}} {
-		infer, train := splitGPUs(n)
-		if infer != want[0] || train != want[1] {
-			t.Errorf("%d GPUs: %d inference, %d trainer; want %v", n, infer, train, want)
-		}
 	}
 }
 

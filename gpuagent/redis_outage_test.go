@@ -12,6 +12,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/redistest"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/queue"
@@ -46,7 +47,7 @@ func TestAgentTrainsThroughARedisOutage(t *testing.T) {
 		return n >= 3
 	})
 	testwait.Until(t, time.Minute, "checkpoints committed while Redis is down", func() bool {
-		cps, err := blob.ListCheckpoints(ctx, store, j.ID)
+		cps, err := jobdata.ListCheckpoints(ctx, store, j.ID)
 		return err == nil && len(cps) > 0 && cps[len(cps)-1].Step >= before.Progress.Step+6
 	})
 	rs.Start(t)

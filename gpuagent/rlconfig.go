@@ -4,32 +4,33 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
-// The shape of prime-rl's rl.toml, as far as a hosted job sets it. Field names follow
-// prime-rl's config (fixtures/jobs/README.md).
+// The rl.toml the agent writes, in the shape of prime-rl's RLConfig
+// (packages/prime-rl-configs/src/prime_rl/configs/rl.py at the pinned commit): the shared
+// top-level blocks (model, max_steps, seq_len, ckpt, monitors, weight_broadcast,
+// rollout_transport, deployment) that prime-rl propagates to its trainer, orchestrator and
+// inference, and the per-component blocks for what only one of them reads.
 type rlFile struct {
-	MaxSteps     int            `toml:"max_steps"`
-	Model        rlModel        `toml:"model"`
-	Deployment   rlDeployment   `toml:"deployment"`
-	Orchestrator rlOrchestrator `toml:"orchestrator"`
-	Trainer      *rlTrainer     `toml:"trainer,omitempty"`
-	Inference    *rlInference   `toml:"inference,omitempty"`
-	Ckpt         rlCkpt         `toml:"ckpt"`
-	Monitors     *rlMonitors    `toml:"monitors,omitempty"`
-}
-
-type rlInference struct {
-	Parallel rlParallel `toml:"parallel"`
-}
-
-type rlParallel struct {
-	TP int `toml:"tp"`
+	MaxSteps         int                `toml:"max_steps"`
+	SeqLen           int                `toml:"seq_len"`
+	Model            rlModel            `toml:"model"`
+	Deployment       rlDeployment       `toml:"deployment"`
+	WeightBroadcast  *rlWeightBroadcast `toml:"weight_broadcast,omitempty"`
+	RolloutTransport rlTransport        `toml:"rollout_transport"`
+	Ckpt             rlCkpt             `toml:"ckpt"`
+	Monitors         *rlMonitors        `toml:"monitors,omitempty"`
+	Trainer          rlTrainer          `toml:"trainer"`
+	Orchestrator     rlOrchestrator     `toml:"orchestrator"`
+	Inference        rlInference        `toml:"inference"`
 }
 
 type rlModel struct {
@@ -41,46 +42,14 @@ type rlDeployment struct {
 	NumInferGPUs int `toml:"num_infer_gpus"`
 }
 
-type rlOrchestrator struct {
-	BatchSize int     `toml:"batch_size"`
-	GroupSize int     `toml:"group_size"`
-	Train     rlTrain `toml:"train"`
+type rlWeightBroadcast struct {
+	Type string `toml:"type"`
+	Port int    `toml:"port"`
 }
 
-type rlTrain struct {
-	Sampling *rlSampling `toml:"sampling,omitempty"`
-	Source   []rlSource  `toml:"source"`
-}
-
-type rlSampling struct {
-	Temperature         *float64 `toml:"temperature,omitempty"`
-	TopP                *float64 `toml:"top_p,omitempty"`
-	MaxCompletionTokens int      `toml:"max_completion_tokens,omitempty"`
-}
-
-type rlSource struct {
-	Name  string         `toml:"name"`
-	ID    string         `toml:"id"`
-	Ratio float64        `toml:"ratio"`
-	Args  map[string]any `toml:"args,omitempty"`
-}
-
-type rlTrainer struct {
-	Optim *rlOptim        `toml:"optim,omitempty"`
-	Model *rlTrainerModel `toml:"model,omitempty"`
-}
-
-type rlTrainerModel struct {
-	LoRA *rlLoRA `toml:"lora,omitempty"`
-}
-
-type rlLoRA struct {
-	Rank  int `toml:"rank"`
-	Alpha int `toml:"alpha"`
-}
-
-type rlOptim struct {
-	LR float64 `toml:"lr"`
+type rlTransport struct {
+	Type string `toml:"type"`
+	Port int    `toml:"port"`
 }
 
 type rlCkpt struct {
@@ -92,79 +61,303 @@ type rlMonitors struct {
 }
 
 type rlWandb struct {
-	Entity  string `toml:"entity,omitempty"`
 	Project string `toml:"project,omitempty"`
+	Entity  string `toml:"entity,omitempty"`
 	Name    string `toml:"name,omitempty"`
 }
 
-// renderRLConfig turns a normalized job into prime-rl's rl.toml for the gpus GPUs the job
-// was given.
-func renderRLConfig(jobID string, s jobspec.Spec, gpus int) ([]byte, error) {
-	infer, train := splitGPUs(gpus)
+type rlTrainer struct {
+	Optim rlOptim        `toml:"optim"`
+	Model rlTrainerModel `toml:"model"`
+}
+
+type rlOptim struct {
+	LR float64 `toml:"lr"`
+}
+
+type rlTrainerModel struct {
+	LoRA *rlLoRA `toml:"lora,omitempty"`
+}
+
+type rlLoRA struct {
+	Rank  int `toml:"rank"`
+	Alpha int `toml:"alpha"`
+}
+
+type rlOrchestrator struct {
+	BatchSize         int            `toml:"batch_size"`
+	GroupSize         int            `toml:"group_size"`
+	EnvServerBasePort int            `toml:"env_server_base_port"`
+	Model             rlOrchModel    `toml:"model"`
+	Algo              *rlAlgo        `toml:"algo,omitempty"`
+	Renderer          map[string]any `toml:"renderer,omitempty"`
+	Concurrency       *rlConcurrency `toml:"concurrency,omitempty"`
+	Train             rlTrain        `toml:"train"`
+	Eval              *rlEval        `toml:"eval,omitempty"`
+}
+
+type rlOrchModel struct {
+	Client rlClient `toml:"client"`
+}
+
+type rlClient struct {
+	BaseURL string `toml:"base_url"`
+}
+
+type rlAlgo struct {
+	Type     string         `toml:"type"`
+	Sampling rlAlgoSampling `toml:"sampling"`
+}
+
+type rlAlgoSampling struct {
+	Source rlFrozenModel `toml:"source"`
+}
+
+type rlFrozenModel struct {
+	Name      string `toml:"name"`
+	BaseURL   string `toml:"base_url"`
+	APIKeyVar string `toml:"api_key_var"`
+}
+
+type rlConcurrency struct {
+	MaxInflight int `toml:"max_inflight"`
+}
+
+type rlTrain struct {
+	Sampling *rlTrainSampling `toml:"sampling,omitempty"`
+	Source   []rlSource       `toml:"source"`
+}
+
+type rlTrainSampling struct {
+	Temperature         *float64       `toml:"temperature,omitempty"`
+	MaxCompletionTokens int            `toml:"max_completion_tokens,omitempty"`
+	ExtraBody           map[string]any `toml:"extra_body,omitempty"`
+}
+
+type rlSource struct {
+	Name  string   `toml:"name"`
+	Ratio *float64 `toml:"ratio,omitempty"`
+	// Eval sources only.
+	NumExamples int         `toml:"num_examples,omitempty"`
+	GroupSize   int         `toml:"group_size,omitempty"`
+	Env         rlSourceEnv `toml:"env"`
+}
+
+type rlSourceEnv struct {
+	Taskset map[string]any `toml:"taskset"`
+	Retries *rlRetryConf   `toml:"retries,omitempty"`
+}
+
+type rlRetryConf struct {
+	MaxRetries int `toml:"max_retries"`
+}
+
+type rlEval struct {
+	Interval      int             `toml:"interval,omitempty"`
+	NumExamples   *int            `toml:"num_examples,omitempty"`
+	GroupSize     int             `toml:"group_size,omitempty"`
+	SkipFirstStep bool            `toml:"skip_first_step,omitempty"`
+	Sampling      *rlEvalSampling `toml:"sampling,omitempty"`
+	Source        []rlSource      `toml:"source"`
+}
+
+type rlEvalSampling struct {
+	Temperature         *float64       `toml:"temperature,omitempty"`
+	TopP                *float64       `toml:"top_p,omitempty"`
+	MaxCompletionTokens int            `toml:"max_completion_tokens,omitempty"`
+	ReasoningEffort     string         `toml:"reasoning_effort,omitempty"`
+	ExtraBody           map[string]any `toml:"extra_body,omitempty"`
+}
+
+type rlInference struct {
+	Server      rlServer `toml:"server"`
+	BackendPort int      `toml:"backend_port"`
+	VLLM        rlVLLM   `toml:"vllm"`
+}
+
+type rlServer struct {
+	Port int `toml:"port"`
+}
+
+type rlVLLM struct {
+	TensorParallelSize int `toml:"tensor_parallel_size,omitempty"`
+	DataParallelRPC    int `toml:"data_parallel_rpc_port"`
+}
+
+// rlRun is an rl job laid out on a node: its GPUs, ports and secrets' names.
+type rlRun struct {
+	jobID   string
+	spec    jobspec.Spec
+	gpus    int
+	ports   upstream.Ports
+	secrets []string
+}
+
+// rlConfig is the rl.toml for the run and the number of environment servers prime-rl will
+// start (each on a port of the job's block).
+func (r rlRun) rlConfig() ([]byte, int, error) {
+	s := r.spec
+	tp := 1
+	if s.Parallelism != nil {
+		tp = max(s.Parallelism.TensorParallelSize, 1)
+	}
+	split, err := upstream.SplitGPUs(r.gpus, tp)
+	if err != nil {
+		return nil, 0, err
+	}
+	ck := jobspec.Checkpoints{Interval: min(jobspec.DefaultCheckpointInterval, s.MaxSteps)}
+	if s.Checkpoints != nil {
+		ck = *s.Checkpoints
+	}
 	f := rlFile{
 		MaxSteps:   s.MaxSteps,
+		SeqLen:     max(s.SeqLen, jobspec.MinSeqLen),
 		Model:      rlModel{Name: s.Model},
-		Deployment: rlDeployment{NumTrainGPUs: train, NumInferGPUs: infer},
+		Deployment: rlDeployment{NumTrainGPUs: split.Trainer, NumInferGPUs: split.Inference},
+		// prime-rl's default transport, on the job's port.
+		RolloutTransport: rlTransport{Type: "zmq", Port: r.ports.ZMQ()},
+		// No keep_last: prime-rl keeps every step folder, and the agent deletes each once a
+		// newer one is committed to storage, so none is deleted before it is stored.
+		Ckpt:    rlCkpt{Interval: ck.Interval},
+		Trainer: rlTrainer{Optim: rlOptim{LR: s.LearningRate}},
 		Orchestrator: rlOrchestrator{
-			BatchSize: s.BatchSize,
-			GroupSize: s.RolloutsPerExample,
+			BatchSize: s.BatchSize, GroupSize: s.RolloutsPerExample,
+			EnvServerBasePort: r.ports.EnvServerBase(),
+			// The launcher refuses a client whose port is not the inference server's.
+			Model: rlOrchModel{Client: rlClient{BaseURL: fmt.Sprintf("http://localhost:%d/v1", r.ports.Inference())}},
 		},
-		// No keep_last: prime-rl keeps every step folder and the agent deletes each once a
-		// newer one is stored, so none is deleted before it reaches storage.
+		Inference: rlInference{
+			Server:      rlServer{Port: r.ports.Inference()},
+			BackendPort: r.ports.Backend(),
+			VLLM:        rlVLLM{DataParallelRPC: r.ports.DPRPC()},
+		},
 	}
-	if s.Checkpoints != nil {
-		f.Ckpt.Interval = s.Checkpoints.Interval
+	if split.TensorParallel > 1 {
+		f.Inference.VLLM.TensorParallelSize = split.TensorParallel
 	}
-	if sp := s.Sampling; sp != nil {
-		f.Orchestrator.Train.Sampling = &rlSampling{
-			Temperature: sp.Temperature, TopP: sp.TopP, MaxCompletionTokens: sp.MaxTokens,
+	if s.LoRA != nil {
+		// LoRA weights reach vLLM through the filesystem (prime-rl's default with LoRA).
+		f.Trainer.Model.LoRA = &rlLoRA{Rank: s.LoRA.Rank, Alpha: s.LoRA.Alpha}
+	} else {
+		f.WeightBroadcast = &rlWeightBroadcast{Type: "nccl", Port: r.ports.NCCL()}
+	}
+	if s.Wandb != nil && slices.Contains(r.secrets, "WANDB_API_KEY") {
+		f.Monitors = &rlMonitors{Wandb: rlWandb{Project: s.Wandb.Project, Entity: s.Wandb.Entity, Name: s.Wandb.Name}}
+	}
+	if sp := s.Sampling; sp != nil && (sp.Temperature != nil || sp.MaxTokens > 0 || len(sp.ExtraBody) > 0) {
+		f.Orchestrator.Train.Sampling = &rlTrainSampling{Temperature: sp.Temperature, MaxCompletionTokens: sp.MaxTokens, ExtraBody: wholeNumbers(sp.ExtraBody)}
+	}
+	if s.MaxInflightRollouts > 0 {
+		f.Orchestrator.Concurrency = &rlConcurrency{MaxInflight: s.MaxInflightRollouts}
+	}
+	if f.Orchestrator.Renderer, err = rendererTable(s); err != nil {
+		return nil, 0, err
+	}
+	if s.Loss == "sft" {
+		hm, ok := upstream.ProviderModel(s.Teacher)
+		if !ok {
+			return nil, 0, fmt.Errorf("the sft teacher %s is not a provider-hosted model", s.Teacher)
 		}
+		f.Orchestrator.Algo = &rlAlgo{Type: "sft", Sampling: rlAlgoSampling{Source: rlFrozenModel{
+			Name: hm.Name, BaseURL: hm.Provider.BaseURL, APIKeyVar: hm.Provider.KeyVar}}}
 	}
-	for _, e := range s.Env {
-		f.Orchestrator.Train.Source = append(f.Orchestrator.Train.Source, rlSource{
-			Name: sourceName(e.ID), ID: e.ID, Ratio: e.Weight, Args: wholeNumbers(e.Args),
-		})
-	}
-	if s.LearningRate > 0 || s.LoRA != nil {
-		f.Trainer = &rlTrainer{}
-		if s.LearningRate > 0 {
-			f.Trainer.Optim = &rlOptim{LR: s.LearningRate}
+	f.Orchestrator.Train.Source = sources(s.Env, false)
+	servers := len(f.Orchestrator.Train.Source)
+	if ev := s.Eval; ev != nil && len(ev.Env) > 0 {
+		e := &rlEval{Interval: ev.Interval, GroupSize: ev.RolloutsPerExample, SkipFirstStep: ev.SkipFirstStep,
+			Source: sources(ev.Env, true)}
+		if ev.NumExamples != 0 {
+			e.NumExamples = &ev.NumExamples
 		}
-		if s.LoRA != nil {
-			f.Trainer.Model = &rlTrainerModel{LoRA: &rlLoRA{Rank: s.LoRA.Rank, Alpha: s.LoRA.Alpha}}
+		if sp := ev.Sampling; sp != nil {
+			e.Sampling = &rlEvalSampling{Temperature: sp.Temperature, TopP: sp.TopP, MaxCompletionTokens: sp.MaxTokens,
+				ReasoningEffort: sp.ReasoningEffort, ExtraBody: wholeNumbers(sp.ExtraBody)}
 		}
+		f.Orchestrator.Eval = e
+		servers += len(e.Source)
 	}
-	if p := s.Parallelism; p != nil && p.TensorParallelSize > 1 {
-		f.Inference = &rlInference{Parallel: rlParallel{TP: p.TensorParallelSize}}
+	if err := upstream.CheckEnvServers(servers); err != nil {
+		return nil, 0, err
 	}
-	if s.Wandb != nil {
-		f.Monitors = &rlMonitors{Wandb: rlWandb{Entity: s.Wandb.Entity, Project: s.Wandb.Project, Name: s.Wandb.Name}}
-	}
+
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "# prime-rl config generated by hostedtrain for job %s; do not edit.\n", jobID)
-	if un := unmapped(s); len(un) > 0 {
-		fmt.Fprintf(&buf, "# Set in the job but not expressed here (no prime-rl key is known for them): %s.\n", strings.Join(un, ", "))
+	fmt.Fprintf(&buf, "# prime-rl config written by hostedtrain for job %s, for prime-rl %s; do not edit.\n",
+		r.jobID, upstream.Pinned().Short().PrimeRL)
+	fmt.Fprintf(&buf, "# %d GPUs: inference (vLLM) on the first %d, the trainer on the next %d. Ports %d-%d.\n",
+		r.gpus, split.Inference, split.Trainer, r.ports.Inference(), r.ports.EnvServerBase()+max(servers-1, 0))
+	if s.Wandb != nil && f.Monitors == nil {
+		buf.WriteString("# W&B is off: the job has no WANDB_API_KEY among its secrets.\n")
+	}
+	for _, is := range jobspec.Unsupported(s) {
+		fmt.Fprintf(&buf, "# Not applied (%s): %s.\n", strings.TrimPrefix(is.Pointer, "/"), is.Message)
 	}
 	enc := toml.NewEncoder(&buf)
 	enc.SetIndentTables(false)
 	if err := enc.Encode(f); err != nil {
-		return nil, fmt.Errorf("render rl.toml: %w", err)
+		return nil, 0, fmt.Errorf("render rl.toml: %w", err)
 	}
-	return buf.Bytes(), nil
+	return buf.Bytes(), servers, nil
 }
 
-// splitGPUs divides a node's GPUs between vLLM inference (the first ones) and the trainer.
-// With one GPU both share it.
-func splitGPUs(n int) (infer, train int) {
-	if n <= 1 {
-		return 1, 1
+// rendererTable is [orchestrator.renderer]: written when prime-rl cannot find the model's
+// renderer by itself ("auto"), or when the job sets one of its thinking switches.
+func rendererTable(s jobspec.Spec) (map[string]any, error) {
+	choice, err := upstream.ChooseRenderer(s.Model, s.Renderer)
+	if err != nil {
+		return nil, err
 	}
-	infer = n / 2
-	return infer, n - infer
+	t := map[string]any{}
+	if sp := s.Sampling; sp != nil {
+		if sp.EnableThinking != nil && choice.Thinking {
+			t["enable_thinking"] = *sp.EnableThinking
+		}
+		if sp.ReasoningEffort != "" && slices.Contains(choice.ReasoningEffort, sp.ReasoningEffort) {
+			t["reasoning_effort"] = sp.ReasoningEffort
+		}
+	}
+	if choice.Auto && len(t) == 0 {
+		return nil, nil
+	}
+	t["name"] = choice.Name
+	return t, nil
 }
 
-// sourceName is an environment's short name: "owner/name@1.0" → "name".
-func sourceName(id string) string {
+// sources are the [[orchestrator.train.source]] (or eval) entries of a job's environments:
+// each names its environment's taskset (env.taskset.id, an Environments Hub id or an
+// installed taskset package) with the job's arguments as the taskset's settings, under a name
+// unique in its group.
+func sources(envs []jobspec.Env, eval bool) []rlSource {
+	out := make([]rlSource, 0, len(envs))
+	used := map[string]int{}
+	for _, e := range envs {
+		name := e.Name
+		if name == "" {
+			name = envName(e.ID)
+		}
+		if used[name]++; used[name] > 1 {
+			name += "-" + strconv.Itoa(used[name])
+		}
+		taskset := map[string]any{}
+		for k, v := range wholeNumbers(e.Args) {
+			taskset[k] = v
+		}
+		taskset["id"] = e.ID
+		src := rlSource{Name: name, Env: rlSourceEnv{Taskset: taskset}}
+		if !eval {
+			w := e.Weight
+			src.Ratio = &w
+		}
+		if e.MaxRetries != nil {
+			src.Env.Retries = &rlRetryConf{MaxRetries: *e.MaxRetries}
+		}
+		out = append(out, src)
+	}
+	return out
+}
+
+// envName is an environment id's name part: "owner/name@1.0" → "name", the module
+// verifiers imports for it.
+func envName(id string) string {
 	id, _, _ = strings.Cut(id, "@")
 	if i := strings.LastIndex(id, "/"); i >= 0 {
 		id = id[i+1:]
@@ -172,75 +365,9 @@ func sourceName(id string) string {
 	return id
 }
 
-// unmapped lists the job's settings that the generated rl.toml does not carry, so the run's
-// log and config say so plainly instead of dropping them in silence.
-func unmapped(s jobspec.Spec) []string {
-	var out []string
-	add := func(set bool, name string) {
-		if set {
-			out = append(out, name)
-		}
-	}
-	add(s.Loss != "" && s.Loss != "rl", "loss = "+s.Loss)
-	add(s.Teacher != "", "teacher")
-	add(s.MaxInflightRollouts > 0, "max_inflight_rollouts")
-	add(s.OversamplingFactor > 0, "oversampling_factor")
-	add(s.DifficultyFiltering != nil, "use_difficulty_filtering")
-	add(s.Parallelism != nil && s.Parallelism.PipelineParallelSize > 1, "pipeline_parallel_size")
-	add(s.CheckpointID != "", "checkpoint_id")
-	if sp := s.Sampling; sp != nil {
-		add(sp.TempScheduler != nil, "sampling.temp_scheduler")
-		add(len(sp.ExtraBody) > 0, "sampling.extra_body")
-		add(sp.EnableThinking != nil, "sampling.enable_thinking")
-		add(sp.ReasoningEffort != "", "sampling.reasoning_effort")
-	}
-	add(s.Eval != nil, "[eval]")
-	add(s.Val != nil, "[val]")
-	add(len(s.PreBatchFilters) > 0, "[[pre_batch_filters]]")
-	add(len(s.PostBatchFilters) > 0, "[[post_batch_filters]]")
-	add(s.Adapters != nil, "[adapters]")
-	return out
-}
-
-// gepaFile is `prime gepa run`'s config file (seed 004, "GEPA Configuration Files").
-type gepaFile struct {
-	EnvID           string         `toml:"env_id"`
-	EnvArgs         map[string]any `toml:"env_args,omitempty"`
-	Model           string         `toml:"model"`
-	ReflectionModel string         `toml:"reflection_model"`
-	MaxCalls        int            `toml:"max_calls"`
-	NumTrain        int            `toml:"num_train"`
-	NumVal          int            `toml:"num_val"`
-	MinibatchSize   int            `toml:"minibatch_size"`
-	PerfectScore    *float64       `toml:"perfect_score,omitempty"`
-	StateColumns    []string       `toml:"state_columns,omitempty"`
-}
-
-// renderGEPAConfig turns a normalized gepa job back into the config file `prime gepa run`
-// reads.
-func renderGEPAConfig(jobID string, s jobspec.Spec) ([]byte, error) {
-	if s.GEPA == nil || len(s.Env) == 0 {
-		return nil, fmt.Errorf("render gepa.toml: the job has no GEPA settings or environment")
-	}
-	g := s.GEPA
-	f := gepaFile{
-		EnvID: s.Env[0].ID, EnvArgs: wholeNumbers(s.Env[0].Args), Model: s.Model, ReflectionModel: g.ReflectionModel,
-		MaxCalls: g.MaxCalls, NumTrain: g.NumTrain, NumVal: g.NumVal, MinibatchSize: g.MinibatchSize,
-		PerfectScore: g.PerfectScore, StateColumns: g.StateColumns,
-	}
-	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "# GEPA config generated by hostedtrain for job %s; do not edit.\n", jobID)
-	enc := toml.NewEncoder(&buf)
-	enc.SetIndentTables(false)
-	if err := enc.Encode(f); err != nil {
-		return nil, fmt.Errorf("render gepa.toml: %w", err)
-	}
-	return buf.Bytes(), nil
-}
-
 // wholeNumbers turns the whole numbers of environment arguments back into integers: the job
 // went through JSON, where every number is a float, and `max_turns = 10.0` is not what the
-// user wrote (nor what a Python environment's range() takes).
+// user wrote (nor what a taskset's int field takes).
 func wholeNumbers(args map[string]any) map[string]any {
 	if args == nil {
 		return nil

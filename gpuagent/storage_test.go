@@ -9,10 +9,10 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/api/apitest"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
-	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/grant"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/s3test"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
@@ -48,7 +48,7 @@ func TestAgentWritesWithTheGrantedCredentials(t *testing.T) {
 		t.Fatalf("status %s (%s), progress %+v", done.Status, done.Error, done.Progress)
 	}
 	ctx := context.Background()
-	if _, err := store.Get(ctx, blob.CheckpointPrefix(j.ID, 40)+blob.ManifestName); err != nil {
+	if _, err := store.Get(ctx, jobdata.CheckpointPrefix(j.ID, 40)+jobdata.ManifestName); err != nil {
 		t.Errorf("the newest checkpoint's manifest is not in the bucket: %v", err)
 	}
 	page, err := b.user.JobMetrics(ctx, j.ID, 0, 0, nil, 0)

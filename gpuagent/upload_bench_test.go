@@ -43,7 +43,7 @@ func writeCheckpoint(tb testing.TB, dir string, step int, size int64) {
 	if err := os.MkdirAll(filepath.Join(base, "orchestrator"), 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	f, err := os.Create(filepath.Join(base, "trainer", "model.safetensors"))
+	f, err := os.Create(filepath.Join(base, "trainer", "__0_0.distcp"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -59,7 +59,12 @@ func writeCheckpoint(tb testing.TB, dir string, step int, size int64) {
 	if err := f.Close(); err != nil {
 		tb.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(base, "orchestrator", "progress.json"), []byte(`{"step":1}`), 0o644); err != nil {
+	// The marks of a whole checkpoint (jobdata.Complete): DCP's .metadata, written last, and
+	// the orchestrator's progress.
+	if err := os.WriteFile(filepath.Join(base, "trainer", ".metadata"), []byte(`{"dcp":1}`), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "orchestrator", "progress.pt"), []byte(`{"step":1}`), 0o644); err != nil {
 		tb.Fatal(err)
 	}
 }

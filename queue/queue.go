@@ -28,6 +28,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 // Config configures a Client. Zero fields take the defaults of withDefaults.
@@ -464,15 +465,19 @@ func progressArg(p *job.Progress) string {
 
 // Heartbeat renews the lease on job id and records its progress.
 func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error) {
-	pipeline, emulated := "", "0"
+	pipeline, emulated, versions := "", "0", ""
 	if hb.Runtime != nil {
 		pipeline = hb.Runtime.Pipeline
 		if hb.Runtime.Emulated {
 			emulated = "1"
 		}
+		if v := hb.Runtime.Upstream; v != nil {
+			b, _ := json.Marshal(v)
+			versions = string(b)
+		}
 	}
 	now := c.cfg.Now()
-	args := []any{id, hb.Token, ms(now.Add(c.cfg.LeaseTTL)), boolArg(hb.Running), progressArg(hb.Progress), pipeline, emulated}
+	args := []any{id, hb.Token, ms(now.Add(c.cfg.LeaseTTL)), boolArg(hb.Running), progressArg(hb.Progress), pipeline, emulated, versions}
 	for _, s := range hb.Checkpoints {
 		args = append(args, s)
 	}
@@ -710,6 +715,12 @@ func jobFromMap(m map[string]string, config, progress string, now time.Time) (*j
 	}
 	if m["agent_id"] != "" || m["pipeline"] != "" {
 		j.Runtime = &job.Runtime{AgentID: m["agent_id"], Pipeline: m["pipeline"], Emulated: m["emulated"] == "1"}
+		if v := m["upstream"]; v != "" {
+			var u upstream.Versions
+			if json.Unmarshal([]byte(v), &u) == nil {
+				j.Runtime.Upstream = &u
+			}
+		}
 	}
 	return j, nil
 }

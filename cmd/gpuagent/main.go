@@ -18,9 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -29,10 +27,20 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 func main() {
-	if err := run(); err != nil {
+	var err error
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "render":
+		err = render(os.Args[2:], os.Stdout)
+	case len(os.Args) > 1 && os.Args[1] == "versions":
+		err = versions(os.Args[2:], os.Stdout)
+	default:
+		err = run()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpuagent:", err)
 		os.Exit(1)
 	}
@@ -46,13 +54,12 @@ func run() error {
 	workDir := flag.String("work-dir", "/var/lib/hostedtrain/work", "per-job working folders")
 	store := flag.String("store", os.Getenv("HOSTEDTRAIN_STORE"), "the agent's own object storage, s3://BUCKET[/PREFIX][?endpoint=URL&region=R] or a local folder; empty where the service grants job-scoped credentials with each claim (AWS deployments)")
 	storeDir := flag.String("store-dir", "", "object storage as a local folder (same as --store FOLDER)")
-	rlCmd := flag.String("rl-command", strings.Join(def.RL, " "), "the rl pipeline ({config} {output_dir} {run_name})")
-	gepaCmd := flag.String("gepa-command", strings.Join(def.GEPA, " "), "the GEPA pipeline ({config} {output_dir})")
-	evalCmd := flag.String("eval-command", strings.Join(def.Eval, " "), "the eval pipeline ({env_id} {model} {num_examples} {rollouts_per_example} {eval_flags})")
-	installCmd := flag.String("install-command", strings.Join(def.Install, " "), "installs one environment ({env_id}); empty skips")
-	emulated := flag.Bool("emulated", false, "run every kind with prime-rl-emulator (no GPU work; shown to users as emulated)")
-	emulator := flag.String("emulator", "", "the prime-rl-emulator binary for --emulated (default: beside gpuagent, else on PATH)")
-	emulateFlags := flag.String("emulate-flags", "", "extra flags for the emulator, e.g. \"--emulate.step-time 50ms\"")
+	pf := pipelineFlags(flag.CommandLine, def)
+	allowUnpinned := flag.Bool("allow-unpinned", false, "run pipelines even when the installed prime-rl, verifiers or prime CLI is not the pinned version")
+	endpoint := flag.String("inference-endpoint", "", "an OpenAI-compatible endpoint that serves open-weight models for GEPA and evals, instead of a server on the job's GPUs")
+	endpointKey := flag.String("inference-endpoint-key-var", "", "the variable of the agent's environment that holds --inference-endpoint's key")
+	portRange := flag.String("port-range", fmt.Sprintf("%d-%d", gpuagent.DefaultPortRange[0], gpuagent.DefaultPortRange[1]), "where jobs get their blocks of ports")
+	serveTimeout := flag.Duration("serve-timeout", 30*time.Minute, "how long a GEPA or eval job's inference server may take to answer")
 	stopGrace := flag.Duration("stop-grace", 120*time.Second, "time a stopped pipeline gets to exit before SIGKILL")
 	drainTimeout := flag.Duration("drain-timeout", 5*time.Minute, "time a drain gets, after the pipelines exit, to commit checkpoints and hand jobs back")
 	claimWait := flag.Duration("claim-wait", 20*time.Second, "how long one claim waits for work")
@@ -84,18 +91,28 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	pipeline := gpuagent.Pipeline{
-		Name: "prime-rl", RL: gpuagent.ParseCommand(*rlCmd), GEPA: gpuagent.ParseCommand(*gepaCmd),
-		Eval: gpuagent.ParseCommand(*evalCmd), Install: gpuagent.ParseCommand(*installCmd),
+	pipeline, err := pf.pipeline()
+	if err != nil {
+		return err
 	}
-	if *emulated {
-		bin, err := findEmulator(*emulator)
-		if err != nil {
-			return err
-		}
-		pipeline = gpuagent.EmulatedPipeline(bin, gpuagent.ParseCommand(*emulateFlags)...)
+	installed, err := readVersions(ctx, pipeline)
+	if err != nil {
+		return err
+	}
+	pr, err := parsePortRange(*portRange)
+	if err != nil {
+		return err
+	}
+	var ep *gpuagent.Endpoint
+	if *endpoint != "" {
+		ep = &gpuagent.Endpoint{BaseURL: *endpoint, KeyVar: *endpointKey}
 	}
 	a, err := gpuagent.New(gpuagent.Config{
+		Versions:      installed,
+		AllowUnpinned: *allowUnpinned,
+		Endpoint:      ep,
+		PortRange:     pr,
+		ServeTimeout:  *serveTimeout,
 		API:           client.New(*apiURL, token),
 		Store:         st,
 		WorkDir:       *workDir,
@@ -134,7 +151,8 @@ func run() error {
 		logger.Warn("second signal: exiting without finishing the drain")
 		os.Exit(1)
 	}()
-	logger.Info("agent started", "api", *apiURL, "gpus", describe(devices), "pipeline", pipeline.Name, "emulated", pipeline.Emulated)
+	logger.Info("agent started", "api", *apiURL, "gpus", describe(devices), "pipeline", pipeline.Name, "emulated", pipeline.Emulated,
+		"upstream", installed.String(), "pinned", upstream.CheckPinned(installed) == nil)
 	err = a.Run(ctx)
 	logger.Info("agent stopped")
 	return err
@@ -175,21 +193,4 @@ func describe(devs []gpuagent.Device) string {
 		}
 	}
 	return strings.Join(parts, " ")
-}
-
-func findEmulator(flagValue string) (string, error) {
-	if flagValue != "" {
-		return flagValue, nil
-	}
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), "prime-rl-emulator")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("prime-rl-emulator")
-	if err != nil {
-		return "", errors.New("--emulated: prime-rl-emulator is neither beside gpuagent nor on PATH; set --emulator")
-	}
-	return p, nil
 }

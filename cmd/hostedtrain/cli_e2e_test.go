@@ -77,20 +77,20 @@ func TestCLIFollowsARun(t *testing.T) {
 		}
 		return out
 	}
-	logs := check("logs", []string{"train", "logs", j.ID, "--component", "trainer", "--tail", "5"}, "trainer      | ", "training finished after step 20")
+	logs := check("logs", []string{"train", "logs", j.ID, "--component", "trainer", "--tail", "5"}, "trainer      | ", "Training finished after step 20")
 	if n := strings.Count(strings.TrimSpace(logs), "\n") + 1; n != 5 {
 		t.Errorf("--tail 5 printed %d lines", n)
 	}
 	check("logs -f of a finished run", []string{"train", "logs", j.ID, "-f", "--component", "agent"}, "pipeline exited")
-	check("metrics", []string{"train", "metrics", j.ID}, "REWARD/ALL/MEAN", "\n20 ")
-	check("metrics --plot", []string{"train", "metrics", j.ID, "--plot"}, "reward/all/mean, steps 1 to 20", "┤")
+	check("metrics", []string{"train", "metrics", j.ID}, "REWARD", "LOSS", "\n20 ", "reward = train/agg/all/agent/reward/mean")
+	check("metrics --plot", []string{"train", "metrics", j.ID, "--plot"}, "reward (train/agg/all/agent/reward/mean), steps 1 to 20", "┤")
 	check("checkpoints", []string{"train", "checkpoints", j.ID}, "STEP", "committed")
 	dl := t.TempDir()
 	check("checkpoints --download", []string{"train", "checkpoints", j.ID, "--download", "0", "--to", dl}, "sha256 ok")
-	if _, err := os.Stat(filepath.Join(dl, "step_20", "trainer", "model.safetensors")); err != nil {
+	if _, err := os.Stat(filepath.Join(dl, "step_20", "trainer", ".metadata")); err != nil {
 		t.Errorf("the downloaded checkpoint: %v", err)
 	}
-	check("progress", []string{"train", "progress", j.ID}, "20/20 (100.0%)", "reward/all/mean")
+	check("progress", []string{"train", "progress", j.ID}, "20/20 (100.0%)", "reward", "train/agg/all/agent/reward/mean")
 	check("usage", []string{"train", "usage"}, "GPU-", j.ID)
 	check("events", []string{"train", "events", j.ID}, "job.queued", "job.checkpoint", "job.completed")
 	check("list --status", []string{"train", "list", "--status", "COMPLETED", "--kind", "rl"}, j.ID)

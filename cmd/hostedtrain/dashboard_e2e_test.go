@@ -32,6 +32,19 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil || j.Status != job.Completed {
 		t.Fatalf("the run: %v %s", err, out)
 	}
+	// An eval of an open-weight model: served on the dev agent's GPU, its summary on the job.
+	out, code = d.cli(t, "eval", "run", "my-env", "-m", "Qwen/Qwen3-4B-Instruct-2507", "-n", "4", "-r", "2", "--wait", "-o", "json")
+	if code != 0 {
+		t.Fatalf("eval: %s", out)
+	}
+	var ev job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &ev); err != nil || ev.Status != job.Completed {
+		t.Fatalf("the eval: %v %s", err, out)
+	}
+	get, code := d.cli(t, "train", "get", ev.ID)
+	if code != 0 || !strings.Contains(get, "eval my-env") || !strings.Contains(get, "over 4 examples × 2 rollouts (8 scored)") {
+		t.Errorf("train get of the eval (%d):\n%s", code, get)
+	}
 	shots, err := filepath.Abs(filepath.Join(web, "test", "out"))
 	if err != nil {
 		t.Fatal(err)
@@ -39,13 +52,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots)
+	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots, ev.ID)
 	cmd.Dir = web
 	res, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(res), "dashboard ok") {
 		t.Fatalf("the browser test: %v\n%s", err, res)
 	}
-	for _, name := range []string{"jobs.png", "job.png", "docs.png"} {
+	for _, name := range []string{"jobs.png", "job.png", "eval.png", "docs.png"} {
 		st, err := os.Stat(filepath.Join(shots, name))
 		if err != nil || st.Size() < 10_000 {
 			t.Errorf("screenshot %s: %v", name, err)

@@ -32,15 +32,17 @@ import (
 )
 
 type devOptions struct {
-	addr      string
-	dataDir   string
-	agents    int
-	emulator  string
-	stepTime  time.Duration
-	leaseTTL  time.Duration
-	heartbeat time.Duration
-	gpus      string
-	queue     queue.Config
+	addr     string
+	dataDir  string
+	agents   int
+	emulator string
+	stepTime time.Duration
+	// emulateCheck is the command the emulator checks configs with, as upstream would.
+	emulateCheck string
+	leaseTTL     time.Duration
+	heartbeat    time.Duration
+	gpus         string
+	queue        queue.Config
 
 	allowLoopbackWebhooks bool
 	webhookSchedule       string
@@ -67,6 +69,7 @@ unless --allow-loopback-webhooks=false. It writes an admin token to --data/admin
 	f.IntVar(&o.agents, "agents", 1, "emulated GPU agents to run")
 	f.StringVar(&o.emulator, "emulator", "", "the prime-rl-emulator binary (default: beside this one, then PATH)")
 	f.DurationVar(&o.stepTime, "step-time", 250*time.Millisecond, "emulated time of one training step")
+	f.StringVar(&o.emulateCheck, "emulate-check", "", "the command the emulator checks each config with, as upstream would (the conformance kit: \"python3 ../shared/upstream/check.py\")")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 15*time.Second, "how long a lease lives without a heartbeat")
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "how often agents heartbeat")
 	f.StringVar(&o.gpus, "gpus", "H100:8", "GPUs each emulated agent reports, MODEL:COUNT")
@@ -205,6 +208,10 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	var agents sync.WaitGroup
 	// Agents stop first (their pipelines with them), before the API and Redis go.
 	defer func() { stopAgents(); agents.Wait() }()
+	emulateFlags := []string{"--emulate.step-time", o.stepTime.String()}
+	if o.emulateCheck != "" {
+		emulateFlags = append(emulateFlags, "--emulate.check", o.emulateCheck)
+	}
 	for i := 1; i <= o.agents; i++ {
 		name := fmt.Sprintf("dev-agent-%d", i)
 		tok, err := keys.Issue(auth.TokenRequest{Subject: name, Org: "agents", Scopes: []string{auth.ScopeAgent}, TTL: 365 * 24 * time.Hour}, time.Now())
@@ -212,11 +219,13 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			return err
 		}
 		a, err := gpuagent.New(gpuagent.Config{
-			API:           client.New(baseURL, tok),
-			Store:         store,
-			WorkDir:       filepath.Join(data, "agents", name),
-			Devices:       gpuagent.DevicesFromSpec(gpus),
-			Pipeline:      gpuagent.EmulatedPipeline(emulator, "--emulate.step-time", o.stepTime.String()),
+			API:      client.New(baseURL, tok),
+			Store:    store,
+			WorkDir:  filepath.Join(data, "agents", name),
+			Devices:  gpuagent.DevicesFromSpec(gpus),
+			Pipeline: gpuagent.EmulatedPipeline(emulator, filepath.Join(data, "prime-rl"), emulateFlags...),
+			// The agents of one process take separate ranges of ports (a node has one agent).
+			PortRange:     [2]int{gpuagent.DefaultPortRange[0] + (i-1)*640, gpuagent.DefaultPortRange[0] + i*640 - 1},
 			StopGrace:     10 * time.Second,
 			DrainTimeout:  30 * time.Second,
 			PollInterval:  250 * time.Millisecond,

@@ -173,8 +173,8 @@ func TestDevRunsTheQuickstartToCompletion(t *testing.T) {
 	}
 	// The run's metrics and checkpoints, as the agent stored them, through the API.
 	api := client.New(d.url, d.token)
-	page, err := api.JobMetrics(context.Background(), j.ID, 0, 0, []string{"reward/all/mean"}, 0)
-	if err != nil || len(page.Items) != 20 || page.Items[19]["reward/all/mean"] == nil {
+	page, err := api.JobMetrics(context.Background(), j.ID, 0, 0, []string{"train/agg/all/agent/reward/mean"}, 0)
+	if err != nil || len(page.Items) != 20 || page.Items[19]["train/agg/all/agent/reward/mean"] == nil {
 		t.Errorf("metrics: %d rows, %v", len(page.Items), err)
 	}
 	cps, err := api.JobCheckpoints(context.Background(), j.ID)
@@ -353,7 +353,7 @@ func TestCLISubmitsGEPAAndEvalJobs(t *testing.T) {
 		{[]string{"gepa", "submit", filepath.Join(fixtures, "gepa.toml"), "-o", "json"}, "gepa"},
 		{[]string{"eval", "submit", filepath.Join(fixtures, "eval.toml"), "-o", "json"}, "eval"},
 		{[]string{"eval", "run", "my-env", "-m", "Qwen/Qwen3-4B-Instruct-2507", "-n", "100", "-r", "5", "-o", "json"}, "eval"},
-		{[]string{"gepa", "run", "wordle", "-m", "google/gemini-3-flash-preview", "-B", "1000", "--state-columns", "a,b", "-o", "json"}, "gepa"},
+		{[]string{"gepa", "run", "wordle", "-m", "google/gemini-3-flash-preview", "-B", "1000", "--state-columns", "a,b", "-e", "GEMINI_API_KEY=sk-g", "-o", "json"}, "gepa"},
 	}
 	for _, c := range cases {
 		out, code := d.cli(t, c.args...)
@@ -376,7 +376,7 @@ func TestCLISubmitsGEPAAndEvalJobs(t *testing.T) {
 		}
 	}
 	// Every fixture goes through the command its kind takes; the ones naming secrets.env send
-	// its keys, so W&B has its key and there is no warning.
+	// its keys, so W&B has its key and there is no warning about it.
 	files, _ := filepath.Glob(filepath.Join(fixtures, "*.toml"))
 	for _, f := range files {
 		cmd := "train"
@@ -395,7 +395,7 @@ func TestCLISubmitsGEPAAndEvalJobs(t *testing.T) {
 		if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil {
 			t.Fatalf("%s: %v\n%s", f, err, out)
 		}
-		if len(j.Config.EnvFiles) > 0 && (len(j.Config.Secrets) != 3 || strings.Contains(out, "warning")) {
+		if len(j.Config.EnvFiles) > 0 && (len(j.Config.Secrets) != 4 || strings.Contains(out, "will not log to W&B")) {
 			t.Errorf("%s: secrets %v, output %s", f, j.Config.Secrets, out)
 		}
 	}

@@ -104,7 +104,7 @@ func newMetricsCmd() *cobra.Command {
 		Use:   "metrics ID",
 		Short: "Show a job's metrics a step a row, or --plot a curve in the terminal",
 		Example: `  hostedtrain train metrics JOB --plot
-  hostedtrain train metrics JOB --names reward/all/mean,entropy/mean --min-step 100`,
+  hostedtrain train metrics JOB --names reward,entropy,optim/lr --min-step 100`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -114,9 +114,17 @@ func newMetricsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			wanted := splitList(names)
+			j, err := api.GetJob(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			cols, explicit := metricColumns(j.Progress.Series, splitList(names))
 			if plot {
-				wanted = []string{metric}
+				cols, explicit = metricColumns(j.Progress.Series, []string{metric})
+			}
+			var wanted []string
+			for _, c := range cols {
+				wanted = append(wanted, c.key)
 			}
 			var rows []map[string]json.RawMessage
 			from := minStep
@@ -140,19 +148,19 @@ func newMetricsCmd() *cobra.Command {
 				if width < 20 {
 					width = 70
 				}
-				renderPlot(out, rows, metric, min(width, 120), 15)
+				renderPlot(out, rows, cols[0], min(width, 120), 15)
 			default:
-				renderMetrics(out, rows, wanted)
+				renderMetrics(out, rows, cols, explicit)
 			}
 			return nil
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&names, "names", "", "comma-separated metrics (default reward, entropy, loss, grad norm, sequence length)")
+	f.StringVar(&names, "names", "", "comma-separated headline series (reward, loss, entropy, kl, grad_norm, throughput, seq_len, lr) or prime-rl metric names; default: the headline series")
 	f.IntVar(&minStep, "min-step", 0, "the first step")
 	f.IntVar(&maxStep, "max-step", 0, "the last step (0: the newest)")
 	f.BoolVar(&plot, "plot", false, "draw --metric over the steps")
-	f.StringVar(&metric, "metric", "reward/all/mean", "what --plot draws")
+	f.StringVar(&metric, "metric", "reward", "what --plot draws: a headline series or a prime-rl metric name")
 	outputFlag(c, &output)
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/spf13/cobra"
 )
 
@@ -114,18 +115,18 @@ func submitFlags(cmd *cobra.Command, kind string, job map[string]any, envArgs st
 		job["args"] = a
 	}
 	secrets := map[string]string{}
-	if err := applyEnvFlags(secrets, o.env); err != nil {
+	if err := jobspec.ApplyEnvFlags(secrets, o.env); err != nil {
 		return err
 	}
-	b := &jobBody{contentType: "application/json"}
+	b := &jobspec.JobBody{ContentType: "application/json"}
 	if len(secrets) > 0 {
 		job["secrets"] = secrets
 		for k := range secrets {
-			b.secretNames = append(b.secretNames, k)
+			b.SecretNames = append(b.SecretNames, k)
 		}
 	}
 	var err error
-	if b.data, err = json.Marshal(job); err != nil {
+	if b.Data, err = json.Marshal(job); err != nil {
 		return err
 	}
 	return submit(cmd, kind, kind+" run", b, o)

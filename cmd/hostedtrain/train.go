@@ -13,6 +13,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
 func newTrainCmd() *cobra.Command {
@@ -90,7 +91,7 @@ func newFileSubmitCmd(kind, short string) *cobra.Command {
 			if err := checkOutput(o.output); err != nil {
 				return err
 			}
-			b, err := readJobFile(args[0], o.env)
+			b, err := jobspec.ReadJobFile(args[0], o.env)
 			if err != nil {
 				return err
 			}
@@ -103,13 +104,13 @@ func newFileSubmitCmd(kind, short string) *cobra.Command {
 
 // submit previews the job (showing its warnings before anything is queued), then submits it
 // and, with --wait, follows it.
-func submit(cmd *cobra.Command, kind, name string, b *jobBody, o submitOptions) error {
+func submit(cmd *cobra.Command, kind, name string, b *jobspec.JobBody, o submitOptions) error {
 	api, err := apiClient()
 	if err != nil {
 		return err
 	}
 	ctx, out, errOut := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	prev, err := api.PreviewJob(ctx, b.data, b.contentType, kind)
+	prev, err := api.PreviewJob(ctx, b.Data, b.ContentType, kind)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -127,15 +128,15 @@ func submit(cmd *cobra.Command, kind, name string, b *jobBody, o submitOptions) 
 		fmt.Fprintf(out, "needs %d×%s; %d job(s) would run before it\n", prev.GPUs.Count, prev.GPUs.Type, prev.Queue.RunsAhead)
 		return nil
 	}
-	sub, err := api.SubmitJob(ctx, b.data, b.contentType, kind)
+	sub, err := api.SubmitJob(ctx, b.Data, b.ContentType, kind)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	j := &sub.Job
 	if o.output == "table" {
 		fmt.Fprintf(out, "submitted %s job %s (%s)\n", j.Kind, j.ID, j.Status)
-		if len(b.secretNames) > 0 {
-			fmt.Fprintf(out, "  secrets sent: %s (their values are never shown again)\n", strings.Join(b.secretNames, ", "))
+		if len(b.SecretNames) > 0 {
+			fmt.Fprintf(out, "  secrets sent: %s (their values are never shown again)\n", strings.Join(b.SecretNames, ", "))
 		}
 	}
 	if !o.wait {
@@ -199,7 +200,7 @@ func follow(ctx context.Context, api *client.Client, id string, show bool, out i
 			}
 		case show && j.Status == job.Running && j.Progress.Step != lastStep:
 			lastStep = j.Progress.Step
-			fmt.Fprintf(out, "  step %d/%d%s\n", j.Progress.Step, j.Progress.MaxSteps, metricsLine(j.Progress.Metrics))
+			fmt.Fprintf(out, "  step %d/%d%s\n", j.Progress.Step, j.Progress.MaxSteps, metricsLine(j.Progress))
 		}
 		if j.Status.Terminal() {
 			clear()
@@ -218,31 +219,6 @@ func follow(ctx context.Context, api *client.Client, id string, show bool, out i
 		case <-time.After(every):
 		}
 	}
-}
-
-func metricsLine(m map[string]float64) string {
-	var parts []string
-	for _, k := range []string{"reward/all/mean", "entropy/mean", "loss/mean"} {
-		if v, ok := m[k]; ok {
-			parts = append(parts, fmt.Sprintf("%s %.4f", shortMetric(k), v))
-		}
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return "  " + strings.Join(parts, "  ")
-}
-
-func shortMetric(k string) string {
-	switch k {
-	case "reward/all/mean":
-		return "reward"
-	case "entropy/mean":
-		return "entropy"
-	case "loss/mean":
-		return "loss"
-	}
-	return k
 }
 
 // jobCmd is a command that acts on one job by id and shows the job it gets back.

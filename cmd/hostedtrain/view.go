@@ -42,20 +42,13 @@ func envList(j *job.Job) string {
 	return strings.Join(ids, ",")
 }
 
-func reward(m map[string]float64) string {
-	if v, ok := m["reward/all/mean"]; ok {
-		return fmt.Sprintf("%.4f", v)
-	}
-	return "-"
-}
-
 // renderJobList is `train list`.
 func renderJobList(w io.Writer, jobs []*job.Job, next string, now time.Time) {
 	t := table(w)
 	fmt.Fprintln(t, "ID\tSTATUS\tKIND\tMODEL\tENVIRONMENTS\tSTEP\tREWARD\tAGE")
 	for _, j := range jobs {
 		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Status, j.Kind, j.Config.Model, envList(j),
-			j.Progress.Step, j.Progress.MaxSteps, reward(j.Progress.Metrics), age(j.CreatedAt, now))
+			j.Progress.Step, j.Progress.MaxSteps, reward(j.Progress), age(j.CreatedAt, now))
 	}
 	t.Flush()
 	if len(jobs) == 0 {
@@ -95,14 +88,22 @@ func renderJob(out io.Writer, j *job.Job) {
 			p += " (emulated: no GPU work was done)"
 		}
 		fmt.Fprintf(w, "pipeline\t%s on %s\n", p, j.Runtime.AgentID)
+		if u := j.Runtime.Upstream; u != nil {
+			fmt.Fprintf(w, "upstream\t%s\n", u.String())
+		}
 	}
-	fmt.Fprintf(w, "steps\t%d/%d\n", j.Progress.Step, j.Progress.MaxSteps)
-	fmt.Fprintf(w, "last reward\t%s\n", reward(j.Progress.Metrics))
-	if j.Progress.Checkpoints > 0 {
-		fmt.Fprintf(w, "checkpoints\t%d kept, newest at step %d\n", j.Progress.Checkpoints, j.Progress.CheckpointStep)
-	} else {
-		fmt.Fprintf(w, "checkpoints\tnone\n")
+	if j.Kind == "rl" {
+		fmt.Fprintf(w, "steps\t%d/%d\n", j.Progress.Step, j.Progress.MaxSteps)
+		fmt.Fprintf(w, "last reward\t%s\n", reward(j.Progress))
 	}
+	if j.Kind == "rl" {
+		if j.Progress.Checkpoints > 0 {
+			fmt.Fprintf(w, "checkpoints\t%d kept, newest at step %d\n", j.Progress.Checkpoints, j.Progress.CheckpointStep)
+		} else {
+			fmt.Fprintf(w, "checkpoints\tnone\n")
+		}
+	}
+	renderResult(w, j.Progress.Result)
 	fmt.Fprintf(w, "attempt\t%d of %d\n", j.Attempt, j.MaxAttempts)
 	fmt.Fprintf(w, "gpu time\t%s\n", gpuHours(j.GPUSeconds))
 	fmt.Fprintf(w, "created\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
@@ -124,35 +125,82 @@ func renderLogLine(w io.Writer, l client.LogLine) {
 	fmt.Fprintf(w, "%-12s | %s\n", l.Component, l.Line)
 }
 
-// defaultMetricColumns are what `train metrics` shows unless --names says.
-var defaultMetricColumns = []string{"reward/all/mean", "entropy/mean", "loss/mean", "optim/grad_norm", "seq_len/mean"}
+// renderResult is a GEPA or eval job's result in `train get`: per environment, the eval's size
+// and average reward; GEPA's best score and prompt.
+func renderResult(w io.Writer, r *job.Result) {
+	if r == nil {
+		return
+	}
+	for _, e := range r.Eval {
+		avg := "-"
+		if e.AvgReward != nil {
+			avg = fmt.Sprintf("%.4f", *e.AvgReward)
+		}
+		fmt.Fprintf(w, "eval %s\taverage reward %s over %d examples × %d rollouts (%d scored)\n", e.Env, avg, e.NumExamples, e.RolloutsPerExample, e.Rollouts)
+	}
+	if g := r.GEPA; g != nil {
+		best := "-"
+		if g.BestScore != nil {
+			best = fmt.Sprintf("%.4f", *g.BestScore)
+		}
+		fmt.Fprintf(w, "gepa\tbest score %s of %d candidates (%d metric calls)\n", best, g.Candidates, g.MetricCalls)
+		prompt := strings.Join(strings.Fields(g.BestPrompt), " ")
+		if len(prompt) > 200 {
+			prompt = prompt[:200] + "… (the whole prompt: train artifacts --download)"
+		}
+		fmt.Fprintf(w, "best prompt\t%s\n", prompt)
+	}
+}
 
-// renderMetrics is `train metrics` as a table, one row a step, a column a metric.
-func renderMetrics(w io.Writer, rows []map[string]json.RawMessage, names []string) {
-	if len(names) == 0 {
+// defaultMetricColumns are the headline series `train metrics` shows unless --names says.
+var defaultMetricColumns = []string{"reward", "loss", "entropy", "kl", "grad_norm", "seq_len", "eval_reward", "gepa_best"}
+
+// column is a metric shown by `train metrics`: its key in the rows and its heading.
+type column struct{ key, label string }
+
+// metricColumns turns the names asked for (headline series or metric names; none for the
+// default series) into columns, by the job's own keys for the series.
+func metricColumns(series map[string]string, names []string) ([]column, bool) {
+	explicit := len(names) > 0
+	if !explicit {
+		names = defaultMetricColumns
+	}
+	cols := make([]column, 0, len(names))
+	for _, n := range names {
+		cols = append(cols, column{key: seriesKey(series, n), label: n})
+	}
+	return cols, explicit
+}
+
+// renderMetrics is `train metrics` as a table, one row a step, a column a metric; the
+// default columns show only the series the job has.
+func renderMetrics(w io.Writer, rows []map[string]json.RawMessage, cols []column, explicit bool) {
+	if !explicit {
 		present := map[string]bool{}
 		for _, r := range rows {
 			for k := range r {
 				present[k] = true
 			}
 		}
-		for _, n := range defaultMetricColumns {
-			if present[n] {
-				names = append(names, n)
+		var kept []column
+		for _, c := range cols {
+			if present[c.key] {
+				kept = append(kept, c)
 			}
 		}
+		cols = kept
 	}
 	t := table(w)
 	fmt.Fprint(t, "STEP")
-	for _, n := range names {
-		fmt.Fprintf(t, "\t%s", strings.ToUpper(n))
+	for _, c := range cols {
+		fmt.Fprintf(t, "\t%s", strings.ToUpper(c.label))
 	}
 	fmt.Fprintln(t)
 	for _, r := range rows {
 		fmt.Fprintf(t, "%s", r["step"])
-		for _, n := range names {
+		for _, c := range cols {
 			v := "-"
-			if raw, ok := r[n]; ok {
+			if raw, ok := r[c.key]; ok {
 				var f float64
 				if json.Unmarshal(raw, &f) == nil {
 					v = fmt.Sprintf("%.4f", f)
@@ -166,10 +214,22 @@ func renderMetrics(w io.Writer, rows []map[string]json.RawMessage, names []strin
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "no metrics yet")
 	}
+	if len(cols) > 0 && len(rows) > 0 {
+		var keys []string
+		for _, c := range cols {
+			if c.label != c.key {
+				keys = append(keys, c.label+" = "+c.key)
+			}
+		}
+		if len(keys) > 0 {
+			fmt.Fprintf(w, "(prime-rl's names: %s)\n", strings.Join(keys, ", "))
+		}
+	}
 }
 
 // renderPlot draws one metric over the steps in the terminal.
-func renderPlot(w io.Writer, rows []map[string]json.RawMessage, name string, width, height int) {
+func renderPlot(w io.Writer, rows []map[string]json.RawMessage, c column, width, height int) {
+	name := c.key
 	var ys []float64
 	first, last := 0, 0
 	for _, r := range rows {
@@ -185,11 +245,15 @@ func renderPlot(w io.Writer, rows []map[string]json.RawMessage, name string, wid
 		ys = append(ys, v)
 	}
 	if len(ys) < 2 {
-		fmt.Fprintf(w, "%s: not enough steps to plot (%d)\n", name, len(ys))
+		fmt.Fprintf(w, "%s: not enough steps to plot (%d)\n", c.label, len(ys))
 		return
 	}
+	caption := c.label
+	if c.label != c.key {
+		caption += " (" + c.key + ")"
+	}
 	fmt.Fprintln(w, asciigraph.Plot(ys, asciigraph.Width(width), asciigraph.Height(height),
-		asciigraph.Caption(fmt.Sprintf("%s, steps %d to %d", name, first, last)), asciigraph.Precision(3)))
+		asciigraph.Caption(fmt.Sprintf("%s, steps %d to %d", caption, first, last)), asciigraph.Precision(3)))
 }
 
 func size(b int64) string {
@@ -254,8 +318,13 @@ func renderProgress(out io.Writer, p *client.JobProgress) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "%s\t%.4f\n", n, p.Metrics[n])
+		if label := seriesName(p.Series, n); label != n {
+			fmt.Fprintf(w, "%s\t%.4f  (%s)\n", label, p.Metrics[n], n)
+		} else {
+			fmt.Fprintf(w, "%s\t%.4f\n", n, p.Metrics[n])
+		}
 	}
+	renderResult(w, p.Result)
 	if p.CheckpointStep > 0 {
 		fmt.Fprintf(w, "newest checkpoint\tstep %d\n", p.CheckpointStep)
 	}
@@ -300,7 +369,7 @@ func progressLine(j *job.Job, width int) string {
 	const bar = 20
 	filled := int(frac * bar)
 	line := fmt.Sprintf("%s [%s%s] %d/%d %3.0f%%%s", j.Status, strings.Repeat("#", filled), strings.Repeat(".", bar-filled),
-		p.Step, p.MaxSteps, 100*frac, metricsLine(p.Metrics))
+		p.Step, p.MaxSteps, 100*frac, metricsLine(p))
 	if width > 0 && len(line) > width-1 {
 		line = line[:width-1]
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 var update = flag.Bool("update", false, "rewrite the CLI's golden files under testdata/golden")
@@ -48,12 +49,16 @@ func sampleJobs() []*job.Job {
 		{ID: "01a20201-0000-7000-8000-000000000002", Org: "acme", Kind: "rl", Status: job.Running, Attempt: 1, MaxAttempts: 3,
 			Config: jobspec.Spec{Model: "Qwen/Qwen3-4B-Instruct-2507", Env: []jobspec.Env{{ID: "primeintellect/alphabet-sort"}, {ID: "gsm8k"}},
 				Resources: jobspec.Resources{GPUs: 2, GPUType: "H100"}},
-			Progress: job.Progress{Step: 120, MaxSteps: 300, Metrics: map[string]float64{"reward/all/mean": 0.6123, "entropy/mean": 0.81, "loss/mean": 0.031},
+			Progress: job.Progress{Step: 120, MaxSteps: 300, Metrics: map[string]float64{"train/agg/all/agent/reward/mean": 0.6123, "entropy/all/mean": 0.81, "loss/mean": 0.031},
+				Series:      map[string]string{"reward": "train/agg/all/agent/reward/mean", "entropy": "entropy/all/mean", "loss": "loss/mean"},
 				Checkpoints: 2, CheckpointStep: 100},
-			Runtime: &job.Runtime{AgentID: "node-7", Pipeline: "prime-rl"}, GPUSeconds: 4800, CreatedAt: t0.Add(-2 * time.Hour), StartedAt: &started},
+			Runtime:    &job.Runtime{AgentID: "node-7", Pipeline: "prime-rl", Upstream: &upstream.Versions{PrimeRL: upstream.PrimeRLCommit, Verifiers: upstream.VerifiersCommit, PrimeCLI: "0.6.26"}},
+			GPUSeconds: 4800, CreatedAt: t0.Add(-2 * time.Hour), StartedAt: &started},
 		{ID: "01a20201-0000-7000-8000-000000000001", Org: "acme", Kind: "eval", Status: job.Completed, Attempt: 1, MaxAttempts: 3,
-			Config:   jobspec.Spec{Model: "openai/gpt-4.1-mini", Env: []jobspec.Env{{ID: "my-env"}}},
-			Progress: job.Progress{}, CreatedAt: t0.Add(-50 * time.Hour), StartedAt: &started, FinishedAt: &finished},
+			Config: jobspec.Spec{Model: "openai/gpt-4.1-mini", Env: []jobspec.Env{{ID: "my-env"}}},
+			Progress: job.Progress{Metrics: map[string]float64{"eval/my-env/avg_reward": 0.55}, Series: map[string]string{"eval_reward": "eval/my-env/avg_reward"},
+				Result: &job.Result{Eval: []job.EvalSummary{{Env: "my-env", NumExamples: 100, RolloutsPerExample: 5, Rollouts: 500, AvgReward: ptr(0.55)}}}},
+			CreatedAt: t0.Add(-50 * time.Hour), StartedAt: &started, FinishedAt: &finished},
 		{ID: "01a20201-0000-7000-8000-000000000000", Org: "acme", Kind: "rl", Status: job.Queued, Attempt: 2, MaxAttempts: 3,
 			Config:   jobspec.Spec{Model: "Qwen/Qwen3-30B-A3B-Instruct-2507", Env: []jobspec.Env{{ID: "wiki-search"}}, Resources: jobspec.Resources{GPUs: 8, GPUType: "H100"}},
 			Progress: job.Progress{MaxSteps: 1000}, RunsAhead: &ahead, QueueReason: "waiting for 8×H100: no agent has that many free",
@@ -87,16 +92,19 @@ func TestGoldenCLIViews(t *testing.T) {
 	var rows []map[string]json.RawMessage
 	for step := 1; step <= 30; step++ {
 		r := float64(step) / 40
-		line := fmt.Sprintf(`{"step":%d,"time":1.5,"reward/all/mean":%g,"entropy/mean":%g,"loss/mean":0.03}`, step, 0.2+r*r, 1.2-r/2)
+		line := fmt.Sprintf(`{"step":%d,"time":1.5,"train/agg/all/agent/reward/mean":%g,"entropy/all/mean":%g,"loss/mean":0.03}`, step, 0.2+r*r, 1.2-r/2)
 		var row map[string]json.RawMessage
 		_ = json.Unmarshal([]byte(line), &row)
 		rows = append(rows, row)
 	}
 	b.Reset()
-	renderMetrics(&b, rows[:5], nil)
+	series := jobs[0].Progress.Series
+	cols, explicit := metricColumns(series, nil)
+	renderMetrics(&b, rows[:5], cols, explicit)
 	golden(t, "metrics.txt", b.Bytes())
 	b.Reset()
-	renderPlot(&b, rows, "reward/all/mean", 60, 10)
+	cols, _ = metricColumns(series, []string{"reward"})
+	renderPlot(&b, rows, cols[0], 60, 10)
 	golden(t, "metrics-plot.txt", b.Bytes())
 
 	at := t0.Add(time.Hour)
@@ -111,7 +119,7 @@ func TestGoldenCLIViews(t *testing.T) {
 	pace, eta, el := 2.5, 450.0, 300.0
 	b.Reset()
 	renderProgress(&b, &client.JobProgress{JobID: jobs[0].ID, Status: job.Running, Step: 120, MaxSteps: 300, Percent: 40,
-		Metrics: jobs[0].Progress.Metrics, CheckpointStep: 100, StepSeconds: &pace, ETASeconds: &eta, ElapsedSeconds: &el})
+		Metrics: jobs[0].Progress.Metrics, Series: jobs[0].Progress.Series, CheckpointStep: 100, StepSeconds: &pace, ETASeconds: &eta, ElapsedSeconds: &el})
 	golden(t, "progress.txt", b.Bytes())
 
 	var u client.Usage
@@ -124,3 +132,5 @@ func TestGoldenCLIViews(t *testing.T) {
 
 	golden(t, "progress-line.txt", []byte(progressLine(jobs[0], 0)+"\n"))
 }
+
+func ptr(f float64) *float64 { return &f }

@@ -5,119 +5,226 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"hash/fnv"
 	"io"
-	"math"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
 )
 
-// banner opens the output and every log, so nobody mistakes this for a real run.
-const banner = "EMULATED prime-rl: hostedtrain's stand-in for prime-rl and the prime CLI; no GPU work is done and no model is called"
-
-type config struct {
-	configFiles []string
-	outputDir   string
-	runName     string
-	resume      bool
-	maxSteps    int // from --max-steps; 0: from the config
-
+// emulation are the --emulate.* flags: pace, faults, and where the emulated world is.
+type emulation struct {
 	stepTime    time.Duration
-	stepWork    int // MiB hashed a step: CPU work that a concurrent upload can slow
+	stepWork    int // MiB hashed a step instead of sleeping: a step that needs the CPU
 	crashAtStep int
+	nanLossAt   int
 	ckptBytes   int64
+	ckptTime    time.Duration
+	serveDelay  time.Duration
+	check       []string // upstream's config check (the conformance kit's check.py)
+	venv        string   // the emulated prime-rl's Python environment
 }
 
-func parseArgs(args []string) (config, error) {
-	var c config
-	// prime-rl takes `@ file` (or `@file`) before its flags; take those off first.
+func (e *emulation) flag(name, value string) (bool, error) {
+	var err error
+	switch name {
+	case "step-time":
+		e.stepTime, err = time.ParseDuration(value)
+	case "step-work":
+		e.stepWork, err = strconv.Atoi(value)
+	case "crash-at-step":
+		e.crashAtStep, err = strconv.Atoi(value)
+	case "nan-loss-at-step":
+		e.nanLossAt, err = strconv.Atoi(value)
+	case "ckpt-bytes":
+		e.ckptBytes, err = strconv.ParseInt(value, 10, 64)
+	case "ckpt-time":
+		e.ckptTime, err = time.ParseDuration(value)
+	case "serve-delay":
+		e.serveDelay, err = time.ParseDuration(value)
+	case "check":
+		e.check = strings.Fields(value)
+	case "venv":
+		e.venv = value
+	default:
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("--emulate.%s %q: %w", name, value, err)
+	}
+	return true, nil
+}
+
+// rlArgs is `rl @ FILE ... --output-dir D --run.name N [--resume[.step N]]`.
+type rlArgs struct {
+	files      []string
+	outputDir  string
+	runName    string
+	resume     bool
+	resumeStep int
+	dryRun     bool
+	em         emulation
+}
+
+// parseCommon splits args into --emulate.* flags (applied to em) and the rest.
+func parseCommon(args []string, em *emulation) ([]string, error) {
 	var rest []string
 	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "@":
-			if i+1 >= len(args) {
-				return c, errors.New("@ needs a config file after it")
-			}
-			c.configFiles = append(c.configFiles, args[i+1])
+		name, ok := strings.CutPrefix(args[i], "--emulate.")
+		if !ok {
+			rest = append(rest, args[i])
+			continue
+		}
+		value := ""
+		if n, v, has := strings.Cut(name, "="); has {
+			name, value = n, v
+		} else if i+1 < len(args) {
+			value = args[i+1]
 			i++
-		case strings.HasPrefix(a, "@"):
-			c.configFiles = append(c.configFiles, a[1:])
-		default:
-			rest = append(rest, a)
+		}
+		known, err := em.flag(name, value)
+		if err != nil {
+			return nil, err
+		}
+		if !known {
+			return nil, fmt.Errorf("unknown flag --emulate.%s", name)
 		}
 	}
-	fs := flag.NewFlagSet("rl", flag.ContinueOnError)
-	fs.StringVar(&c.outputDir, "output-dir", "outputs", "where runs are written")
-	fs.StringVar(&c.runName, "run.name", "run", "the run's name (its folder under --output-dir)")
-	fs.BoolVar(&c.resume, "resume", false, "continue from the newest checkpoint of the run")
-	fs.IntVar(&c.maxSteps, "max-steps", 0, "override max_steps")
-	fs.DurationVar(&c.stepTime, "emulate.step-time", 200*time.Millisecond, "emulated time a training step takes")
-	fs.IntVar(&c.stepWork, "emulate.step-work", 0, "MiB to hash each step instead of sleeping: a step that needs the CPU")
-	fs.IntVar(&c.crashAtStep, "emulate.crash-at-step", 0, "exit with an error at this step (0: never)")
-	fs.Int64Var(&c.ckptBytes, "emulate.ckpt-bytes", 64<<10, "bytes of emulated weights in each checkpoint")
-	if err := fs.Parse(rest); err != nil {
-		return c, err
-	}
-	if len(c.configFiles) == 0 {
-		return c, errors.New("no config: usage: prime-rl-emulator @ rl.toml --output-dir DIR --run.name NAME")
-	}
-	return c, nil
+	return rest, nil
 }
 
-// rlConfig is the part of prime-rl's rl.toml the emulator reads.
+func parseRL(args []string) (rlArgs, error) {
+	a := rlArgs{outputDir: "outputs", em: emulation{stepTime: 200 * time.Millisecond, ckptBytes: 64 << 10}}
+	rest, err := parseCommon(args, &a.em)
+	if err != nil {
+		return a, err
+	}
+	for i := 0; i < len(rest); i++ {
+		arg := rest[i]
+		next := func() (string, error) {
+			if i+1 >= len(rest) {
+				return "", fmt.Errorf("%s needs a value", arg)
+			}
+			i++
+			return rest[i], nil
+		}
+		switch {
+		case arg == "@":
+			f, err := next()
+			if err != nil {
+				return a, err
+			}
+			a.files = append(a.files, f)
+		case strings.HasPrefix(arg, "@"):
+			a.files = append(a.files, arg[1:])
+		case arg == "--output-dir":
+			if a.outputDir, err = next(); err != nil {
+				return a, err
+			}
+		case arg == "--run.name":
+			if a.runName, err = next(); err != nil {
+				return a, err
+			}
+		case arg == "--resume":
+			a.resume = true
+		case arg == "--resume.step":
+			v, err := next()
+			if err != nil {
+				return a, err
+			}
+			if a.resumeStep, err = strconv.Atoi(v); err != nil || a.resumeStep < 1 {
+				return a, fmt.Errorf("--resume.step %q: want a step ≥ 1", v)
+			}
+			a.resume = true
+		case arg == "--dry-run":
+			a.dryRun = true
+		default:
+			return a, fmt.Errorf("unrecognized argument %q", arg)
+		}
+	}
+	if len(a.files) == 0 {
+		return a, errors.New("no config: usage: rl @ rl.toml --output-dir DIR --run.name NAME")
+	}
+	return a, nil
+}
+
+// rlConfig is what the emulator reads of a resolved rl config (a generic TOML tree).
 type rlConfig struct {
-	MaxSteps int `toml:"max_steps"`
-	Model    struct {
-		Name string `toml:"name"`
-	} `toml:"model"`
-	Orchestrator struct {
-		BatchSize int `toml:"batch_size"`
-		GroupSize int `toml:"group_size"`
-		Train     struct {
-			Source []struct {
-				Name string `toml:"name"`
-			} `toml:"source"`
-		} `toml:"train"`
-	} `toml:"orchestrator"`
-	Ckpt struct {
-		Interval int `toml:"interval"`
-		KeepLast int `toml:"keep_last"`
-	} `toml:"ckpt"`
+	tree       map[string]any
+	maxSteps   int
+	model      string
+	inference  bool
+	lora       bool
+	ckpt       bool
+	interval   int
+	train      []string // source names
+	eval       []string
+	evalEvery  int
+	batchSize  int
+	tasksets   []string // train then eval
+	wbType     string
+	ports      map[string]int
+	infer, trn int
 }
 
-// loadConfig composes the files left to right, as prime-rl does: later files win key by key.
-func loadConfig(files []string) (rlConfig, error) {
+func get(tree map[string]any, path string) (any, bool) {
+	var node any = tree
+	for _, p := range strings.Split(path, ".") {
+		m, ok := node.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if node, ok = m[p]; !ok {
+			return nil, false
+		}
+	}
+	return node, true
+}
+
+func getInt(tree map[string]any, path string, def int) int {
+	v, ok := get(tree, path)
+	if !ok {
+		return def
+	}
+	switch x := v.(type) {
+	case int64:
+		return int(x)
+	case float64:
+		return int(x)
+	}
+	return def
+}
+
+func getString(tree map[string]any, path string) string {
+	v, _ := get(tree, path)
+	s, _ := v.(string)
+	return s
+}
+
+func loadTree(files []string) (map[string]any, error) {
 	merged := map[string]any{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return rlConfig{}, err
+			return nil, err
 		}
 		var m map[string]any
 		if err := toml.Unmarshal(b, &m); err != nil {
-			return rlConfig{}, fmt.Errorf("%s: %w", f, err)
+			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		merge(merged, m)
 	}
-	b, err := toml.Marshal(merged)
-	if err != nil {
-		return rlConfig{}, err
-	}
-	var c rlConfig
-	if err := toml.Unmarshal(b, &c); err != nil {
-		return rlConfig{}, err
-	}
-	return c, nil
+	return merged, nil
 }
 
 func merge(dst, src map[string]any) {
@@ -132,134 +239,581 @@ func merge(dst, src map[string]any) {
 	}
 }
 
-type runner struct {
-	cfg  config
-	rl   rlConfig
-	dir  string // output-dir/run-name
-	logs map[string]*os.File
-	out  io.Writer
-	rng  *rand.Rand
-	bias float64
+// The fields prime-rl's RLConfig and a train/eval source take (prime_rl/configs/rl.py and
+// orchestrator.py at the pinned commit): without the upstream check, a key outside them is
+// refused as pydantic refuses it ("Extra inputs are not permitted").
+var (
+	rlTopFields = set("trainer", "orchestrator", "inference", "env_vars", "run", "output_dir", "clean", "log", "ckpt",
+		"resume", "monitors", "model", "tokenizer", "max_steps", "seq_len", "weight_broadcast", "rollout_transport",
+		"deployment", "slurm", "dry_run")
+	sourceFields = set("env", "serve", "name", "ratio", "sampling", "group_size", "algo", "curriculum", "num_examples", "interval")
+)
+
+func set(names ...string) map[string]bool {
+	m := map[string]bool{}
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
 }
 
-func run(ctx context.Context, cfg config, out io.Writer) int {
-	fmt.Fprintln(out, banner)
-	rl, err := loadConfig(cfg.configFiles)
-	if err != nil {
-		fmt.Fprintln(out, "error: config:", err)
-		return 2
-	}
-	if cfg.maxSteps > 0 {
-		rl.MaxSteps = cfg.maxSteps
-	}
-	if rl.MaxSteps <= 0 {
-		fmt.Fprintln(out, "error: max_steps must be set and positive")
-		return 2
-	}
-	r := &runner{cfg: cfg, rl: rl, dir: filepath.Join(cfg.outputDir, cfg.runName), out: out}
-	if err := r.run(ctx); err != nil {
-		if errors.Is(err, context.Canceled) {
-			r.logAt("trainer", "WARNING", "received SIGTERM: shutting down")
-			fmt.Fprintln(out, "terminated")
-			return 143
+func sources(tree map[string]any, path string) []map[string]any {
+	v, _ := get(tree, path)
+	list, _ := v.([]any)
+	var out []map[string]any
+	for _, e := range list {
+		if m, ok := e.(map[string]any); ok {
+			out = append(out, m)
 		}
-		r.logAt("trainer", "ERROR", err.Error())
-		fmt.Fprintln(out, "error:", err)
+	}
+	return out
+}
+
+// resolve reads the config as prime-rl would resolve it, refusing what prime-rl's field
+// names refuse.
+func resolve(tree map[string]any) (*rlConfig, []string) {
+	var errs []string
+	for k := range tree {
+		if !rlTopFields[k] {
+			errs = append(errs, fmt.Sprintf("%s: Extra inputs are not permitted", k))
+		}
+	}
+	if _, ok := tree["trainer"]; !ok {
+		errs = append(errs, "trainer: Field required")
+	}
+	if _, ok := tree["orchestrator"]; !ok {
+		errs = append(errs, "orchestrator: Field required")
+	}
+	c := &rlConfig{tree: tree, ports: map[string]int{}}
+	c.maxSteps = getInt(tree, "max_steps", getInt(tree, "trainer.max_steps", 0))
+	c.model = getString(tree, "model.name")
+	_, c.inference = tree["inference"]
+	_, c.lora = get(tree, "trainer.model.lora")
+	_, c.ckpt = tree["ckpt"]
+	if _, ok := get(tree, "trainer.ckpt"); ok {
+		c.ckpt = true
+	}
+	c.interval = getInt(tree, "ckpt.interval", getInt(tree, "trainer.ckpt.interval", 0))
+	c.batchSize = getInt(tree, "orchestrator.batch_size", 128)
+	c.evalEvery = getInt(tree, "orchestrator.eval.interval", 100)
+	for split, path := range map[string]string{"train": "orchestrator.train.source", "eval": "orchestrator.eval.source"} {
+		for i, s := range sources(tree, path) {
+			for k := range s {
+				if !sourceFields[k] {
+					errs = append(errs, fmt.Sprintf("%s.%d.%s: Extra inputs are not permitted", path, i, k))
+				}
+			}
+			id := getString(s, "env.taskset.id")
+			if id == "" {
+				errs = append(errs, fmt.Sprintf("%s.%d: Value error, no env configured — set env = { taskset = { id = \"<id>\" } }", path, i))
+			}
+			name, _ := s["name"].(string)
+			if name == "" {
+				name = id
+			}
+			if split == "train" {
+				c.train = append(c.train, name)
+			} else {
+				c.eval = append(c.eval, name)
+			}
+			c.tasksets = append(c.tasksets, id)
+		}
+	}
+	c.infer, c.trn = getInt(tree, "deployment.num_infer_gpus", 1), getInt(tree, "deployment.num_train_gpus", 1)
+	c.wbType = getString(tree, "weight_broadcast.type")
+	if c.wbType == "" {
+		c.wbType = "filesystem"
+		if c.inference && !c.lora {
+			c.wbType = "nccl"
+		}
+	}
+	if c.maxSteps <= 0 {
+		errs = append(errs, "max_steps: the emulator needs max_steps")
+	}
+	// The ports prime-rl binds, from the keys that move them (traces: ports).
+	serverPort := getInt(tree, "inference.server.port", 8000)
+	if c.inference {
+		c.ports["inference router (inference.server.port)"] = serverPort
+		c.ports["vLLM engine (inference.backend_port)"] = getInt(tree, "inference.backend_port", serverPort+100)
+		c.ports["vLLM data-parallel RPC (inference.vllm.data_parallel_rpc_port)"] = getInt(tree, "inference.vllm.data_parallel_rpc_port", 13345)
+	}
+	if c.wbType == "nccl" {
+		c.ports["NCCL weight broadcast (weight_broadcast.port)"] = getInt(tree, "weight_broadcast.port", 29501)
+	}
+	zmq := getInt(tree, "rollout_transport.port", 5555)
+	c.ports["ZMQ rollout transport (rollout_transport.port)"] = zmq
+	c.ports["ZMQ ready socket (rollout_transport.port + 1)"] = zmq + 1
+	base := getInt(tree, "orchestrator.env_server_base_port", 5000)
+	for i, name := range append(append([]string{}, c.train...), c.eval...) {
+		c.ports[fmt.Sprintf("env server %s (orchestrator.env_server_base_port + %d)", name, i)] = base + i
+	}
+	if base := getString(tree, "orchestrator.model.client.base_url"); base != "" && c.inference &&
+		!strings.Contains(base, ":"+strconv.Itoa(serverPort)+"/") && !strings.HasSuffix(base, ":"+strconv.Itoa(serverPort)) {
+		errs = append(errs, fmt.Sprintf("orchestrator.model.client.base_url (%s) does not use inference.server.port (%d)", base, serverPort))
+	}
+	return c, errs
+}
+
+// upstreamCheck runs upstream's own config check (--emulate.check: the conformance kit's
+// check.py) on the file as `rl` would load it; the errors it reports, if any.
+func upstreamCheck(ctx context.Context, check []string, kind string, file string, extra ...string) ([]string, error) {
+	argv := append(append(append([]string{}, check[1:]...), kind, file), extra...)
+	out, err := execOutput(ctx, check[0], argv...)
+	var ee *exitError
+	if err != nil && !errors.As(err, &ee) {
+		return nil, fmt.Errorf("upstream check %v: %w", check, err)
+	}
+	var res struct {
+		OK     bool `json:"ok"`
+		Errors []struct {
+			Loc string `json:"loc"`
+			Msg string `json:"msg"`
+		} `json:"errors"`
+	}
+	line := strings.TrimSpace(string(out))
+	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
+		line = line[i+1:]
+	}
+	if err := json.Unmarshal([]byte(line), &res); err != nil {
+		return nil, fmt.Errorf("upstream check said %q: %w", line, err)
+	}
+	var errs []string
+	for _, e := range res.Errors {
+		if e.Loc != "" {
+			errs = append(errs, e.Loc+": "+e.Msg)
+		} else {
+			errs = append(errs, e.Msg)
+		}
+	}
+	if !res.OK && len(errs) == 0 {
+		errs = append(errs, "refused")
+	}
+	return errs, nil
+}
+
+// runRL emulates `uv run rl @ rl.toml ...`.
+func runRL(ctx context.Context, args []string, out io.Writer) int {
+	a, err := parseRL(args)
+	if err != nil {
+		return fail(out, 2, "error: %v", err)
+	}
+	fmt.Fprintln(out, banner)
+	tree, err := loadTree(a.files)
+	if err != nil {
+		return fail(out, 1, "Config file error: %v", err)
+	}
+	if a.runName != "" {
+		tree["run"] = map[string]any{"name": a.runName}
+	}
+	c, errs := resolve(tree)
+	if len(a.em.check) > 0 {
+		extra := []string{"--output-dir", a.outputDir}
+		if a.runName != "" {
+			extra = append(extra, "--run-name", a.runName)
+		}
+		if a.resumeStep > 0 {
+			extra = append(extra, "--set", "resume.step="+strconv.Itoa(a.resumeStep))
+		} else if a.resume {
+			extra = append(extra, "--resume")
+		}
+		// upstream's own validation is the authority: it replaces the field-name check
+		errs, err = upstreamCheck(ctx, a.em.check, "prime-rl", a.files[len(a.files)-1], extra...)
+		if err != nil {
+			return fail(out, 1, "error: %v", err)
+		}
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		return fail(out, 1, "Config file error (%d):\n  %s", len(errs), strings.Join(errs, "\n  "))
+	}
+	if a.runName == "" {
+		a.runName = "run"
+	}
+	runDir := filepath.Join(a.outputDir, a.runName)
+	if err := validateRunDir(runDir, a.resume); err != nil {
+		return fail(out, 1, "%v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(runDir, "configs"), 0o755); err != nil {
+		return fail(out, 1, "error: %v", err)
+	}
+	if b, err := toml.Marshal(tree); err == nil {
+		_ = os.WriteFile(filepath.Join(runDir, "configs", "rl.toml"), b, 0o644)
+	}
+	if a.dryRun {
+		fmt.Fprintln(out, loguru("SUCCESS", "Dry run complete. To start an RL run locally, remove --dry-run from your command."))
+		return 0
+	}
+	r := &rlRun{args: a, cfg: c, dir: runDir, out: out}
+	return r.run(ctx)
+}
+
+// validateRunDir is prime-rl's guard: without a resume, a run folder that holds anything but
+// configs/ (and SLURM files) is refused.
+func validateRunDir(dir string, resuming bool) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil || resuming {
+		return nil
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if n == "configs" || n == "rl.sbatch" || n == "sft.sbatch" || (strings.HasPrefix(n, "job_") && strings.HasSuffix(n, ".log")) {
+			continue
+		}
+		return fmt.Errorf("FileExistsError: run directory %s already exists and holds %s; resume it (--resume) or set clean = true", dir, n)
+	}
+	return nil
+}
+
+// rlRun is one emulated `rl` launch.
+type rlRun struct {
+	args  rlArgs
+	cfg   *rlConfig
+	dir   string
+	out   io.Writer
+	logs  *componentLogs
+	curve progressCurve
+}
+
+func (r *rlRun) run(ctx context.Context) int {
+	a, c := r.args, r.cfg
+	var err error
+	if r.logs, err = openLogs(r.dir, c); err != nil {
+		return fail(r.out, 1, "error: %v", err)
+	}
+	defer r.logs.close()
+	r.logs.log("orchestrator", "INFO", banner)
+	r.logs.log("trainer", "INFO", banner)
+
+	start := 0
+	if a.resume {
+		step, err := resumeStep(filepath.Join(r.dir, "checkpoints"), a.resumeStep)
+		if err != nil {
+			r.logs.log("trainer", "ERROR", err.Error())
+			fmt.Fprintln(r.out, loguru("ERROR", "Trainer failed with exit code 1"))
+			return 1
+		}
+		start = step
+		fmt.Fprintln(r.out, loguru("INFO", fmt.Sprintf("Resuming from step %d, cleaning future rollouts and broadcasts", step)))
+	} else {
+		fmt.Fprintln(r.out, loguru("INFO", "Training from scratch, cleaning any stale rollouts and broadcasts"))
+	}
+	if !c.inference {
+		fmt.Fprintln(r.out, loguru("WARNING", "No [inference] block configured - the policy inference server will not be started here."))
+	}
+
+	// The processes come up: each binds its ports. A port another run holds is the failure
+	// prime-rl meets.
+	listeners, err := bindPorts(c.ports)
+	if err != nil {
+		r.logs.log("orchestrator", "ERROR", err.Error())
+		fmt.Fprintln(r.out, loguru("ERROR", "Orchestrator failed with exit code 1"))
 		return 1
 	}
-	return 0
-}
-
-func (r *runner) run(ctx context.Context) error {
-	first := 1
-	if r.cfg.resume {
-		if s := newestCheckpoint(filepath.Join(r.dir, "checkpoints")); s > 0 {
-			first = s + 1
+	defer closeAll(listeners)
+	if c.inference {
+		r.logs.vllm("INFO", fmt.Sprintf("Starting vLLM API server on http://0.0.0.0:%d", c.ports["vLLM engine (inference.backend_port)"]))
+		go serveHealth(listeners[c.ports["inference router (inference.server.port)"]], c.model, "")
+	}
+	for _, name := range c.train {
+		r.logs.log(envLog("train", name), "INFO", "env server listening")
+	}
+	for _, name := range c.eval {
+		r.logs.log(envLog("eval", name), "INFO", "env server listening")
+	}
+	// Tasksets are imported from prime-rl's Python: a Hub environment must have been
+	// installed there; a bare name is one of prime-rl's own.
+	for _, id := range c.tasksets {
+		if !installed(r.args.em.venv, id) {
+			msg := fmt.Sprintf("ModuleNotFoundError: taskset %q not found (tried to import %q). A taskset is a package exporting its Taskset subclass via `__all__` — any other package must already be installed.", id, moduleName(id))
+			r.logs.log("orchestrator", "ERROR", msg)
+			fmt.Fprintln(r.out, loguru("ERROR", "Orchestrator failed with exit code 1"))
+			return 1
 		}
 	}
-	if err := r.openLogs(); err != nil {
-		return err
+	if !c.inference {
+		// The orchestrator waits for a policy server that nobody starts.
+		r.logs.log("orchestrator", "INFO", "Waiting for the inference pool at http://localhost:8000/v1 to be ready")
+		<-ctx.Done()
+		return r.sigterm()
 	}
-	defer r.closeLogs()
 
 	seed := fnv.New64a()
-	seed.Write([]byte(r.cfg.runName))
-	r.rng = rand.New(rand.NewPCG(seed.Sum64(), 42))
-	r.bias = 0.1 + 0.2*r.rng.Float64()
-	r.log("trainer", fmt.Sprintf("model=%s max_steps=%d batch_size=%d group_size=%d start_step=%d",
-		r.rl.Model.Name, r.rl.MaxSteps, r.rl.Orchestrator.BatchSize, r.rl.Orchestrator.GroupSize, first))
-	r.log("inference", "vLLM server ready (emulated)")
-
+	seed.Write([]byte(a.runName))
+	rng := rand.New(rand.NewPCG(seed.Sum64(), 42))
+	r.curve = progressCurve{bias: 0.1 + 0.2*rng.Float64(), maxSteps: c.maxSteps, rng: rng}
 	metrics, err := os.OpenFile(filepath.Join(r.dir, "metrics.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return fail(r.out, 1, "error: %v", err)
 	}
 	defer metrics.Close()
+	write := func(row map[string]any) error {
+		b, err := json.Marshal(row)
+		if err != nil {
+			return err
+		}
+		_, err = metrics.Write(append(b, '\n'))
+		return err
+	}
 
-	tick := time.NewTicker(r.cfg.stepTime)
+	// The orchestrator ships batches ahead of the trainer: batch N goes once the trainer has
+	// published policy v(N-2) (traces: orchestrator_lead).
+	shipped, trained := start, start
+	ship := func() error {
+		shipped++
+		if err := write(r.curve.orchestratorRow(shipped, c.train, c.batchSize)); err != nil {
+			return err
+		}
+		r.logs.log("orchestrator", "INFO", fmt.Sprintf("Shipped batch %d (%d rollouts)", shipped, c.batchSize))
+		for _, name := range c.train {
+			r.logs.log(envLog("train", name), "INFO", fmt.Sprintf("step %d: %d rollouts scored", shipped, c.batchSize))
+		}
+		if len(c.eval) > 0 && shipped%c.evalEvery == 0 {
+			for _, name := range c.eval {
+				if err := write(r.curve.evalRow(shipped, name)); err != nil {
+					return err
+				}
+				r.logs.log(envLog("eval", name), "INFO", fmt.Sprintf("eval at step %d done", shipped))
+			}
+		}
+		if c.ckpt && c.interval > 0 && shipped%c.interval == 0 && shipped < c.maxSteps {
+			return r.orchestratorCheckpoint(shipped)
+		}
+		return nil
+	}
+	for shipped < min(start+2, c.maxSteps) {
+		if err := ship(); err != nil {
+			return fail(r.out, 1, "error: %v", err)
+		}
+	}
+	tick := time.NewTicker(a.em.stepTime)
 	defer tick.Stop()
-	work := newWork(r.cfg.stepWork)
-	for step := first; step <= r.rl.MaxSteps; step++ {
+	work := newWork(a.em.stepWork)
+	for trained < c.maxSteps {
 		began := time.Now()
 		if work != nil {
-			if err := ctx.Err(); err != nil {
-				return err
+			if ctx.Err() != nil {
+				return r.sigterm()
 			}
 			work.do()
 		} else {
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return r.sigterm()
 			case <-tick.C:
 			}
 		}
-		if r.cfg.crashAtStep > 0 && step == r.cfg.crashAtStep {
-			return fmt.Errorf("RuntimeError: CUDA error: an illegal memory access was encountered (emulated crash at step %d)", step)
+		trained++
+		if a.em.crashAtStep == trained {
+			r.logs.log("trainer", "ERROR", fmt.Sprintf("RuntimeError: CUDA error: an illegal memory access was encountered (emulated crash at step %d)", trained))
+			fmt.Fprintln(r.out, loguru("ERROR", "Trainer failed with exit code 1"))
+			return 1
 		}
-		m := r.metrics(step)
+		drop := a.em.nanLossAt == trained
+		rows := r.curve.trainerRows(trained, c.train, drop)
 		if work != nil {
-			m["time/step"] = time.Since(began).Seconds()
+			rows[3]["time/step"] = time.Since(began).Seconds()
 		}
-		line, _ := json.Marshal(m)
-		if _, err := metrics.Write(append(line, '\n')); err != nil {
-			return err
+		if drop {
+			r.logs.log("trainer", "WARNING", "Dropping non-finite metric values from the metrics row: loss/mean, loss/median, loss/std, loss/min, loss/max")
 		}
-		r.log("orchestrator", fmt.Sprintf("step %d | reward %.4f | seq_len %.0f", step, m["reward/all/mean"], m["seq_len/mean"]))
-		r.log("trainer", fmt.Sprintf("step %d | loss %.4f | grad_norm %.4f | entropy %.4f", step, m["loss/mean"], m["optim/grad_norm"], m["entropy/mean"]))
-		for _, s := range r.rl.Orchestrator.Train.Source {
-			r.log(envLog(s.Name), fmt.Sprintf("step %d | %d rollouts scored", step, max(1, r.rl.Orchestrator.BatchSize)))
+		for _, row := range rows {
+			if err := write(row); err != nil {
+				return fail(r.out, 1, "error: %v", err)
+			}
 		}
-		if r.rl.Ckpt.Interval > 0 && step%r.rl.Ckpt.Interval == 0 {
-			if err := r.checkpoint(step); err != nil {
-				return err
+		loss, _ := rows[2]["loss/mean"].(float64)
+		r.logs.log("trainer", "SUCCESS", fmt.Sprintf("Step %d | %5.1fs | Loss %.4f | Entropy %.4f | Grad. Norm %.4f | LR 1.00e-04 | Throughput %.0f tokens/s",
+			trained, time.Since(began).Seconds(), loss, rows[2]["entropy/all/mean"], rows[1]["optim/grad_norm"], rows[0]["perf/throughput"]))
+		if c.ckpt && c.interval > 0 && trained%c.interval == 0 && trained < c.maxSteps {
+			if code, stop := r.trainerCheckpoint(ctx, trained); stop {
+				return code
+			}
+		}
+		if shipped < c.maxSteps {
+			if err := ship(); err != nil {
+				return fail(r.out, 1, "error: %v", err)
 			}
 		}
 	}
-	r.log("trainer", fmt.Sprintf("training finished after step %d", r.rl.MaxSteps))
-	fmt.Fprintln(r.out, "done")
+	if c.ckpt {
+		if code, stop := r.trainerCheckpoint(ctx, c.maxSteps); stop {
+			return code
+		}
+		// At a clean shutdown the orchestrator saves its progress for the last step.
+		if err := r.orchestratorCheckpoint(c.maxSteps); err != nil {
+			return fail(r.out, 1, "error: %v", err)
+		}
+	}
+	r.logs.log("trainer", "SUCCESS", fmt.Sprintf("Training finished after step %d", c.maxSteps))
+	fmt.Fprintln(r.out, loguru("SUCCESS", "RL training finished!"))
+	return 0
+}
+
+// sigterm is prime-rl's launcher on SIGTERM: it terminates every child (which die at once,
+// writing no checkpoint) and exits 1.
+func (r *rlRun) sigterm() int {
+	fmt.Fprintln(r.out, loguru("WARNING", "Received SIGTERM, terminating all processes..."))
+	return 1
+}
+
+// resumeStep is the step a resume starts from: the one asked for, else the highest step_N
+// folder (prime-rl checks nothing more); its trainer part must exist.
+func resumeStep(ckptDir string, want int) (int, error) {
+	step := want
+	if step == 0 {
+		entries, _ := os.ReadDir(ckptDir)
+		for _, e := range entries {
+			if n, ok := strings.CutPrefix(e.Name(), "step_"); ok {
+				if s, err := strconv.Atoi(n); err == nil && s > step {
+					step = s
+				}
+			}
+		}
+	}
+	trainer := filepath.Join(ckptDir, fmt.Sprintf("step_%d", step), "trainer")
+	if fi, err := os.Stat(trainer); step == 0 || err != nil || !fi.IsDir() {
+		return 0, fmt.Errorf("FileNotFoundError: Checkpoint not found at %s", trainer)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(trainer), "orchestrator", "progress.pt")); err != nil {
+		return 0, fmt.Errorf("FileNotFoundError: Orchestrator checkpoint not found at %s", filepath.Join(filepath.Dir(trainer), "orchestrator"))
+	}
+	return step, nil
+}
+
+// trainerCheckpoint writes checkpoints/step_N/trainer as torch.distributed.checkpoint does:
+// the shard files, then .metadata last. A SIGTERM meanwhile leaves it without .metadata.
+func (r *rlRun) trainerCheckpoint(ctx context.Context, step int) (int, bool) {
+	dir := filepath.Join(r.dir, "checkpoints", fmt.Sprintf("step_%d", step), "trainer")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fail(r.out, 1, "error: %v", err), true
+	}
+	f, err := os.Create(filepath.Join(dir, "__0_0.distcp"))
+	if err != nil {
+		return fail(r.out, 1, "error: %v", err), true
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(step + i)
+	}
+	for left := r.args.em.ckptBytes; left > 0; {
+		n := min(left, int64(len(buf)))
+		if _, err := f.Write(buf[:n]); err != nil {
+			f.Close()
+			return fail(r.out, 1, "error: %v", err), true
+		}
+		left -= n
+	}
+	f.Close()
+	if d := r.args.em.ckptTime; d > 0 {
+		select {
+		case <-ctx.Done():
+			return r.sigterm(), true
+		case <-time.After(d):
+		}
+	}
+	meta, _ := json.Marshal(map[string]any{"emulated": true, "step": step, "state": []string{"app.model", "app.optimizers", "app.scheduler", "app.progress"}})
+	if err := os.WriteFile(filepath.Join(dir, ".metadata"), meta, 0o644); err != nil {
+		return fail(r.out, 1, "error: %v", err), true
+	}
+	r.logs.log("trainer", "INFO", fmt.Sprintf("Saved checkpoint to %s", filepath.Dir(dir)))
+	return 0, false
+}
+
+// orchestratorCheckpoint writes checkpoints/step_N/orchestrator/progress.pt atomically (a
+// temporary file renamed into place), as the orchestrator does.
+func (r *rlRun) orchestratorCheckpoint(step int) error {
+	dir := filepath.Join(r.dir, "checkpoints", fmt.Sprintf("step_%d", step), "orchestrator")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(map[string]any{"emulated": true, "progress": map[string]int{"step": step}})
+	tmp := filepath.Join(dir, ".progress.pt.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "progress.pt")); err != nil {
+		return err
+	}
+	r.logs.log("orchestrator", "INFO", fmt.Sprintf("Saved orchestrator checkpoint for step %d", step))
 	return nil
 }
 
-// metrics makes a plausible step: reward climbs towards a plateau, entropy falls.
-func (r *runner) metrics(step int) map[string]any {
-	x := float64(step) / float64(max(r.rl.MaxSteps, 1))
-	noise := func(s float64) float64 { return (r.rng.Float64() - 0.5) * s }
-	reward := r.bias + (0.85-r.bias)*(1-math.Exp(-3*x)) + noise(0.04)
-	return map[string]any{
-		"step":             step,
-		"time":             float64(time.Now().UnixMilli()) / 1000,
-		"reward/all/mean":  round(reward),
-		"reward/all/std":   round(0.25 - 0.1*x + noise(0.02)),
-		"entropy/mean":     round(1.2 - 0.6*x + noise(0.03)),
-		"mismatch_kl/mean": round(0.002 + noise(0.001)),
-		"loss/mean":        round(0.05 - 0.03*x + noise(0.01)),
-		"optim/grad_norm":  round(0.4 - 0.2*x + noise(0.05)),
-		"perf/throughput":  round(5000 + noise(400)),
-		"seq_len/mean":     round(400 + 200*x + noise(30)),
+// bindPorts listens on each port the run's processes bind; the first that is taken fails the
+// run as "Address already in use" fails the process that meets it.
+func bindPorts(ports map[string]int) (map[int]net.Listener, error) {
+	names := make([]string, 0, len(ports))
+	for n := range ports {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return ports[names[i]] < ports[names[j]] })
+	out := map[int]net.Listener{}
+	for _, n := range names {
+		p := ports[n]
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			closeAll(out)
+			return nil, fmt.Errorf("OSError: [Errno 98] Address already in use: port %d, the %s", p, n)
+		}
+		out[p] = ln
+	}
+	return out, nil
+}
+
+func closeAll(ls map[int]net.Listener) {
+	for _, l := range ls {
+		l.Close()
 	}
 }
 
-func round(f float64) float64 { return math.Round(f*1e4) / 1e4 }
+// serveHealth answers like vLLM's OpenAI server on ln: /health, /v1/models and a canned
+// /v1/chat/completions, requiring key when it is set.
+func serveHealth(ln net.Listener, model, key string) {
+	if ln == nil {
+		return
+	}
+	_ = http.Serve(ln, openAIHandler(model, key, nil))
+}
+
+var completions sync.Mutex
+
+func openAIHandler(model, key string, logf func(string)) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	auth := func(w http.ResponseWriter, r *http.Request) bool {
+		if key != "" && r.Header.Get("Authorization") != "Bearer "+key {
+			http.Error(w, `{"error":"Unauthorized"}`, http.StatusUnauthorized)
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
+		if !auth(w, r) {
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{{"id": model, "object": "model"}}})
+	})
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		if !auth(w, r) {
+			return
+		}
+		var req struct {
+			Model string `json:"model"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if req.Model != model {
+			http.Error(w, fmt.Sprintf(`{"error":"The model %s does not exist."}`, req.Model), http.StatusNotFound)
+			return
+		}
+		if logf != nil {
+			completions.Lock()
+			logf("POST /v1/chat/completions 200")
+			completions.Unlock()
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "chat.completion", "model": model,
+			"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": "emulated answer"}, "finish_reason": "stop"}}})
+	})
+	return mux
+}
 
 // work is a fixed amount of CPU work: hashing a buffer, the stand-in for a trainer step's
 // compute when a benchmark wants to see what else competes for the machine.
@@ -277,125 +831,3 @@ func newWork(mib int) *work {
 }
 
 func (w *work) do() { _ = sha256.Sum256(w.buf) }
-
-// checkpoint writes step_N/{trainer,orchestrator}; like prime-rl it writes in place, so the
-// folder is complete only once the next one exists or the run has ended.
-func (r *runner) checkpoint(step int) error {
-	base := filepath.Join(r.dir, "checkpoints", fmt.Sprintf("step_%d", step))
-	for _, d := range []string{"trainer", "orchestrator"} {
-		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
-			return err
-		}
-	}
-	f, err := os.Create(filepath.Join(base, "trainer", "model.safetensors"))
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 1<<20)
-	for i := range buf {
-		buf[i] = byte(step + i)
-	}
-	for left := r.cfg.ckptBytes; left > 0; {
-		n := min(left, int64(len(buf)))
-		if _, err := f.Write(buf[:n]); err != nil {
-			f.Close()
-			return err
-		}
-		left -= n
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	prog, _ := json.Marshal(map[string]any{"step": step, "emulated": true})
-	if err := os.WriteFile(filepath.Join(base, "orchestrator", "progress.json"), prog, 0o644); err != nil {
-		return err
-	}
-	r.log("trainer", fmt.Sprintf("saved checkpoint step_%d", step))
-	if k := r.rl.Ckpt.KeepLast; k > 0 {
-		steps := checkpointSteps(filepath.Join(r.dir, "checkpoints"))
-		for len(steps) > k {
-			_ = os.RemoveAll(filepath.Join(r.dir, "checkpoints", fmt.Sprintf("step_%d", steps[0])))
-			steps = steps[1:]
-		}
-	}
-	return nil
-}
-
-func checkpointSteps(dir string) []int {
-	entries, _ := os.ReadDir(dir)
-	var steps []int
-	for _, e := range entries {
-		if n, ok := strings.CutPrefix(e.Name(), "step_"); ok && e.IsDir() {
-			if s, err := strconv.Atoi(n); err == nil {
-				steps = append(steps, s)
-			}
-		}
-	}
-	sort.Ints(steps)
-	return steps
-}
-
-func newestCheckpoint(dir string) int {
-	s := checkpointSteps(dir)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)-1]
-}
-
-// openLogs starts logs/attempt_N (N one above the last) and points logs/latest at it.
-func (r *runner) openLogs() error {
-	logs := filepath.Join(r.dir, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		return err
-	}
-	attempt := 1
-	entries, _ := os.ReadDir(logs)
-	for _, e := range entries {
-		if n, ok := strings.CutPrefix(e.Name(), "attempt_"); ok {
-			if a, err := strconv.Atoi(n); err == nil && a >= attempt {
-				attempt = a + 1
-			}
-		}
-	}
-	name := fmt.Sprintf("attempt_%d", attempt)
-	if err := os.MkdirAll(filepath.Join(logs, name, "envs"), 0o755); err != nil {
-		return err
-	}
-	latest := filepath.Join(logs, "latest")
-	_ = os.Remove(latest)
-	if err := os.Symlink(name, latest); err != nil {
-		return err
-	}
-	r.logs = map[string]*os.File{}
-	comps := []string{"trainer", "orchestrator", "inference"}
-	for _, s := range r.rl.Orchestrator.Train.Source {
-		comps = append(comps, envLog(s.Name))
-	}
-	for _, c := range comps {
-		f, err := os.OpenFile(filepath.Join(logs, name, c+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		r.logs[c] = f
-		fmt.Fprintf(f, "%s INFO %s\n", time.Now().UTC().Format(time.RFC3339), banner)
-	}
-	return nil
-}
-
-func (r *runner) log(component, msg string) { r.logAt(component, "INFO", msg) }
-
-func (r *runner) logAt(component, level, msg string) {
-	if f := r.logs[component]; f != nil {
-		fmt.Fprintf(f, "%s %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), level, msg)
-	}
-}
-
-// envLog is the log component of an environment; ids like owner/name become owner_name.
-func envLog(source string) string { return "envs/" + strings.ReplaceAll(source, "/", "_") }
-
-func (r *runner) closeLogs() {
-	for _, f := range r.logs {
-		f.Close()
-	}
-}

@@ -42,8 +42,27 @@ type Presigner interface {
 	PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error)
 }
 
-// JobPrefix is where everything of one job lives.
+// JobPrefix is where everything of one job lives; package jobdata lays out what is inside.
 func JobPrefix(jobID string) string { return "jobs/" + jobID + "/" }
+
+// KindOf is what a job's object is — checkpoints, metrics, logs or artifacts — from its key
+// (jobs/{id}/{kind}/...); "" for any other key. Stores tag objects with it, so lifecycle
+// rules can treat each kind apart.
+func KindOf(key string) string {
+	rest, ok := strings.CutPrefix(key, "jobs/")
+	if !ok {
+		return ""
+	}
+	parts := strings.SplitN(rest, "/", 3)
+	if len(parts) < 3 {
+		return ""
+	}
+	switch parts[1] {
+	case "checkpoints", "metrics", "logs", "artifacts":
+		return parts[1]
+	}
+	return ""
+}
 
 // Dir stores objects as files under a root directory; for `hostedtrain dev` and tests.
 type Dir struct {

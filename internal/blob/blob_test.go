@@ -234,16 +234,6 @@ func TestParseS3URL(t *testing.T) {
 	}
 }
 
-func TestManifestStep(t *testing.T) {
-	t.Parallel()
-	if s, ok := blob.ManifestStep(blob.CheckpointPrefix("j1", 40) + blob.ManifestName); !ok || s != 40 {
-		t.Errorf("got %d %v", s, ok)
-	}
-	if _, ok := blob.ManifestStep("jobs/j1/checkpoints/step_40/trainer/model.safetensors"); ok {
-		t.Error("a weights file read as a manifest")
-	}
-}
-
 func listUploads(bucket string) *s3.ListMultipartUploadsInput {
 	return &s3.ListMultipartUploadsInput{Bucket: &bucket}
 }
@@ -255,9 +245,10 @@ func TestS3TagsObjectsByKind(t *testing.T) {
 	st, _ := s3test.Store(t)
 	ctx := context.Background()
 	cases := map[string]string{
-		blob.CheckpointPrefix("j1", 10) + "trainer/model.safetensors": "checkpoints",
-		blob.MetricsChunkKey("j1", 1, 1):                              "metrics",
-		blob.ArtifactPrefix("j1") + "results.jsonl":                   "artifacts",
+		blob.JobPrefix("j1") + "checkpoints/step_10/trainer/__0_0.distcp": "checkpoints",
+		blob.JobPrefix("j1") + "metrics/000001-00000001-open-0001.jsonl":  "metrics",
+		blob.JobPrefix("j1") + "logs/attempt_1/trainer/000000000000.log":  "logs",
+		blob.JobPrefix("j1") + "artifacts/results.jsonl":                  "artifacts",
 		"elsewhere/x": "",
 	}
 	for key, want := range cases {

@@ -363,6 +363,9 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 	if req.GPUJobsOnly {
 		body["gpu_jobs_only"] = true
 	}
+	if req.Runtime != nil {
+		body["runtime"] = req.Runtime
+	}
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var answering atomic.Bool
@@ -769,6 +772,8 @@ type JobProgress struct {
 	MaxSteps       int                `json:"max_steps"`
 	Percent        float64            `json:"percent"`
 	Metrics        map[string]float64 `json:"metrics,omitempty"`
+	Series         map[string]string  `json:"series,omitempty"`
+	Result         *job.Result        `json:"result,omitempty"`
 	CheckpointStep int                `json:"checkpoint_step,omitempty"`
 	StepSeconds    *float64           `json:"step_seconds,omitempty"`
 	ETASeconds     *float64           `json:"eta_seconds,omitempty"`

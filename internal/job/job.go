@@ -1,6 +1,6 @@
 // Package job holds the plain types and sentinel errors that the API, the queue and the GPU
 // agent all speak. It exists so that none of those packages has to import another to agree
-// on what a job, a lease or an event is; it depends on nothing but jobspec.
+// on what a job, a lease or an event is; it depends on nothing but jobspec and upstream.
 package job
 
 import (
@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 // Status is where a job is in its life. The names match the `prime` CLI's run states.
@@ -139,12 +140,50 @@ type Job struct {
 
 // Progress is what the agent last reported of a running pipeline.
 type Progress struct {
-	Step           int                `json:"step"`
-	MaxSteps       int                `json:"max_steps"`
-	Metrics        map[string]float64 `json:"metrics,omitempty"`
-	CheckpointStep int                `json:"checkpoint_step,omitempty"`
-	Checkpoints    int                `json:"checkpoints"`
+	Step     int `json:"step"`
+	MaxSteps int `json:"max_steps"`
+	// Metrics are the newest values of the headline series, by prime-rl's names (a bounded
+	// summary: every metric of every step is in the job's metrics).
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Series says which of prime-rl's names holds each headline series (reward, loss, ...)
+	// in this job (see jobdata.Headline).
+	Series         map[string]string `json:"series,omitempty"`
+	CheckpointStep int               `json:"checkpoint_step,omitempty"`
+	Checkpoints    int               `json:"checkpoints"`
+	// Result is what a GEPA or eval job produced, once it has.
+	Result *Result `json:"result,omitempty"`
 }
+
+// Result is the outcome of a GEPA or eval job, as job data (its files are its artifacts).
+type Result struct {
+	Eval []EvalSummary `json:"eval,omitempty"`
+	GEPA *GEPASummary  `json:"gepa,omitempty"`
+}
+
+// EvalSummary is one environment's evaluation: what verifiers' eval wrote in metadata.json.
+type EvalSummary struct {
+	Env                string             `json:"env"`
+	Model              string             `json:"model,omitempty"`
+	NumExamples        int                `json:"num_examples"`
+	RolloutsPerExample int                `json:"rollouts_per_example"`
+	Rollouts           int                `json:"rollouts,omitempty"`
+	AvgReward          *float64           `json:"avg_reward,omitempty"`
+	AvgMetrics         map[string]float64 `json:"avg_metrics,omitempty"`
+}
+
+// GEPASummary is a GEPA optimization's outcome: its best prompt and score.
+type GEPASummary struct {
+	BestScore   *float64 `json:"best_score,omitempty"`
+	BestPrompt  string   `json:"best_prompt,omitempty"`
+	Candidates  int      `json:"candidates"`
+	MetricCalls int      `json:"metric_calls,omitempty"`
+	// PromptTruncated says BestPrompt was cut to MaxPromptBytes; the whole prompt is the
+	// artifact system_prompt.txt.
+	PromptTruncated bool `json:"prompt_truncated,omitempty"`
+}
+
+// MaxPromptBytes bounds a GEPA result's best prompt as job data.
+const MaxPromptBytes = 16 << 10
 
 // Runtime says who runs the job and with what.
 type Runtime struct {
@@ -152,6 +191,8 @@ type Runtime struct {
 	Pipeline string `json:"pipeline,omitempty"`
 	// Emulated is true when the pipeline is the project's emulated prime-rl, not a real one.
 	Emulated bool `json:"emulated,omitempty"`
+	// Upstream are the versions of prime-rl, verifiers and the prime CLI the agent runs.
+	Upstream *upstream.Versions `json:"upstream,omitempty"`
 }
 
 // Lease is an agent's right to run a job. Every agent write carries Token; Fence grows with
@@ -173,6 +214,8 @@ type ClaimRequest struct {
 	// ClaimID names this claim, so that an agent that gives up waiting for the answer can
 	// take it back (abandon it) whether or not it was made; "" for none.
 	ClaimID string
+	// Runtime says what the agent runs jobs with; a job it claims records it.
+	Runtime *Runtime
 }
 
 // GPU is a kind of accelerator and how many of it an agent has free.

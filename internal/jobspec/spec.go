@@ -12,10 +12,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 // Job kinds.
@@ -35,6 +38,13 @@ const (
 	DefaultKeepCloud          = 5
 	DefaultLoRARank           = 32
 	DefaultLoRAAlpha          = 64
+	// DefaultLoRALearningRate is the hosted template's (`prime train init`: "default is
+	// 1e-4"); a full-weights run takes prime-rl's own default, DefaultFullLearningRate.
+	DefaultLoRALearningRate = 1e-4
+	DefaultFullLearningRate = 1e-6
+	// MinSeqLen is prime-rl's default sequence length (trainer.model.seq_len,
+	// orchestrator.seq_len); a run's is at least this.
+	MinSeqLen = 2048
 
 	DefaultGEPAMaxCalls      = 500
 	DefaultGEPANumTrain      = 100
@@ -92,9 +102,14 @@ type Spec struct {
 	EnvFiles []string `json:"env_files,omitempty"`
 
 	// rl
-	Loss                string               `json:"loss,omitempty"`
-	Teacher             string               `json:"teacher,omitempty"`
-	MaxSteps            int                  `json:"max_steps,omitempty"`
+	Loss     string `json:"loss,omitempty"`
+	Teacher  string `json:"teacher,omitempty"`
+	MaxSteps int    `json:"max_steps,omitempty"`
+	// SeqLen is the longest sequence (prompt and completion) the trainer takes.
+	SeqLen int `json:"seq_len,omitempty"`
+	// Renderer names the chat renderer prime-rl renders the model with when the model is not
+	// one prime-rl finds a renderer for by itself; "" when it does.
+	Renderer            string               `json:"renderer,omitempty"`
 	BatchSize           int                  `json:"batch_size,omitempty"`
 	RolloutsPerExample  int                  `json:"rollouts_per_example,omitempty"`
 	MaxInflightRollouts int                  `json:"max_inflight_rollouts,omitempty"`
@@ -266,6 +281,8 @@ type input struct {
 	Loss                   string              `json:"loss"`
 	Teacher                string              `json:"teacher"`
 	MaxSteps               *int                `json:"max_steps"`
+	SeqLen                 int                 `json:"seq_len"`
+	Renderer               string              `json:"renderer"`
 	BatchSize              *int                `json:"batch_size"`
 	RolloutsPerExample     *int                `json:"rollouts_per_example"`
 	MaxInflightRollouts    int                 `json:"max_inflight_rollouts"`
@@ -388,7 +405,7 @@ func Normalize(v map[string]any) (Result, error) {
 			PerfectScore:    in.PerfectScore,
 			StateColumns:    in.StateColumns,
 		}
-		s.Resources = Resources{GPUs: servingGPUs(s.Model), GPUType: DefaultGPUType}
+		s.Resources = Resources{GPUs: n.serving(in.Secrets, modelAt{s.Model, "/model"}, modelAt{s.GEPA.ReflectionModel, ptrOr(in.ReflectionModel != "", "/reflection_model", "/model")}), GPUType: DefaultGPUType}
 	case KindEval:
 		n.envFromID(in, s)
 		s.Evaluation = &Evaluation{
@@ -404,12 +421,15 @@ func Normalize(v map[string]any) (Result, error) {
 		}
 		s.Sampling = in.Sampling
 		n.sampling("/sampling", s.Sampling)
-		s.Resources = Resources{GPUs: servingGPUs(s.Model), GPUType: DefaultGPUType}
+		s.Resources = Resources{GPUs: n.serving(in.Secrets, modelAt{s.Model, "/model"}), GPUType: DefaultGPUType}
 	default:
 		return Result{}, fmt.Errorf("jobspec: unknown kind %q", s.Kind)
 	}
 	if s.Model == "" {
 		n.fail("/model", `a job needs a model: add model = "Qwen/Qwen3-4B-Instruct-2507" (or another Hugging Face id)`)
+	}
+	if s.Kind == KindRL {
+		res.Warnings = append(res.Warnings, Unsupported(*s)...)
 	}
 	if in.Wandb != nil && (in.Wandb.Project != "" || in.Wandb.Entity != "") && in.Secrets["WANDB_API_KEY"] == "" {
 		n.warn("/wandb", "there is no WANDB_API_KEY among the secrets, so this run will not log to W&B; "+
@@ -436,8 +456,20 @@ func (n *normalizer) rl(in input, s *Spec) error {
 
 	s.Loss = or(in.Loss, "rl")
 	s.Teacher = in.Teacher
-	if s.Teacher != "" && s.Loss != "sft" {
+	switch {
+	case s.Teacher != "" && s.Loss != "sft":
 		n.fail("/teacher", `teacher is for distillation: it applies only with loss = "sft"`)
+	case s.Loss == "sft" && s.Teacher == "":
+		n.fail("/loss", `loss = "sft" distills a teacher's answers: add teacher = "<model>" (a provider-hosted model such as openai/gpt-4.1-mini)`)
+	case s.Loss == "sft":
+		// prime-rl samples an sft run's rollouts from a frozen model behind an API
+		// (SFTAlgoConfig needs sampling.source with a base_url); it hosts only the policy.
+		if hm, ok := upstream.ProviderModel(s.Teacher); ok {
+			n.needsKey("/teacher", s.Teacher, hm, in.Secrets)
+		} else {
+			n.fail("/teacher", "the teacher %s would have to be served beside the policy, which hostedtrain does not do yet: "+
+				"prime-rl samples an sft run from a model behind an API; choose a provider-hosted teacher (OpenAI, Anthropic or Gemini models)", s.Teacher)
+		}
 	}
 	s.MaxSteps = deref(in.MaxSteps, DefaultMaxSteps)
 	s.BatchSize = deref(in.BatchSize, DefaultBatchSize)
@@ -458,17 +490,20 @@ func (n *normalizer) rl(in input, s *Spec) error {
 			n.fail("/oversampling_factor", "set max_inflight_rollouts or oversampling_factor, not both: both bound the rollouts in flight")
 		}
 	}
-	s.LearningRate = in.LearningRate
 	s.CheckpointID = in.CheckpointID
 
+	// Hosted runs train LoRA adapters (the hosted template's default), unless the job says
+	// use_lora = false; the learning rate defaults to the hosted one for adapters and to
+	// prime-rl's own for full weights.
 	loraFields := in.LoRARank > 0 || in.LoRAAlpha > 0
-	switch {
-	case in.UseLoRA != nil && !*in.UseLoRA:
+	if in.UseLoRA != nil && !*in.UseLoRA {
 		if loraFields {
 			n.warn(ptrOr(in.LoRARank > 0, "/lora_rank", "/lora_alpha"), "use_lora = false, so lora_rank and lora_alpha are ignored and the full model is trained")
 		}
-	case (in.UseLoRA != nil && *in.UseLoRA) || loraFields:
+		s.LearningRate = orFloat(in.LearningRate, DefaultFullLearningRate)
+	} else {
 		s.LoRA = &LoRA{Rank: orInt(in.LoRARank, DefaultLoRARank), Alpha: orInt(in.LoRAAlpha, DefaultLoRAAlpha)}
+		s.LearningRate = orFloat(in.LearningRate, DefaultLoRALearningRate)
 	}
 	switch {
 	case in.UseDifficultyFiltering != nil && *in.UseDifficultyFiltering:
@@ -486,20 +521,30 @@ func (n *normalizer) rl(in input, s *Spec) error {
 	}
 	s.Resources = Resources{GPUs: gpus, GPUType: DefaultGPUType}
 	if in.TensorParallelSize > 0 || in.PipelineParallelSize > 0 {
-		p := &Parallelism{TensorParallelSize: orInt(in.TensorParallelSize, 1), PipelineParallelSize: orInt(in.PipelineParallelSize, 1)}
-		s.Parallelism = p
-		switch {
-		case gpus%p.TensorParallelSize != 0:
-			n.fail("/tensor_parallel_size", "tensor_parallel_size (%d) must divide the job's GPUs (%d)%s",
-				p.TensorParallelSize, gpus, gpuSource(in.NumGPUs))
-		case p.TensorParallelSize*p.PipelineParallelSize > gpus:
-			n.fail("/pipeline_parallel_size", "tensor_parallel_size × pipeline_parallel_size (%d × %d) is more than the job's GPUs (%d)%s",
-				p.TensorParallelSize, p.PipelineParallelSize, gpus, gpuSource(in.NumGPUs))
+		s.Parallelism = &Parallelism{TensorParallelSize: orInt(in.TensorParallelSize, 1), PipelineParallelSize: orInt(in.PipelineParallelSize, 1)}
+	}
+	// What prime-rl cannot run on the job's GPUs is refused here, not on a node.
+	if _, err := upstream.SplitGPUs(gpus, in.TensorParallelSize); err != nil {
+		ptr := "/num_gpus"
+		if in.TensorParallelSize > 1 && gpus >= 2 {
+			ptr = "/tensor_parallel_size"
 		}
+		n.fail(ptr, "%v%s", err, gpuSource(in.NumGPUs))
 	}
 
 	s.Sampling = in.Sampling
 	n.sampling("/sampling", s.Sampling)
+	n.model(in, s)
+	s.SeqLen = in.SeqLen
+	maxTokens := 0
+	if s.Sampling != nil {
+		maxTokens = s.Sampling.MaxTokens
+	}
+	if s.SeqLen == 0 {
+		s.SeqLen = seqLenFor(maxTokens)
+	} else if maxTokens > s.SeqLen {
+		n.warn("/seq_len", "seq_len (%d) is shorter than sampling.max_tokens (%d): longer samples are truncated for training", s.SeqLen, maxTokens)
+	}
 	if ts := samplingScheduler(s.Sampling); ts != nil && ts.TotalSteps > s.MaxSteps {
 		n.warn("/sampling/temp_scheduler/total_steps", "temp_scheduler.total_steps (%d) is beyond max_steps (%d): the schedule will not finish", ts.TotalSteps, s.MaxSteps)
 	}
@@ -676,6 +721,13 @@ func or(a, b string) string {
 	return b
 }
 
+func orFloat(a, b float64) float64 {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
 func orInt(a, b int) int {
 	if a != 0 {
 		return a
@@ -730,25 +782,94 @@ func trainingGPUs(model string) int {
 	}
 }
 
-// servingGPUs is what GEPA and eval jobs need: one GPU to serve an open model with vLLM,
-// none when the model is reached through a provider's API.
-func servingGPUs(model string) int {
-	if isAPIModel(model) {
+// seqLenFor is the sequence length a run trains on when the job does not say: room for the
+// completion budget and a prompt of up to 1,024 tokens, as a power of two, and never below
+// prime-rl's default.
+func seqLenFor(maxTokens int) int {
+	n := MinSeqLen
+	for n < maxTokens+1024 {
+		n *= 2
+	}
+	return n
+}
+
+// modelAt is a model a job names and where it names it.
+type modelAt struct{ model, ptr string }
+
+// serving checks the models a GEPA or eval job calls and says how many GPUs it needs: none
+// when every model is behind a provider's API (called with the job's own key, which must be
+// among its secrets), one to serve an open-weight model on the job's GPU with vLLM. One job
+// serves one open-weight model.
+func (n *normalizer) serving(secrets map[string]string, models ...modelAt) int {
+	open := ""
+	seen := map[string]bool{}
+	for _, m := range models {
+		if m.model == "" || seen[m.model] {
+			continue
+		}
+		seen[m.model] = true
+		if hm, ok := upstream.ProviderModel(m.model); ok {
+			n.needsKey(m.ptr, m.model, hm, secrets)
+			continue
+		}
+		if open != "" && open != m.model {
+			n.fail(m.ptr, "%s and %s are both open-weight models, and a job serves one on its GPU: use the same model for both, or a provider-hosted one (OpenAI, Anthropic or Gemini models)", open, m.model)
+			continue
+		}
+		open = m.model
+	}
+	if open == "" {
 		return 0
 	}
 	return 1
 }
 
-var apiModelPrefixes = []string{"openai/", "google/", "anthropic/", "gpt-", "o1", "o3", "o4", "claude", "gemini"}
+// needsKey refuses a provider-hosted model whose key the job did not bring: the run calls the
+// provider with the user's own key, never one of the service's.
+func (n *normalizer) needsKey(ptr, model string, hm upstream.HostedModel, secrets map[string]string) {
+	if secrets[hm.Provider.KeyVar] == "" {
+		n.fail(ptr, "%s is served by %s's API and the job calls it with your key: add %s to the job's secrets (an env_file, or -e %s)",
+			model, hm.Provider.Name, hm.Provider.KeyVar, hm.Provider.KeyVar)
+	}
+}
 
-func isAPIModel(model string) bool {
-	m := strings.ToLower(model)
-	for _, p := range apiModelPrefixes {
-		if strings.HasPrefix(m, p) {
-			return true
+// model checks that prime-rl can train the job's model: open weights, and a chat renderer —
+// found by prime-rl itself, named by the job, or taken from the model it was fine-tuned
+// from — whose switches cover the job's thinking settings.
+func (n *normalizer) model(in input, s *Spec) {
+	if s.Model == "" {
+		return
+	}
+	modelPtr := ptrOr(in.ModelName != "" && in.Model == "", "/model_name", "/model")
+	if hm, ok := upstream.ProviderModel(s.Model); ok {
+		n.fail(modelPtr, "%s is served by %s's API: rl trains open weights, so name a Hugging Face model such as Qwen/Qwen3-4B-Instruct-2507", s.Model, hm.Provider.Name)
+		return
+	}
+	choice, err := upstream.ChooseRenderer(s.Model, in.Renderer)
+	if err != nil {
+		n.fail(ptrOr(in.Renderer != "", "/renderer", modelPtr), "%v", err)
+		return
+	}
+	if choice.Reason != "" {
+		n.warn(modelPtr, "%s", choice.Reason)
+	}
+	if !choice.Auto {
+		s.Renderer = choice.Name
+	}
+	sp := s.Sampling
+	if sp == nil || (sp.EnableThinking != nil && sp.ReasoningEffort != "") {
+		return // no sampling settings, or both switches (refused by the sampling rules)
+	}
+	if sp.EnableThinking != nil && !choice.Thinking {
+		n.fail("/sampling/enable_thinking", "%s is rendered with prime-rl's %q renderer, which has no thinking switch: enable_thinking applies to models such as Qwen3, Qwen3.5 and Nemotron", s.Model, choice.Name)
+	}
+	if sp.ReasoningEffort != "" && !slices.Contains(choice.ReasoningEffort, sp.ReasoningEffort) {
+		if len(choice.ReasoningEffort) == 0 {
+			n.fail("/sampling/reasoning_effort", "%s is rendered with prime-rl's %q renderer, which takes no reasoning effort: reasoning_effort applies to models such as GPT-OSS", s.Model, choice.Name)
+		} else {
+			n.fail("/sampling/reasoning_effort", "prime-rl's %q renderer takes reasoning_effort %s", choice.Name, strings.Join(choice.ReasoningEffort, ", "))
 		}
 	}
-	return false
 }
 
 func modelBillions(model string) float64 {

@@ -4,7 +4,8 @@
 -- KEYS[1] the job's hash (routes the call)
 -- ARGV[4] job id  ARGV[5] lease token  ARGV[6] the renewed lease's expiry (ms)  ARGV[7] "1" if running
 -- ARGV[8] progress JSON or ""  ARGV[9] pipeline or ""  ARGV[10] "1" if emulated
--- ARGV[11..] committed checkpoint steps, ascending
+-- ARGV[11] the upstream versions the agent runs (JSON) or ""
+-- ARGV[12..] committed checkpoint steps, ascending
 -- Returns {action, lease expiry ms}; error LEASE_LOST if the token is not the current one.
 local id = ARGV[4]
 local key = jobkey(id)
@@ -27,6 +28,9 @@ if ARGV[9] ~= '' then
   fields[#fields + 1], fields[#fields + 2] = 'pipeline', ARGV[9]
   fields[#fields + 1], fields[#fields + 2] = 'emulated', ARGV[10]
 end
+if ARGV[11] ~= '' then
+  fields[#fields + 1], fields[#fields + 2] = 'upstream', ARGV[11]
+end
 local starts = ARGV[7] == '1' and status == 'PENDING'
 if starts then
   status = 'RUNNING'
@@ -47,7 +51,7 @@ end
 if NOW > since then
   charge(org, (tonumber(cur[6]) or 0) * (NOW - since))
 end
-checkpoints(id, org, status, 11)
+checkpoints(id, org, status, 12)
 if cur[3] == '1' then
   return {'stop', exp}
 end

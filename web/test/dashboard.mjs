@@ -3,10 +3,12 @@
 // the charts, the events, the checkpoints with their links and the log tail, opens the API
 // docs, and fails on any page error, console error or failed request. It saves screenshots.
 //
-//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR
+// Then it opens an eval job and finds its result: the summary per environment.
+//
+//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID
 import { chromium } from 'playwright-core';
 
-const [url, token, jobID, out] = process.argv.slice(2);
+const [url, token, jobID, out, evalID] = process.argv.slice(2);
 const fail = (msg) => { console.error('FAIL: ' + msg); process.exitCode = 1; };
 
 const browser = await chromium.launch({
@@ -63,6 +65,14 @@ try {
   await page.selectOption('#log-component', 'agent');
   await page.waitForFunction(() => document.querySelector('#logs').textContent.includes('pipeline exited'), null, timeout);
   await page.screenshot({ path: out + '/job.png', fullPage: true });
+
+  // An eval job shows its result: the environment, its size, the average reward.
+  await page.goto(url + '/#/jobs/' + evalID);
+  await page.waitForSelector('#eval-result tbody tr', timeout);
+  const evalRow = await page.textContent('#eval-result tbody tr');
+  if (!evalRow.includes('my-env') || !/0\.\d{4}/.test(evalRow)) fail('the eval result row: ' + evalRow);
+  if ((await page.$$('#charts .chart')).length !== 0) fail('an eval job shows training charts');
+  await page.screenshot({ path: out + '/eval.png', fullPage: true });
 
   await page.goto(url + '/docs');
   await page.waitForSelector('#redoc h1', timeout);

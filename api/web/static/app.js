@@ -171,7 +171,7 @@ function jobsPage() {
     el('td', {}, j.config.model),
     el('td', {}, (j.config.env || []).map((e) => e.id).join(', ')),
     el('td', {}, `${j.progress.step}/${j.progress.max_steps}`),
-    el('td', {}, fmt((j.progress.metrics || {})['reward/all/mean'])),
+    el('td', {}, fmt(score(j))),
     el('td', {}, ago(j.created_at)));
   async function load(cursor) {
     const q = new URLSearchParams({ limit: '50' });
@@ -195,7 +195,27 @@ function jobsPage() {
 
 // ---- a job ----
 
-const CHARTS = [['reward/all/mean', 'Reward'], ['loss/mean', 'Loss'], ['entropy/mean', 'Entropy']];
+// A job's headline series (reward, loss, ...) are named by the API: progress.series says which
+// of prime-rl's metrics holds each (jobdata.Headline in the Go code is the one table).
+const CHARTS = {
+  rl: [['reward', 'Reward'], ['loss', 'Loss'], ['entropy', 'Entropy']],
+  gepa: [['gepa_best', 'GEPA best score']],
+  eval: [],
+};
+
+// score is a job's headline number: the training reward, an eval's average, GEPA's best.
+function score(j) {
+  const p = j.progress || {};
+  const m = p.metrics || {};
+  const s = p.series || {};
+  for (const name of ['reward', 'eval_reward', 'gepa_best']) {
+    if (s[name] && typeof m[s[name]] === 'number') return m[s[name]];
+  }
+  const r = p.result;
+  if (r && r.gepa && typeof r.gepa.best_score === 'number') return r.gepa.best_score;
+  if (r && r.eval && r.eval.length && typeof r.eval[0].avg_reward === 'number') return r.eval[0].avg_reward;
+  return undefined;
+}
 
 function jobPage(id) {
   const ctl = new AbortController();
@@ -204,48 +224,76 @@ function jobPage(id) {
   const charts = el('div', { class: 'charts', id: 'charts' });
   const events = el('ul', { class: 'timeline', id: 'events' });
   const checkpoints = el('div', { id: 'checkpoints' });
+  const result = el('div', { id: 'result' });
   const artifacts = el('div', { id: 'artifacts' });
   const component = el('select', { id: 'log-component' },
-    ['', 'trainer', 'orchestrator', 'inference', 'envs', 'pipeline', 'install', 'agent'].map((c) => el('option', { value: c }, c || 'all components')));
+    ['', 'trainer', 'orchestrator', 'inference', 'envs', 'pipeline', 'install', 'preflight', 'agent'].map((c) => el('option', { value: c }, c || 'all components')));
   const logs = el('pre', { class: 'logs', id: 'logs' });
   app.replaceChildren(
     el('p', {}, el('a', { href: '#/' }, '← jobs')),
-    el('h1', { id: 'job-title' }, id), facts, bar,
-    el('h2', {}, 'Metrics'), charts,
+    el('h1', { id: 'job-title' }, id), facts, bar, result,
+    el('h2', { id: 'metrics-title' }, 'Metrics'), charts,
     el('h2', {}, 'Events'), events,
     el('h2', {}, 'Checkpoints'), checkpoints,
     el('h2', {}, 'Artifacts'), artifacts,
     el('div', { class: 'row' }, el('h2', {}, 'Logs'), component), logs);
 
-  // The charts: one uPlot a metric, steps on x.
+  // The charts: one uPlot a headline series of the job's kind, steps on x; each reads the
+  // metric progress.series names for it.
   const plots = {};
   const series = { step: [] };
-  for (const [name] of CHARTS) series[name] = [];
-  // All the boxes first, so each has its column's width when its chart is sized to it.
-  const boxes = CHARTS.map(([name, title]) => el('div', { class: 'chart', 'data-metric': name }, el('h3', {}, title)));
-  charts.append(...boxes);
-  CHARTS.forEach(([name], i) => {
-    plots[name] = new uPlot({
-      width: Math.max(260, boxes[i].clientWidth - 24), height: 220,
-      scales: { x: { time: false } },
-      axes: [{ label: 'step' }, {}],
-      series: [{ label: 'step' }, { label: name, stroke: '#3558d6', width: 2 }],
-      legend: { show: false },
-    }, [[], []], boxes[i]);
-  });
+  let chartList = null;
+  let keys = {};
+  function makeCharts(kind) {
+    chartList = CHARTS[kind] || CHARTS.rl;
+    document.getElementById('metrics-title').hidden = chartList.length === 0;
+    for (const [name] of chartList) series[name] = [];
+    // All the boxes first, so each has its column's width when its chart is sized to it.
+    const boxes = chartList.map(([name, title]) => el('div', { class: 'chart', 'data-metric': name }, el('h3', {}, title)));
+    charts.append(...boxes);
+    chartList.forEach(([name], i) => {
+      plots[name] = new uPlot({
+        width: Math.max(260, boxes[i].clientWidth - 24), height: 220,
+        scales: { x: { time: false } },
+        axes: [{ label: 'step' }, {}],
+        series: [{ label: 'step' }, { label: name, stroke: '#3558d6', width: 2 }],
+        legend: { show: false },
+      }, [[], []], boxes[i]);
+    });
+  }
   let lastStep = 0;
   async function loadMetrics() {
-    const names = CHARTS.map(([n]) => n).join(',');
+    const wanted = chartList.filter(([name]) => keys[name]);
+    if (!wanted.length) return;
+    const names = wanted.map(([name]) => keys[name]).join(',');
     for (;;) {
       const page = await api(`/v1/jobs/${id}/metrics?min_step=${lastStep + 1}&names=${encodeURIComponent(names)}&limit=5000`);
       for (const r of page.items) {
         series.step.push(r.step);
-        for (const [name] of CHARTS) series[name].push(typeof r[name] === 'number' ? r[name] : null);
+        for (const [name] of chartList) series[name].push(typeof r[keys[name]] === 'number' ? r[keys[name]] : null);
         lastStep = r.step;
       }
       if (!page.next_min_step) break;
     }
-    for (const [name] of CHARTS) plots[name].setData([series.step, series[name]]);
+    for (const [name] of chartList) plots[name].setData([series.step, series[name]]);
+  }
+
+  // A GEPA or eval job's result: per environment, the eval's size and average reward; GEPA's
+  // best score and prompt.
+  function showResult(r) {
+    if (!r) { result.replaceChildren(); return; }
+    const parts = [el('h2', {}, 'Result')];
+    if (r.eval && r.eval.length) {
+      parts.push(el('table', { id: 'eval-result' }, el('thead', {}, el('tr', {}, ['Environment', 'Examples', 'Rollouts per example', 'Rollouts scored', 'Average reward'].map((h) => el('th', {}, h)))),
+        el('tbody', {}, r.eval.map((e) => el('tr', {}, el('td', {}, e.env), el('td', {}, e.num_examples), el('td', {}, e.rollouts_per_example),
+          el('td', {}, e.rollouts ?? '-'), el('td', {}, fmt(e.avg_reward)))))));
+    }
+    if (r.gepa) {
+      parts.push(el('p', { id: 'gepa-result' }, `Best score ${fmt(r.gepa.best_score)} of ${r.gepa.candidates} candidates (${r.gepa.metric_calls || 0} metric calls)`));
+      parts.push(el('pre', { class: 'prompt', id: 'best-prompt' }, r.gepa.best_prompt || ''));
+      if (r.gepa.prompt_truncated) parts.push(el('p', { class: 'muted' }, 'The prompt is cut here; the whole of it is the artifact system_prompt.txt.'));
+    }
+    result.replaceChildren(...parts);
   }
 
   function showJob(j) {
@@ -254,11 +302,15 @@ function jobPage(id) {
     const pairs = [
       ['job', el('span', { class: 'mono' }, j.id)], ['kind', j.kind], ['model', j.config.model], ['environments', envs],
       ['gpus', j.config.resources.gpus ? `${j.config.resources.gpus}×${j.config.resources.gpu_type}` : 'none'],
-      ['step', `${j.progress.step}/${j.progress.max_steps}`], ['reward', fmt((j.progress.metrics || {})['reward/all/mean'])],
+      ...(j.kind === 'rl' ? [['step', `${j.progress.step}/${j.progress.max_steps}`]] : []), ['score', fmt(score(j))],
       ['attempt', `${j.attempt} of ${j.max_attempts}`], ['gpu time', gpuTime(j.gpu_seconds)],
       ['created', new Date(j.created_at).toLocaleString()],
     ];
     if (j.runtime) pairs.push(['runs on', `${j.runtime.pipeline || ''}${j.runtime.emulated ? ' (emulated)' : ''} ${j.runtime.agent_id || ''}`]);
+    if (j.runtime && j.runtime.upstream) {
+      const u = j.runtime.upstream;
+      pairs.push(['upstream', `prime-rl ${(u.prime_rl || '?').slice(0, 7)}, verifiers ${(u.verifiers || '?').slice(0, 7)}, prime ${u.prime_cli || '?'}`]);
+    }
     if (j.queue_reason) pairs.push(['queue', `${j.queue_reason} (${j.runs_ahead} ahead)`]);
     if (j.error) pairs.push(['error', el('span', { class: 'error' }, j.error)]);
     const actions = [];
@@ -266,8 +318,12 @@ function jobPage(id) {
     if (j.status === 'FAILED' || j.status === 'STOPPED') actions.push(el('button', { type: 'button', onclick: () => act('restart') }, 'Restart'));
     facts.replaceChildren(el('dl', { class: 'facts' }, pairs.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
     if (actions.length) facts.append(el('p', { class: 'row' }, actions));
-    const pct = j.progress.max_steps ? (100 * j.progress.step) / j.progress.max_steps : 0;
+    const pct = j.progress.max_steps ? (100 * j.progress.step) / j.progress.max_steps : (j.status === 'COMPLETED' ? 100 : 0);
     bar.firstChild.style.width = Math.min(100, pct) + '%';
+    bar.hidden = j.kind !== 'rl' && !terminal(j.status);
+    keys = j.progress.series || {};
+    if (!chartList) makeCharts(j.kind);
+    showResult(j.progress.result);
   }
 
   async function act(what) {
@@ -282,7 +338,8 @@ function jobPage(id) {
     el('span', { class: 't' }, new Date(e.time).toLocaleTimeString()), badge(e.status), ' ', el('b', {}, e.type),
     e.detail ? el('span', { class: 'muted' }, ' — ' + e.detail) : null));
 
-  async function loadCheckpoints() {
+  async function loadCheckpoints(kind) {
+    if (kind !== 'rl') { checkpoints.replaceChildren(el('p', { class: 'muted' }, 'none: only rl jobs checkpoint')); return; }
     const page = await api(`/v1/jobs/${id}/checkpoints`);
     if (!page.items.length) { checkpoints.replaceChildren(el('p', { class: 'muted' }, 'none yet')); return; }
     checkpoints.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, ['Step', 'Status', 'Size', 'Time', 'Download'].map((h) => el('th', {}, h)))),
@@ -327,7 +384,7 @@ function jobPage(id) {
   async function refresh() {
     const j = await api('/v1/jobs/' + id);
     showJob(j);
-    await Promise.all([loadMetrics(), loadCheckpoints(), loadArtifacts()]);
+    await Promise.all([loadMetrics(), loadCheckpoints(j.kind), loadArtifacts()]);
     return j;
   }
 

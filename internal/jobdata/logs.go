@@ -1,28 +1,33 @@
-package blob
+package jobdata
 
 import (
 	"bytes"
 	"context"
 	"io"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 )
 
 // LogChunk is one stored piece of one log file: the attempt (lease fence), the component and
-// where in the file the chunk starts.
+// where in the file the chunk starts. Modified is when it was last written, which dates lines
+// that carry only a time of day.
 type LogChunk struct {
 	Key       string
 	Fence     int64
 	Component string
 	Offset    int64
 	Size      int64
+	Modified  time.Time
 }
 
 // ListLogChunks lists a job's log chunks, by attempt, component and offset.
-func ListLogChunks(ctx context.Context, store Store, jobID string) ([]LogChunk, error) {
+func ListLogChunks(ctx context.Context, store blob.Store, jobID string) ([]LogChunk, error) {
 	prefix := JobPrefix(jobID) + "logs/attempt_"
 	objs, err := store.List(ctx, prefix)
 	if err != nil {
@@ -44,7 +49,7 @@ func ListLogChunks(ctx context.Context, store Store, jobID string) ([]LogChunk, 
 		if err != nil || dir == "" || !strings.HasSuffix(file, ".log") {
 			continue
 		}
-		out = append(out, LogChunk{Key: o.Key, Fence: fence, Component: strings.TrimSuffix(dir, "/"), Offset: off, Size: o.Size})
+		out = append(out, LogChunk{Key: o.Key, Fence: fence, Component: strings.TrimSuffix(dir, "/"), Offset: off, Size: o.Size, Modified: o.Modified})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -59,7 +64,7 @@ func ListLogChunks(ctx context.Context, store Store, jobID string) ([]LogChunk, 
 	return out, nil
 }
 
-// LogLine is one line of a job's log.
+// LogLine is one line of a job's log, its colour codes removed.
 type LogLine struct {
 	Time      *time.Time `json:"time,omitempty"`
 	Component string     `json:"component"`
@@ -74,7 +79,7 @@ type LogLine struct {
 // LogQuery selects lines of one attempt of a job's logs.
 type LogQuery struct {
 	Fence     int64  // 0: the newest attempt
-	Component string // "" for all; "envs" takes every envs/<name>
+	Component string // "" for all; "envs" takes every envs/...
 	Since     time.Time
 	Search    string
 	Level     string // the least severe level shown
@@ -92,13 +97,17 @@ type LogResult struct {
 	Ends map[string]int64
 }
 
-// levels orders log levels by severity.
+// levels orders log levels by severity: loguru's (prime-rl: TRACE … SUCCESS … CRITICAL) and
+// Python logging's (vLLM).
 var levels = map[string]int{"TRACE": 0, "DEBUG": 1, "INFO": 2, "SUCCESS": 2, "WARN": 3, "WARNING": 3, "ERROR": 4, "CRITICAL": 5, "FATAL": 5}
+
+// KnownLevel reports whether s names a log level.
+func KnownLevel(s string) bool { _, ok := levels[strings.ToUpper(s)]; return ok }
 
 // ReadLogs reads the lines of one attempt of a job's logs that q asks for, merged across
 // components by time (file order within one), oldest first. For a tail it reads chunks from
 // the newest back, only as far as it needs.
-func ReadLogs(ctx context.Context, store Store, jobID string, q LogQuery) (LogResult, error) {
+func ReadLogs(ctx context.Context, store blob.Store, jobID string, q LogQuery) (LogResult, error) {
 	chunks, err := ListLogChunks(ctx, store, jobID)
 	if err != nil {
 		return LogResult{}, err
@@ -160,7 +169,7 @@ func componentWanted(want, comp string) bool {
 
 // readComponent reads one component's lines that pass q: all chunks, or for a tail or a
 // since, from the newest chunk back until it has enough.
-func readComponent(ctx context.Context, store Store, comp string, cs []LogChunk, q LogQuery) ([]LogLine, error) {
+func readComponent(ctx context.Context, store blob.Store, comp string, cs []LogChunk, q LogQuery) ([]LogLine, error) {
 	var kept [][]LogLine // per chunk, newest chunk first
 	n := 0
 	for i := len(cs) - 1; i >= 0; i-- {
@@ -170,7 +179,7 @@ func readComponent(ctx context.Context, store Store, comp string, cs []LogChunk,
 		}
 		// A chunk may start mid-line (a line longer than a chunk): that is fine, it is read
 		// as it was written.
-		lines := ParseLogLines(comp, data)
+		lines := ParseLogLines(comp, data, cs[i].Modified)
 		var pass []LogLine
 		oldest := time.Time{}
 		for _, l := range lines {
@@ -204,7 +213,7 @@ func readComponent(ctx context.Context, store Store, comp string, cs []LogChunk,
 	return out, nil
 }
 
-func getAll(ctx context.Context, store Store, key string) ([]byte, error) {
+func getAll(ctx context.Context, store blob.Store, key string) ([]byte, error) {
 	rc, err := store.Get(ctx, key)
 	if err != nil {
 		return nil, err
@@ -237,32 +246,142 @@ func (q LogQuery) Passes(l LogLine) bool {
 	return componentWanted(q.Component, l.Component) && q.passes(l)
 }
 
-// ParseLogLines splits whole lines of a log and reads what each says of itself: a leading RFC
-// 3339 time and a level word after it ("2026-11-22T10:00:00Z INFO step 3"). A line without a
-// time continues the line before it (a traceback): it takes that line's time and level for
-// ordering and filtering.
-func ParseLogLines(component string, data []byte) []LogLine {
+// ansi matches terminal colour and style codes, which loguru writes even into files.
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+
+// StripANSI removes terminal colour codes.
+func StripANSI(s string) string {
+	if !strings.Contains(s, "\x1b") {
+		return s
+	}
+	return ansi.ReplaceAllString(s, "")
+}
+
+// vllmLine is Python logging as vLLM configures it: `INFO 08-21 14:03:07 [file.py:12] ...`,
+// possibly after a process prefix such as `(APIServer pid=12) `.
+var vllmLine = regexp.MustCompile(`^(?:\([^)]*\) )?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)`)
+
+// ParseLogLines splits whole lines of a log and reads what each says of itself, in the
+// formats the pipeline's programs write:
+//
+//   - prime-rl's loguru lines: `HH:mm:ss   LEVEL message` with colour codes (trainer,
+//     orchestrator, environment servers, the launcher);
+//   - vLLM's: `LEVEL MM-DD HH:mm:ss [file:line] message` (the inference server);
+//   - an RFC 3339 time and a level word: `2026-11-22T10:00:00Z INFO message` (the agent).
+//
+// Colour codes are removed. Lines with a time of day only are dated from anchor, the time
+// the chunk was written (UTC: the agent runs pipelines with TZ=UTC), going back a day
+// wherever the clock goes backwards. A line without a time continues the line before it (a
+// traceback): it takes that line's time and level for ordering and filtering.
+func ParseLogLines(component string, data []byte, anchor time.Time) []LogLine {
 	var out []LogLine
-	var last time.Time
-	lastLevel := ""
+	var clocks []int // per line: seconds of the day for clock-only times, -1 otherwise
 	for _, raw := range bytes.Split(bytes.TrimRight(data, "\n"), []byte{'\n'}) {
-		text := strings.TrimRight(string(raw), "\r")
-		if text == "" {
+		text := StripANSI(strings.TrimRight(string(raw), "\r"))
+		if strings.TrimSpace(text) == "" {
 			continue
 		}
-		l := LogLine{Component: component, Line: text, at: last, lvl: lastLevel}
-		first, rest, _ := strings.Cut(text, " ")
-		if t, err := time.Parse(time.RFC3339Nano, first); err == nil {
+		l := LogLine{Component: component, Line: text}
+		clock := -1
+		if t, lvl, ok := parseRFC3339(text); ok {
 			t = t.UTC()
-			l.Time, l.at, last = &t, t, t
-			l.lvl, lastLevel = "", ""
-			word, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
-			if _, ok := levels[strings.ToUpper(strings.Trim(word, "[]:|"))]; ok {
-				l.Level = strings.ToUpper(strings.Trim(word, "[]:|"))
-				l.lvl, lastLevel = l.Level, l.Level
+			l.Time, l.Level = &t, lvl
+		} else if sec, lvl, ok := parseLoguru(text); ok {
+			clock, l.Level = sec, lvl
+		} else if m := vllmLine.FindStringSubmatch(text); m != nil {
+			mon, _ := strconv.Atoi(m[2])
+			day, _ := strconv.Atoi(m[3])
+			h, _ := strconv.Atoi(m[4])
+			mi, _ := strconv.Atoi(m[5])
+			s, _ := strconv.Atoi(m[6])
+			y := anchor.UTC().Year()
+			t := time.Date(y, time.Month(mon), day, h, mi, s, 0, time.UTC)
+			if t.After(anchor.Add(24 * time.Hour)) { // December's lines read in January
+				t = t.AddDate(-1, 0, 0)
+			}
+			l.Time, l.Level = &t, m[1]
+			if l.Level == "WARN" {
+				l.Level = "WARNING"
 			}
 		}
 		out = append(out, l)
+		clocks = append(clocks, clock)
+	}
+	dateClockTimes(out, clocks, anchor)
+	var last time.Time
+	lastLevel := ""
+	for i := range out {
+		l := &out[i]
+		if l.Time != nil {
+			last, lastLevel = *l.Time, l.Level
+			l.at, l.lvl = last, l.Level
+			continue
+		}
+		l.at, l.lvl = last, lastLevel
 	}
 	return out
+}
+
+// dateClockTimes gives the lines that carry only a time of day their date: the newest is on
+// the anchor's day (the day before if its clock is later than the anchor's), and each earlier
+// one on the day of the line after it, or the day before where its clock is later.
+func dateClockTimes(lines []LogLine, clocks []int, anchor time.Time) {
+	anchor = anchor.UTC()
+	if anchor.IsZero() {
+		anchor = time.Now().UTC()
+	}
+	day := time.Date(anchor.Year(), anchor.Month(), anchor.Day(), 0, 0, 0, 0, time.UTC)
+	nextClock := anchor.Hour()*3600 + anchor.Minute()*60 + anchor.Second() + 300 // 5 min of skew
+	for i := len(lines) - 1; i >= 0; i-- {
+		c := clocks[i]
+		if c < 0 {
+			if lines[i].Time != nil {
+				t := lines[i].Time.UTC()
+				day = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+				nextClock = t.Hour()*3600 + t.Minute()*60 + t.Second()
+			}
+			continue
+		}
+		if c > nextClock {
+			day = day.AddDate(0, 0, -1)
+		}
+		t := day.Add(time.Duration(c) * time.Second)
+		lines[i].Time = &t
+		nextClock = c
+	}
+}
+
+func parseRFC3339(text string) (time.Time, string, bool) {
+	first, rest, _ := strings.Cut(text, " ")
+	if len(first) < 20 || first[4] != '-' {
+		return time.Time{}, "", false
+	}
+	t, err := time.Parse(time.RFC3339Nano, first)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	word, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+	word = strings.ToUpper(strings.Trim(word, "[]:|"))
+	if _, ok := levels[word]; !ok {
+		word = ""
+	}
+	return t, word, true
+}
+
+// parseLoguru reads `HH:mm:ss LEVEL` at the start of a line (the level right-aligned to 7).
+func parseLoguru(text string) (int, string, bool) {
+	if len(text) < 10 || text[2] != ':' || text[5] != ':' || text[8] != ' ' {
+		return 0, "", false
+	}
+	h, err1 := strconv.Atoi(text[0:2])
+	m, err2 := strconv.Atoi(text[3:5])
+	s, err3 := strconv.Atoi(text[6:8])
+	if err1 != nil || err2 != nil || err3 != nil || h > 23 || m > 59 || s > 60 {
+		return 0, "", false
+	}
+	word, _, _ := strings.Cut(strings.TrimLeft(text[9:], " "), " ")
+	if _, ok := levels[word]; !ok {
+		return 0, "", false
+	}
+	return h*3600 + m*60 + s, word, true
 }

@@ -1,4 +1,4 @@
-package main
+package jobspec
 
 import (
 	"bytes"
@@ -12,22 +12,21 @@ import (
 
 	"github.com/joho/godotenv"
 	"github.com/pelletier/go-toml/v2"
-
-	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
-// jobBody is a job ready to send: the file as the user wrote it (so the API's line numbers are
-// the file's), with the secrets the CLI gathered added at the end.
-type jobBody struct {
-	data        []byte
-	contentType string
-	secretNames []string
+// JobBody is a job ready to send: the file as the user wrote it (so the API's line numbers are
+// the file's), with the secrets gathered for it added at the end.
+type JobBody struct {
+	Data        []byte
+	ContentType string
+	SecretNames []string
 }
 
-// readJobFile reads a job file and gathers its secrets: the env files it names (`env_file`,
-// `env_files`, resolved relative to the job file) and then the -e flags, which win. The
-// server never opens a path; the values travel in the body's `secrets`.
-func readJobFile(path string, envFlags []string) (*jobBody, error) {
+// ReadJobFile reads a job file and gathers its secrets, as `hostedtrain train submit` (and the
+// prime CLI) do: the env files it names (`env_file`, `env_files`, resolved relative to the job
+// file) and then the -e flags (KEY=VALUE, or KEY from this environment), which win. The server
+// never opens a path; the values travel in the body's `secrets`.
+func ReadJobFile(path string, envFlags []string) (*JobBody, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -37,11 +36,11 @@ func readJobFile(path string, envFlags []string) (*jobBody, error) {
 	if isJSON {
 		err = json.Unmarshal(data, &doc)
 	} else {
-		doc, err = jobspec.DecodeTOML(data)
+		doc, err = DecodeTOML(data)
 	}
 	if err != nil {
 		// Let the API say what is wrong, with the line; there is nothing to gather.
-		return &jobBody{data: data, contentType: contentType(isJSON)}, nil
+		return &JobBody{Data: data, ContentType: contentType(isJSON)}, nil
 	}
 	secrets := map[string]string{}
 	for _, f := range envFileNames(doc) {
@@ -57,10 +56,10 @@ func readJobFile(path string, envFlags []string) (*jobBody, error) {
 			secrets[k] = v
 		}
 	}
-	if err := applyEnvFlags(secrets, envFlags); err != nil {
+	if err := ApplyEnvFlags(secrets, envFlags); err != nil {
 		return nil, err
 	}
-	b := &jobBody{data: data, contentType: contentType(isJSON)}
+	b := &JobBody{Data: data, ContentType: contentType(isJSON)}
 	if len(secrets) == 0 {
 		return b, nil
 	}
@@ -68,13 +67,13 @@ func readJobFile(path string, envFlags []string) (*jobBody, error) {
 		return nil, fmt.Errorf("%s has its own secrets and also names env files or -e flags: keep secrets in one place", path)
 	}
 	for k := range secrets {
-		b.secretNames = append(b.secretNames, k)
+		b.SecretNames = append(b.SecretNames, k)
 	}
-	sort.Strings(b.secretNames)
+	sort.Strings(b.SecretNames)
 	if isJSON {
-		b.data, err = addJSONSecrets(data, doc, secrets)
+		b.Data, err = addJSONSecrets(data, doc, secrets)
 	} else {
-		b.data, err = addTOMLSecrets(data, secrets)
+		b.Data, err = addTOMLSecrets(data, secrets)
 	}
 	return b, err
 }
@@ -86,8 +85,8 @@ func contentType(isJSON bool) string {
 	return "application/toml"
 }
 
-// applyEnvFlags reads -e KEY=VALUE, or -e KEY to take KEY from this environment.
-func applyEnvFlags(secrets map[string]string, flags []string) error {
+// ApplyEnvFlags reads -e KEY=VALUE, or -e KEY to take KEY from this environment.
+func ApplyEnvFlags(secrets map[string]string, flags []string) error {
 	for _, f := range flags {
 		k, v, hasValue := strings.Cut(f, "=")
 		if k == "" {

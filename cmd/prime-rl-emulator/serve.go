@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// runServe emulates `vllm serve MODEL --host H --port P`: an OpenAI-compatible server that
+// answers /health once "loaded" (--emulate.serve-delay), lists MODEL at /v1/models and
+// answers /v1/chat/completions, all behind the key in VLLM_API_KEY when it is set (vLLM's
+// --api-key). SIGTERM stops it.
+func runServe(ctx context.Context, args []string, out io.Writer) int {
+	var em emulation
+	rest, err := parseCommon(args, &em)
+	if err != nil || len(rest) == 0 {
+		return fail(out, 2, "error: usage: serve MODEL --host H --port P [--tensor-parallel-size T]")
+	}
+	model := rest[0]
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(out)
+	host := fs.String("host", "", "host")
+	port := fs.Int("port", 8000, "port")
+	fs.Int("tensor-parallel-size", 1, "tensor parallelism")
+	if err := fs.Parse(rest[1:]); err != nil {
+		return 2
+	}
+	var mu sync.Mutex
+	logf := func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintln(out, vllmLine("INFO", msg))
+	}
+	logf(banner)
+	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
+	if err != nil {
+		fmt.Fprintln(out, vllmLine("ERROR", fmt.Sprintf("OSError: [Errno 98] Address already in use: %d", *port)))
+		return 1
+	}
+	ready := time.Now().Add(em.serveDelay)
+	api := openAIHandler(model, os.Getenv("VLLM_API_KEY"), logf)
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if time.Now().Before(ready) {
+			http.Error(w, "loading", http.StatusServiceUnavailable)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})}
+	logf(fmt.Sprintf("Starting vLLM API server on http://%s", ln.Addr()))
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		logf("Shutting down")
+		_ = srv.Close()
+		return 0
+	case err := <-done:
+		if errors.Is(err, http.ErrServerClosed) {
+			return 0
+		}
+		fmt.Fprintln(out, vllmLine("ERROR", err.Error()))
+		return 1
+	}
+}

@@ -1,0 +1,130 @@
+package gpuagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+)
+
+// finalize commits what the run produced and says how it ended. The GPUs go back first: the
+// uploads need none. The newest complete checkpoints are committed however the run ended —
+// prime-rl exits 1 on SIGTERM, so the exit status says nothing of what is on disk, and
+// completeness is read from the checkpoint folders themselves. A GEPA or eval run that
+// succeeded has its outputs stored as artifacts and its results turned into job data.
+func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outcome {
+	r.deps.freeGPUs()
+	final := ctx
+	if run.cause == causeDrain || drain.Err() != nil {
+		var cancel context.CancelFunc
+		final, cancel = context.WithTimeout(ctx, r.deps.cfg.DrainTimeout)
+		defer cancel()
+	}
+	if run.cause == causeLost {
+		return outcome{kind: endLost, reason: "lease lost: another agent holds the job or it ended"}
+	}
+	r.poll(final)
+	kind := r.claim.Job.Config.Kind
+	if kind != jobspec.KindRL && run.started && run.code == 0 && run.cause == causeNone {
+		r.uploadArtifacts(final, p.rendered.OutputDir)
+		if res, rows := r.collectResults(p.rendered.OutputDir); res != nil {
+			for _, msg := range r.data.addRows(rows) {
+				r.warn("result row not stored: " + msg)
+			}
+			r.lease.setProgress(func(pr *job.Progress) {
+				pr.Result = res
+				pr.Step, pr.Metrics, pr.Series = r.data.summary.Step, cloneMap(r.data.summary.Values), cloneMap(r.data.summary.Series)
+			})
+		}
+	}
+	if r.data.uploader != nil {
+		r.data.uploader.wait(final)
+	}
+	r.flush(final)
+	spec := r.claim.Job.Config
+	switch {
+	case run.cause == causeStop:
+		return outcome{kind: endStopped, reason: stoppedReason}
+	case run.cause == causeTimeLimit:
+		return outcome{kind: endTimeLimit, reason: fmt.Sprintf("the time limit of %s was reached", spec.TimeLimit)}
+	case run.cause == causeDrain:
+		return outcome{kind: endReleased, reason: "its agent is draining (node preempted or shut down)"}
+	case run.err != nil:
+		return failed("%s", describeStart(run.err))
+	case run.code == 0:
+		return outcome{kind: endCompleted}
+	}
+	return failed("pipeline exited with status %d: %s", run.code, r.lastError(p))
+}
+
+// lastError finds the most telling line for a failure: the newest ERROR (or CRITICAL) line of
+// the pipeline's components — prime-rl's trainer, orchestrator and environment servers, the
+// inference server — else of the pipeline's own output (the launcher's "X failed with exit
+// code 1"), else the last line the pipeline printed.
+func (r *jobRun) lastError(p *prepared) string {
+	var components []string
+	if p != nil && p.rendered.RunDir != "" {
+		latest := filepath.Join(p.rendered.RunDir, "logs", "latest") + "/"
+		_ = filepath.WalkDir(latest, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(path, ".log") {
+				components = append(components, path)
+			}
+			return nil
+		})
+	}
+	components = append(components, filepath.Join(r.dir, "inference.log"))
+	pipeline := filepath.Join(r.dir, "pipeline.log")
+	msg, _ := newestError(components)
+	if msg == "" {
+		var last string
+		msg, last = newestError([]string{pipeline})
+		if msg == "" {
+			msg = last
+		}
+	}
+	if msg == "" {
+		return "no error message in the logs"
+	}
+	if len(msg) > 500 {
+		msg = msg[:500] + "..."
+	}
+	return msg
+}
+
+// newestError is the newest ERROR or CRITICAL line of the files (without its time and level),
+// and the last line of the last file.
+func newestError(files []string) (msg, last string) {
+	var worst *jobdata.LogLine
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		lines := jobdata.ParseLogLines(filepath.Base(f), data, time.Now())
+		for i := range lines {
+			l := lines[i]
+			if l.Level == "ERROR" || l.Level == "CRITICAL" {
+				if worst == nil || l.Time == nil || worst.Time == nil || !l.Time.Before(*worst.Time) {
+					worst = &lines[i]
+				}
+			}
+		}
+		if len(lines) > 0 {
+			last = lines[len(lines)-1].Line
+		}
+	}
+	if worst == nil {
+		return "", last
+	}
+	text := strings.TrimSpace(worst.Line)
+	if i := strings.Index(text, worst.Level); i >= 0 && i < 24 {
+		text = strings.TrimSpace(text[i+len(worst.Level):])
+	}
+	return text, last
+}

@@ -1,0 +1,79 @@
+package gpuagent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+)
+
+// hubEnvironments are the job's Environments Hub environments (train and eval), each once:
+// the ids with an owner (owner/name[@version]). A bare id names a taskset prime-rl's Python
+// already has (verifiers' built-in tasksets and the environments of prime-rl's workspace),
+// as the prime CLI reads it (`prime train` checks Hub refs only; `prime env install NAME`
+// would look for a local folder ./environments/NAME).
+func hubEnvironments(s jobspec.Spec) []string {
+	var ids []string
+	seen := map[string]bool{}
+	add := func(envs []jobspec.Env) {
+		for _, e := range envs {
+			if strings.Contains(e.ID, "/") && !seen[e.ID] {
+				seen[e.ID] = true
+				ids = append(ids, e.ID)
+			}
+		}
+	}
+	add(s.Env)
+	if s.Eval != nil {
+		add(s.Eval.Env)
+	}
+	return ids
+}
+
+// installEnvironments installs the job's Hub environments into prime-rl's Python, where its
+// processes import them: the prime CLI installs into the workspace interpreter it finds
+// through VIRTUAL_ENV. A failure is the job's failure, with the installer's last lines.
+func (r *jobRun) installEnvironments(ctx context.Context) error {
+	tmpl := r.deps.cfg.Pipeline.Install
+	ids := hubEnvironments(r.claim.Job.Config)
+	if len(tmpl) == 0 || len(ids) == 0 {
+		return nil
+	}
+	venv := filepath.Join(r.deps.cfg.Pipeline.PrimeRL, ".venv")
+	env := append(r.baseEnv(), "VIRTUAL_ENV="+venv, "UV_PROJECT_ENVIRONMENT="+venv)
+	logPath := filepath.Join(r.dir, "install.log")
+	for _, id := range ids {
+		r.note("installing environment into prime-rl's Python", "env", id, "python", venv)
+		argv := expand(tmpl, map[string]string{"env_id": id, "id": id, "prime_rl": r.deps.cfg.Pipeline.PrimeRL}, nil)
+		if err := runCommand(ctx, argv, r.dir, env, logPath); err != nil {
+			return fmt.Errorf("install environment %s: %v%s", id, err, lastLines(logPath, 8))
+		}
+	}
+	return nil
+}
+
+// lastLines is the end of a log, for an error message: "\n" and its last n non-empty lines.
+func lastLines(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var keep []string
+	for _, l := range bytes.Split(data, []byte{'\n'}) {
+		if s := strings.TrimSpace(jobdata.StripANSI(string(l))); s != "" {
+			keep = append(keep, s)
+		}
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	if len(keep) == 0 {
+		return ""
+	}
+	return ":\n" + strings.Join(keep, "\n")
+}

@@ -1,0 +1,295 @@
+package gpuagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
+)
+
+// jobRun is one claimed job on this agent, from its claim to its report. It goes through
+// three steps — prepare (restore, render, install, preflight), supervise (serve, run, watch)
+// and finalize (commit, collect results, flush) — and ends in a typed outcome.
+type jobRun struct {
+	deps    runDeps
+	claim   *job.Claim
+	devices []Device
+	ports   upstream.Ports
+	dir     string
+	log     *slog.Logger
+	store   blob.Store
+	lease   *leaseKeeper
+	data    *streams
+
+	notesMu sync.Mutex
+	notes   *os.File // agent.log: what the agent did for the job, shipped with its logs
+}
+
+// runDeps is what a job needs of its agent.
+type runDeps struct {
+	cfg *Config
+	tel *telemetry
+	// freeGPUs gives the job's devices back to the node; safe to call twice.
+	freeGPUs func()
+}
+
+// endKind is how a job ended for the agent.
+type endKind int
+
+const (
+	endCompleted endKind = iota
+	endFailed
+	endStopped   // the service asked
+	endTimeLimit // the job's time limit passed
+	endReleased  // the agent is draining: the job goes back to the queue
+	endLost      // the lease is someone else's: tell nothing
+)
+
+// outcome is how a job ended and what the service is told.
+type outcome struct {
+	kind   endKind
+	reason string
+}
+
+func failed(format string, args ...any) outcome {
+	return outcome{kind: endFailed, reason: fmt.Sprintf(format, args...)}
+}
+
+// stoppedReason is the report of a job stopped on request; the service records it STOPPED.
+const stoppedReason = "stopped on request"
+
+// report is the call that tells the service: complete, fail, release, or "" for none.
+func (o outcome) report() string {
+	switch o.kind {
+	case endCompleted:
+		return "complete"
+	case endReleased:
+		return "release"
+	case endLost:
+		return ""
+	}
+	return "fail"
+}
+
+// label names the outcome in the agent's metrics.
+func (o outcome) label() string {
+	return [...]string{"completed", "failed", "stopped", "failed", "released", "lost"}[o.kind]
+}
+
+func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, store blob.Store, creds *grantedCreds) *jobRun {
+	dir := filepath.Join(a.cfg.WorkDir, "jobs", cl.Job.ID)
+	_ = os.RemoveAll(dir)
+	_ = os.MkdirAll(dir, 0o755)
+	log := a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence, "kind", cl.Job.Kind)
+	r := &jobRun{
+		claim: cl, devices: devs, ports: ports, dir: dir, log: log, store: store,
+		deps: runDeps{cfg: &a.cfg, tel: a.tel, freeGPUs: func() { a.freeDevices(cl.Job.ID, len(devs) == 0) }},
+	}
+	r.lease = newLeaseKeeper(a.cfg.API, cl, a.runtime(), creds, log, a.tel)
+	r.data = &streams{logs: jobdata.NewLogShipper(store, cl.Job.ID, cl.Lease.Fence)}
+	r.notes, _ = os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	r.data.logs.File("agent", filepath.Join(dir, "agent.log"))
+	r.data.logs.File("install", filepath.Join(dir, "install.log"))
+	r.data.logs.File("preflight", filepath.Join(dir, "preflight.log"))
+	r.data.logs.File("pipeline", filepath.Join(dir, "pipeline.log"))
+	r.data.logs.File("inference", filepath.Join(dir, "inference.log"))
+	return r
+}
+
+// note tells the user (agent.log, shipped with the job's logs) and the operator (the agent's
+// own log) what the agent did.
+func (r *jobRun) note(msg string, args ...any) {
+	r.log.Info(msg, args...)
+	r.notesMu.Lock()
+	defer r.notesMu.Unlock()
+	if r.notes == nil {
+		return
+	}
+	line := msg
+	for i := 0; i+1 < len(args); i += 2 {
+		line += fmt.Sprintf(" %v=%v", args[i], args[i+1])
+	}
+	fmt.Fprintf(r.notes, "%s INFO %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
+}
+
+// warn is note at WARNING.
+func (r *jobRun) warn(msg string) {
+	r.log.Warn(msg)
+	r.notesMu.Lock()
+	defer r.notesMu.Unlock()
+	if r.notes != nil {
+		fmt.Fprintf(r.notes, "%s WARNING %s\n", time.Now().UTC().Format(time.RFC3339Nano), msg)
+	}
+}
+
+func (r *jobRun) closeNotes() {
+	r.notesMu.Lock()
+	defer r.notesMu.Unlock()
+	if r.notes != nil {
+		r.notes.Close()
+		r.notes = nil
+	}
+}
+
+// baseEnv is what every command of the job gets on top of the agent's environment: its GPUs,
+// UTC (prime-rl's and vLLM's log lines carry a time of day only), unbuffered Python output.
+func (r *jobRun) baseEnv() []string {
+	return []string{
+		"HOSTEDTRAIN_JOB_ID=" + r.claim.Job.ID, "CUDA_VISIBLE_DEVICES=" + visibleDevices(r.devices),
+		"TZ=UTC", "PYTHONUNBUFFERED=1",
+	}
+}
+
+// pipelineEnv is the pipeline's environment: the base, the job's secrets — which go here and
+// nowhere else (not a config file, not a command line, not a log) — and the key of the
+// inference server the agent started for it.
+func (r *jobRun) pipelineEnv(localKey string) []string {
+	env := r.baseEnv()
+	names := make([]string, 0, len(r.claim.Secrets))
+	for k := range r.claim.Secrets {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		env = append(env, k+"="+r.claim.Secrets[k])
+	}
+	if localKey != "" {
+		env = append(env, LocalKeyVar+"="+localKey)
+	}
+	return env
+}
+
+// runJob runs one claimed job to its report. drain ends when the agent drains.
+func (a *Agent) runJob(drain context.Context, r *jobRun) {
+	defer os.RemoveAll(r.dir)
+	defer a.ports.give(r.claim.Job.ID)
+	r.note("job claimed", "attempt", r.claim.Job.Attempt, "gpus", visibleDevices(r.devices),
+		"ports", fmt.Sprintf("%d-%d", r.ports.Inference(), r.ports.Inference()+upstream.PortBlockSize-1),
+		"pipeline", a.cfg.Pipeline.Name, "upstream", a.cfg.Versions.String())
+
+	// The job's own life: heartbeats and storage writes go on through a drain, until the job
+	// is handed back or reported.
+	life, endLife := context.WithCancel(context.WithoutCancel(drain))
+	defer endLife()
+	hbCtx, stopHeartbeats := context.WithCancel(life)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		r.lease.run(hbCtx)
+	}()
+
+	out := r.execute(drain, life)
+	stopHeartbeats()
+	<-hbDone
+	r.closeNotes()
+	if how := out.report(); how != "" {
+		r.lease.report(life, how, out.reason, a.cfg.ReportTimeout)
+	} else {
+		r.log.Warn("job abandoned", "reason", out.reason)
+	}
+	a.done(r, out.label())
+}
+
+// execute prepares and runs the pipeline, and commits what it produced. drain ends when the
+// agent drains; ctx is the job's life.
+func (r *jobRun) execute(drain, ctx context.Context) outcome {
+	defer r.deps.freeGPUs()
+	p, out := r.prepare(drain, ctx)
+	if p == nil {
+		// Whatever was written before the end (install and preflight logs, notes) is the
+		// user's to read.
+		r.flush(ctx)
+		return out
+	}
+	defer p.stopUploads()
+	run := r.supervise(drain, ctx, p)
+	return r.finalize(drain, ctx, p, run)
+}
+
+// interrupted reports whether the job was stopped or lost, or the agent is draining.
+func (r *jobRun) interrupted(drain context.Context) (outcome, bool) {
+	select {
+	case <-r.lease.lost:
+		return outcome{kind: endLost, reason: "lease lost: another agent holds the job or it ended"}, true
+	case <-r.lease.stopped:
+		return outcome{kind: endStopped, reason: stoppedReason}, true
+	default:
+	}
+	if drain.Err() != nil {
+		return outcome{kind: endReleased, reason: "its agent is draining (node preempted or shut down)"}, true
+	}
+	return outcome{}, false
+}
+
+// errAborted is a wait given up because the job was stopped or lost or the agent drains.
+var errAborted = errors.New("aborted")
+
+// flush writes the metrics and log chunks that changed. Whatever fails stays and goes with the
+// next flush.
+func (r *jobRun) flush(ctx context.Context) {
+	tel := r.deps.tel
+	r.flushMetrics(ctx)
+	if err := r.data.logs.Ship(ctx); err != nil {
+		tel.objectWrites.WithLabelValues("logs", "error").Inc()
+		r.log.Warn("store logs; will retry", "err", err)
+	} else {
+		tel.objectWrites.WithLabelValues("logs", "ok").Inc()
+	}
+}
+
+func (r *jobRun) flushMetrics(ctx context.Context) {
+	if r.data.metrics == nil || r.data.metrics.Pending() == 0 {
+		return
+	}
+	if err := r.data.metrics.Flush(ctx); err != nil {
+		r.deps.tel.objectWrites.WithLabelValues("metrics", "error").Inc()
+		r.log.Warn("store metrics; will retry", "err", err)
+		return
+	}
+	r.deps.tel.objectWrites.WithLabelValues("metrics", "ok").Inc()
+}
+
+// poll reads new metrics rows into the stream and the heartbeat's summary, and queues the
+// checkpoints that are complete.
+func (r *jobRun) poll(ctx context.Context) {
+	rows, bad, err := r.data.tail.read()
+	if err != nil {
+		r.log.Warn("read metrics", "err", err)
+	}
+	for _, n := range bad {
+		r.warn(fmt.Sprintf("metrics.jsonl line at byte %d not stored: %v", n.offset, n.err))
+	}
+	if len(rows) > 0 {
+		for _, msg := range r.data.addRows(rows) {
+			r.warn("metrics row not stored: " + msg)
+		}
+		sum := r.data.summary
+		r.lease.setProgress(func(p *job.Progress) {
+			p.Step = sum.Step
+			p.Metrics = cloneMap(sum.Values)
+			p.Series = cloneMap(sum.Series)
+		})
+	}
+	// A new checkpoint: store the metrics up to it first, so that a run resumed from it finds
+	// every earlier step's metrics in storage.
+	if r.data.uploader != nil && r.data.uploader.scan() {
+		r.flushMetrics(ctx)
+	}
+}
+
+// timeLimit is when the agent stops the pipeline itself if the service has not: the job's own
+// time limit, counted from the claim. The service's reaper normally asks first (a heartbeat
+// answered stop); this holds when the API cannot be reached.
+func (r *jobRun) timeLimit() time.Duration {
+	return r.claim.Job.Config.TimeLimitDuration()
+}

@@ -1,0 +1,182 @@
+package gpuagent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+)
+
+// prepared is a job ready to run: its files written, environments installed, config checked.
+type prepared struct {
+	rendered    *Rendered
+	resume      int
+	key         string // the key of the inference server the agent starts for it ("" for none)
+	stopUploads context.CancelFunc
+}
+
+// prepare gets the job ready: for an rl run, the newest committed checkpoint restored (the
+// run resumes from it) and the uploader started; the pipeline's files rendered and written;
+// the job's environments installed into prime-rl's Python; the written config checked with
+// the installed upstream code. It ends early if the job is stopped or lost or the agent
+// drains. On any failure it returns the outcome instead.
+func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
+	cfg := r.deps.cfg
+	spec := r.claim.Job.Config
+	p := &prepared{stopUploads: func() {}}
+	prep, endPrep := until(ctx, drain.Done(), r.lease.stopped, r.lease.lost)
+	defer endPrep()
+	stopped := func(out outcome) (*prepared, outcome) {
+		if o, stop := r.interrupted(drain); stop {
+			return nil, o
+		}
+		return nil, out
+	}
+
+	runDir := RunDir(r.dir, r.claim.Job.ID)
+	if spec.Kind == jobspec.KindRL {
+		committed, err := jobdata.CommittedSteps(ctx, r.store, r.claim.Job.ID)
+		if err != nil {
+			return nil, failed("list checkpoints: %v", err)
+		}
+		keep := jobspec.DefaultKeepCloud
+		if spec.Checkpoints != nil {
+			keep = spec.Checkpoints.KeepCloud
+		}
+		up := newUploader(r.store, r.claim.Job.ID, jobdata.CheckpointsDir(runDir), keep, committed, r.log, func(step int) {
+			r.note("checkpoint committed", "step", step)
+			r.lease.committedStep(step)
+		}, r.deps.tel)
+		r.data.uploader = up
+		r.lease.reportCommitted(up.committedSteps)
+		upCtx, stopUploads := context.WithCancel(ctx)
+		p.stopUploads = stopUploads
+		go up.run(upCtx)
+		if len(committed) > 0 {
+			began := time.Now()
+			step, err := restoreNewest(prep, r.store, r.claim.Job.ID, jobdata.CheckpointsDir(runDir), r.log)
+			if err != nil {
+				return stopped(failed("restore checkpoint: %v", err))
+			}
+			if step > 0 {
+				p.resume = step
+				r.deps.tel.restoreSeconds.Observe(time.Since(began).Seconds())
+				r.note("checkpoint restored and verified; the run resumes from it", "step", step, "took", time.Since(began).Round(time.Millisecond))
+				// A previous run may have committed it and died before reporting it: report it,
+				// so the service's record (and the job's events) know the newest checkpoint.
+				r.lease.committedStep(step)
+			}
+		}
+	}
+	r.data.metrics = jobdata.NewMetricsWriter(r.store, r.claim.Job.ID, r.claim.Lease.Fence, p.resume+1)
+
+	rendered, err := Render(RenderInput{
+		JobID: r.claim.Job.ID, Spec: spec, Secrets: secretNames(r.claim.Secrets), GPUs: len(r.devices),
+		Ports: r.ports, Resume: p.resume, Dir: r.dir, Pipeline: cfg.Pipeline, Endpoint: cfg.Endpoint, Providers: cfg.Providers,
+	})
+	if err != nil {
+		return nil, failed("prepare the %s pipeline: %v", spec.Kind, err)
+	}
+	p.rendered = rendered
+	for _, name := range rendered.FileNames() {
+		if err := os.WriteFile(filepath.Join(r.dir, name), rendered.Files[name], 0o644); err != nil {
+			return nil, failed("write %s: %v", name, err)
+		}
+	}
+	for _, n := range rendered.Notes {
+		r.note(n)
+	}
+	if rendered.Serve != nil {
+		p.key = newKey()
+	}
+	if rendered.RunDir != "" {
+		r.data.tail.path = filepath.Join(rendered.RunDir, "metrics.jsonl")
+		r.data.logs.Dir(filepath.Join(rendered.RunDir, "logs", "latest"))
+	}
+	if o, stop := r.interrupted(drain); stop {
+		return nil, o
+	}
+	if err := r.installEnvironments(prep); err != nil {
+		return stopped(failed("%v", err))
+	}
+	if len(rendered.Preflight) > 0 {
+		if err := r.preflight(prep, rendered.Preflight); err != nil {
+			return stopped(failed("%v", err))
+		}
+	}
+	if o, stop := r.interrupted(drain); stop {
+		return nil, o
+	}
+	for _, port := range rendered.Ports {
+		if !portFree(port) {
+			return nil, failed("port %d, which the job's config names, is taken on this node", port)
+		}
+	}
+	return p, outcome{}
+}
+
+// RunDir is where prime-rl writes an rl job's run (--output-dir outputs --run.name JOB).
+func RunDir(jobDir, jobID string) string { return filepath.Join(jobDir, "outputs", jobID) }
+
+// preflight checks the written config with the installed upstream code (prime-rl's own config
+// loading, or verifiers' GEPA loader) before the pipeline takes any GPU time. A config
+// upstream refuses fails the job with upstream's message.
+func (r *jobRun) preflight(ctx context.Context, argv []string) error {
+	logPath := filepath.Join(r.dir, "preflight.log")
+	r.note("checking the config with the installed upstream code", "argv", fmt.Sprint(argv))
+	if err := runCommand(ctx, argv, r.dir, r.baseEnv(), logPath); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if msg := upstreamVerdict(logPath); msg != "" {
+			return fmt.Errorf("upstream refused the config before the run: %s", msg)
+		}
+		return fmt.Errorf("upstream refused the config before the run (%v)%s", err, lastLines(logPath, 12))
+	}
+	r.note("the config passed upstream's check")
+	return nil
+}
+
+// upstreamVerdict reads the refusal of a checker that answers as the upstream conformance
+// kit's check.py does (a JSON object with ok and errors [{loc, msg}]); "" for other output.
+func upstreamVerdict(logPath string) string {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return ""
+	}
+	var parts []string
+	for _, line := range strings.Split(string(data), "\n") {
+		var v struct {
+			OK     *bool `json:"ok"`
+			Errors []struct {
+				Loc string `json:"loc"`
+				Msg string `json:"msg"`
+			} `json:"errors"`
+		}
+		if json.Unmarshal([]byte(strings.TrimSpace(line)), &v) != nil || v.OK == nil || *v.OK {
+			continue
+		}
+		for _, e := range v.Errors {
+			if e.Loc != "" {
+				parts = append(parts, e.Loc+": "+e.Msg)
+			} else {
+				parts = append(parts, e.Msg)
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func secretNames(secrets map[string]string) []string {
+	names := make([]string, 0, len(secrets))
+	for k := range secrets {
+		names = append(names, k)
+	}
+	return names
+}

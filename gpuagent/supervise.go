@@ -1,0 +1,143 @@
+package gpuagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// stopCause is why the agent ended a pipeline itself.
+type stopCause int
+
+const (
+	causeNone      stopCause = iota // it ended by itself
+	causeStop                       // the service asked
+	causeTimeLimit                  // the job's time limit passed
+	causeDrain                      // the agent is draining
+	causeLost                       // the lease is lost
+)
+
+// ran is how the pipeline ended.
+type ran struct {
+	started bool
+	code    int // exit status; -1 killed by a signal
+	cause   stopCause
+	err     error // it could not start (or its inference server could not)
+}
+
+// supervise runs the pipeline: the inference server it needs first (waiting until it
+// answers), then the pipeline in its own process group, watched until it exits or the agent
+// ends it (a stop, the time limit, a drain: SIGTERM, the grace, SIGKILL; a lost lease: at
+// once). Metrics are polled and streams flushed meanwhile.
+func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
+	cfg, tel := r.deps.cfg, r.deps.tel
+	abort := make(chan struct{})
+	go func() {
+		select {
+		case <-r.lease.stopped:
+		case <-r.lease.lost:
+		case <-drain.Done():
+		case <-ctx.Done():
+		}
+		close(abort)
+	}()
+	var server *process
+	if s := p.rendered.Serve; s != nil {
+		var err error
+		server, err = r.startServer(ctx, s, p.key, cfg.ServeTimeout, abort)
+		if err != nil {
+			return ran{err: err, cause: r.causeOf(drain)}
+		}
+		defer func() {
+			r.note("stopping the inference server")
+			server.terminate(cfg.StopGrace)
+		}()
+	}
+
+	argv := p.rendered.Command
+	proc, err := startProcess(argv, r.dir, r.pipelineEnv(p.key), filepath.Join(r.dir, "pipeline.log"))
+	if err != nil {
+		return ran{err: fmt.Errorf("start pipeline: %w", err)}
+	}
+	tel.pipelineStarted(time.Now())
+	r.note("pipeline started", "argv", fmt.Sprint(argv), "resume_step", p.resume)
+	r.lease.setRunning()
+
+	pollT := time.NewTicker(cfg.PollInterval)
+	defer pollT.Stop()
+	flushT := time.NewTicker(cfg.FlushInterval)
+	defer flushT.Stop()
+	var limit <-chan time.Time
+	if d := r.timeLimit(); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		limit = t.C
+	}
+	var serverDone <-chan struct{}
+	if server != nil {
+		serverDone = server.done
+	}
+	cause := causeNone
+	terminate := func(c stopCause, why string) {
+		if cause != causeNone {
+			return
+		}
+		cause = c
+		r.note("terminating the pipeline", "why", why, "grace", cfg.StopGrace)
+		go proc.terminate(cfg.StopGrace)
+	}
+	drainCh := drain.Done()
+	for running := true; running; {
+		select {
+		case <-proc.done:
+			running = false
+		case <-pollT.C:
+			r.poll(ctx)
+		case <-flushT.C:
+			r.flush(ctx)
+		case <-r.lease.stopped:
+			terminate(causeStop, "stop requested")
+		case <-limit:
+			terminate(causeTimeLimit, "time limit reached")
+		case <-drainCh:
+			drainCh = nil
+			terminate(causeDrain, "the agent is draining")
+		case <-serverDone:
+			serverDone = nil
+			r.warn("the inference server exited while the pipeline ran")
+		case <-r.lease.lost:
+			proc.terminate(10 * time.Second)
+			tel.pipelineExited(time.Now())
+			return ran{started: true, code: proc.exitCode(), cause: causeLost}
+		}
+	}
+	tel.pipelineExited(time.Now())
+	code := proc.exitCode()
+	r.note("pipeline exited", "status", code)
+	return ran{started: true, code: code, cause: cause}
+}
+
+// causeOf says why a wait was given up.
+func (r *jobRun) causeOf(drain context.Context) stopCause {
+	select {
+	case <-r.lease.lost:
+		return causeLost
+	case <-r.lease.stopped:
+		return causeStop
+	default:
+	}
+	if drain.Err() != nil {
+		return causeDrain
+	}
+	return causeNone
+}
+
+// describeStart is the failure reason of a pipeline that could not start.
+func describeStart(err error) string {
+	if errors.Is(err, errAborted) {
+		return "stopped before the pipeline started"
+	}
+	return err.Error()
+}
