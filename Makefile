@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz bench-jobs bench-queue bench-agent bench-lambda load chaos
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic bench-jobs bench-queue bench-agent bench-lambda load chaos
 
 all: build
 
@@ -130,7 +130,7 @@ load: redis-server
 bench-jobs:
 	$(GO) test -run '^$$' -bench BenchmarkJobAdmission -benchmem -cpu 1 -count 5 ./api
 
-deps: redis-server spec-validator versitygw awscli moto webhook-receiver web chromium
+deps: redis-server spec-validator versitygw awscli moto pydantic webhook-receiver web chromium
 
 ## web: the dashboard's vendored libraries (uPlot, Redoc) copied from npm into api/web, where
 ## the API embeds them; and playwright-core for the browser test
@@ -192,6 +192,29 @@ redis-server:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is still missing"; exit 1; }
+
+## pydantic: python3 (3.11+) with pydantic 2, what the upstream conformance kit's check.py
+## (../shared/upstream) needs to validate files with prime-rl's and verifiers' own config code.
+## Debian 12's python3-pydantic is 1.x, so pip comes first.
+pydantic:
+	@command -v python3 >/dev/null 2>&1 || { \
+	  echo "installing python3 with apt-get"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-pip >/dev/null; }
+	@python3 -c 'import sys, pydantic; sys.exit(0 if sys.version_info >= (3, 11) and pydantic.VERSION.startswith("2") else 1)' 2>/dev/null || { \
+	  echo "installing pydantic 2"; \
+	  python3 -m pip install --quiet 'pydantic>=2,<3' 2>/dev/null || \
+	  python3 -m pip install --quiet --break-system-packages 'pydantic>=2,<3' 2>/dev/null || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pydantic >/dev/null; }; }
+	@python3 -c 'import sys, pydantic; sys.exit(0 if sys.version_info >= (3, 11) and pydantic.VERSION.startswith("2") else 1)' || { \
+	  echo "the upstream kit needs python3 3.11+ with pydantic 2 (pip install 'pydantic>=2,<3')"; exit 1; }
+
+## conformance: every job the service accepts (testdata/jobs and upstream's own `prime train`
+## files), rendered as the agent writes it on 1, 2 and 8 GPUs, fresh and resuming, checked by
+## the pinned upstream code in ../shared/upstream (check.py); prints what upstream accepted
+conformance: pydantic
+	@$(GO) test -run '^TestConformance$$' -count=1 -v ./gpuagent > /tmp/hostedtrain-conformance.log 2>&1; rc=$$?; \
+	  grep '^conformance:' /tmp/hostedtrain-conformance.log; \
+	  [ $$rc = 0 ] || { cat /tmp/hostedtrain-conformance.log; exit $$rc; }
 
 spec-validator:
 	@python3 -c 'import openapi_spec_validator' 2>/dev/null || { \

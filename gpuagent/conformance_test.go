@@ -1,0 +1,235 @@
+package gpuagent_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
+	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
+)
+
+// conformanceJob is a job file to render: one of testdata/jobs, or a `prime train` file
+// upstream wrote for its users (the kit's real-configs/prime-train).
+type conformanceJob struct {
+	name, kind string
+	body       []byte
+}
+
+// rendered is one render of a job: the file upstream is asked about and what to say if it
+// refuses it.
+type rendered struct {
+	what   string // "hosted-basic.toml on 8 GPUs, resuming from step 50"
+	file   string
+	resume int
+	ports  upstream.Ports
+}
+
+// TestConformance renders every job the service accepts — the fixtures and upstream's own
+// `prime train` files — as the agent would hand it to the pipeline, on 1, 2 and 8 GPUs where
+// the job allows, fresh and resuming, and asks the pinned upstream code (the conformance
+// kit's check.py) whether it accepts each: every rl.toml must pass prime-rl's RLConfig with
+// an inference server started on the node and every port in the job's block; every GEPA
+// config must pass verifiers' loader. `make conformance` runs just this.
+func TestConformance(t *testing.T) {
+	adm, err := api.NewAdmission()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs []conformanceJob
+	for _, name := range jobspectest.Names(t) {
+		jobs = append(jobs, conformanceJob{name: name, kind: jobspectest.Kind(name), body: jobspectest.Fixture(t, name)})
+	}
+	// A GEPA job on an open-weight model (served on the job's GPU), and one whose reflection
+	// model is a provider's (reached through verifiers' endpoint registry).
+	gepa := string(jobspectest.Fixture(t, "gepa.toml"))
+	jobs = append(jobs,
+		conformanceJob{name: "gepa.toml, open-weight model", kind: "gepa", body: []byte(strings.Replace(strings.Replace(gepa,
+			`model = "google/gemini-3-flash-preview"`, `model = "Qwen/Qwen3-4B-Instruct-2507"`, 1),
+			`reflection_model = "google/gemini-3-exp-ultra-preview"`, `reflection_model = "Qwen/Qwen3-4B-Instruct-2507"`, 1))},
+		conformanceJob{name: "gepa.toml, open-weight model, provider reflection", kind: "gepa", body: []byte(strings.Replace(gepa,
+			`model = "google/gemini-3-flash-preview"`, `model = "Qwen/Qwen3-4B-Instruct-2507"`, 1))},
+	)
+	realConfigs, err := filepath.Glob(filepath.Join(upstreamtest.Kit(t), "real-configs", "prime-train", "*.toml"))
+	if err != nil || len(realConfigs) == 0 {
+		t.Fatalf("no real-configs/prime-train in the kit: %v", err)
+	}
+	var refusedAtSubmit []string
+	for _, f := range realConfigs {
+		body, err := jobspec.ReadJobFile(f, []string{"WANDB_API_KEY=wandb-example"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, conformanceJob{name: "real-configs/prime-train/" + filepath.Base(f), kind: "", body: body.Data})
+	}
+
+	dir := t.TempDir()
+	var rl, gp []rendered
+	skipped := map[string][]string{}
+	for i, j := range jobs {
+		got, prob := adm.Admit(j.kind, "application/toml", j.body)
+		if prob != nil {
+			if strings.HasPrefix(j.name, "real-configs/") {
+				refusedAtSubmit = append(refusedAtSubmit, fmt.Sprintf("%s (%s)", j.name, firstError(prob)))
+				continue
+			}
+			t.Fatalf("%s: refused at submit: %s %+v", j.name, prob.Detail, prob.Errors)
+		}
+		spec := got.Spec
+		var secrets []string
+		for k := range got.Secrets {
+			secrets = append(secrets, k)
+		}
+		tp := 1
+		if spec.Parallelism != nil {
+			tp = spec.Parallelism.TensorParallelSize
+		}
+		gpuCounts := []int{1, 2, 8}
+		if spec.Kind != jobspec.KindRL {
+			gpuCounts = []int{spec.Resources.GPUs}
+		}
+		for _, gpus := range gpuCounts {
+			if spec.Kind == jobspec.KindRL {
+				if _, err := upstream.SplitGPUs(gpus, tp); err != nil {
+					skipped[j.name] = append(skipped[j.name], fmt.Sprintf("%d GPUs (%v)", gpus, err))
+					continue
+				}
+			}
+			resumes := []int{0}
+			if spec.Kind == jobspec.KindRL {
+				resumes = append(resumes, min(spec.Checkpoints.Interval, spec.MaxSteps))
+			}
+			for _, resume := range resumes {
+				base := gpuagent.DefaultPortRange[0] + (len(rl)+len(gp))%150*upstream.PortBlockSize
+				out := filepath.Join(dir, strconv.Itoa(i), fmt.Sprintf("%dgpu-resume%d", gpus, resume))
+				r, err := gpuagent.Render(gpuagent.RenderInput{JobID: "conformance", Spec: spec, Secrets: secrets, GPUs: gpus,
+					Ports: upstream.Ports{Base: base}, Resume: resume, Dir: out, Pipeline: gpuagent.DefaultPipeline()})
+				if err != nil {
+					t.Errorf("%s on %d GPUs: render: %v", j.name, gpus, err)
+					continue
+				}
+				if err := os.MkdirAll(out, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				for name, data := range r.Files {
+					if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				what := fmt.Sprintf("%s on %d GPU(s)", j.name, gpus)
+				if resume > 0 {
+					what += fmt.Sprintf(", resuming from step %d", resume)
+				}
+				switch spec.Kind {
+				case jobspec.KindRL:
+					rl = append(rl, rendered{what: what, file: filepath.Join(out, "rl.toml"), resume: resume, ports: upstream.Ports{Base: base}})
+				case jobspec.KindGEPA:
+					gp = append(gp, rendered{what: what, file: filepath.Join(out, "gepa.toml")})
+				}
+			}
+		}
+	}
+	// Multi-node: no job asks for more than one node (agents run a job on one node), so no
+	// render of 2 nodes × 8 GPUs exists to check; `gpuagent render --nodes 2` says so.
+	okRL := checkAll(t, "prime-rl", rl)
+	okGEPA := checkAll(t, "gepa", gp)
+	names := make([]string, 0, len(skipped))
+	for n := range skipped {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t.Logf("not rendered (the job does not allow it): %s on %s", n, strings.Join(skipped[n], "; "))
+	}
+	for _, r := range refusedAtSubmit {
+		fmt.Printf("conformance: refused at submit, not rendered: %s\n", r)
+	}
+	fmt.Printf("conformance: rl %d/%d, gepa %d/%d accepted by upstream\n", okRL, len(rl), okGEPA, len(gp))
+	if len(rl) < 20 || len(gp) < 3 {
+		t.Errorf("only %d rl and %d GEPA renders were checked", len(rl), len(gp))
+	}
+}
+
+// checkAll asks check.py about every file of a kind (one process for each resume step, the
+// only flag that differs) and reports each refusal with the file's job, GPUs and upstream's
+// words. It returns how many upstream accepted.
+func checkAll(t *testing.T, kind string, files []rendered) int {
+	t.Helper()
+	groups := map[int][]rendered{}
+	for _, r := range files {
+		groups[r.resume] = append(groups[r.resume], r)
+	}
+	ok := 0
+	for resume, group := range groups {
+		args := make([]string, 0, len(group)+6)
+		for _, r := range group {
+			args = append(args, r.file)
+		}
+		if kind == "prime-rl" {
+			args = append(args, "--output-dir", "/work/outputs", "--run-name", "conformance")
+			if resume > 0 {
+				args = append(args, "--set", "resume.step="+strconv.Itoa(resume))
+			}
+		}
+		res := upstreamtest.Check(t, kind, args...)
+		if len(res) != len(group) {
+			t.Fatalf("check.py %s answered %d results for %d files", kind, len(res), len(group))
+		}
+		for i, r := range res {
+			what := group[i].what
+			switch {
+			case !r.OK:
+				var errs []string
+				for _, e := range r.Errors {
+					errs = append(errs, e.Loc+": "+e.Msg)
+				}
+				t.Errorf("%s: upstream refuses its %s config: %s", what, kind, strings.Join(errs, "; "))
+			case kind == "prime-rl" && !r.StartsInference:
+				t.Errorf("%s: the rl.toml starts no inference server on the node", what)
+			case kind == "prime-rl" && !portsInBlock(r.Details, group[i].ports):
+				t.Errorf("%s: a port is outside the job's block at %d: %v", what, group[i].ports.Base, r.Details)
+			default:
+				ok++
+			}
+		}
+	}
+	return ok
+}
+
+// portsInBlock checks the ports upstream resolved (the inference server, the client, the env
+// servers) are in the job's block.
+func portsInBlock(details map[string]any, ports upstream.Ports) bool {
+	in := func(p int) bool { return p >= ports.Base && p < ports.Base+upstream.PortBlockSize }
+	port, _ := details["inference_port"].(float64)
+	if !in(int(port)) {
+		return false
+	}
+	if u, _ := details["client_base_url"].(string); !strings.Contains(u, fmt.Sprintf(":%d/", int(port))) {
+		return false
+	}
+	addrs, _ := details["env_addresses"].(map[string]any)
+	for _, a := range addrs {
+		s, _ := a.(string)
+		i := strings.LastIndexByte(s, ':')
+		p, err := strconv.Atoi(s[i+1:])
+		if err != nil || !in(p) {
+			return false
+		}
+	}
+	return true
+}
+
+func firstError(p *api.Problem) string {
+	if len(p.Errors) > 0 {
+		return p.Errors[0].Pointer + ": " + p.Errors[0].Message
+	}
+	return p.Detail
+}
