@@ -113,13 +113,15 @@ func emulated(t testing.TB, bin string, emulatorFlags ...string) gpuagent.Pipeli
 }
 
 // nextPorts gives each agent of the tests a range of ports of its own: agents of one process
-// run side by side here, where a node has one.
+// run side by side here, where a node has one. The ranges are below the agent's default
+// (20000-29999), which the dev stack's agents of other packages' tests use at the same time.
 var nextPorts atomic.Int64
 
 func portRange() [2]int {
+	const size = upstream.PortBlockSize * 4
 	n := int(nextPorts.Add(1)) - 1
-	lo := 20000 + (n%150)*upstream.PortBlockSize*6
-	return [2]int{lo, lo + upstream.PortBlockSize*6 - 1}
+	lo := 10000 + (n%(10000/size))*size
+	return [2]int{lo, lo + size - 1}
 }
 
 // agentConfig is an in-process agent with the emulated pipeline on two H100s.

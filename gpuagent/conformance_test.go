@@ -33,8 +33,8 @@ type rendered struct {
 	ports  upstream.Ports
 }
 
-// TestConformance renders every job the service accepts — the fixtures and upstream's own
-// `prime train` files — as the agent would hand it to the pipeline, on 1, 2 and 8 GPUs where
+// TestConformance renders every job the service accepts — the fixtures, the README's example
+// and upstream's own `prime train` files — as the agent would hand it to the pipeline, on 1, 2 and 8 GPUs where
 // the job allows, fresh and resuming, and asks the pinned upstream code (the conformance
 // kit's check.py) whether it accepts each: every rl.toml must pass prime-rl's RLConfig with
 // an inference server started on the node and every port in the job's block; every GEPA
@@ -58,6 +58,18 @@ func TestConformance(t *testing.T) {
 		conformanceJob{name: "gepa.toml, open-weight model, provider reflection", kind: "gepa", body: []byte(strings.Replace(gepa,
 			`model = "google/gemini-3-flash-preview"`, `model = "Qwen/Qwen3-4B-Instruct-2507"`, 1))},
 	)
+	// The README's quickstart, which `make demo` runs.
+	examples, _ := filepath.Glob(filepath.Join(jobspectest.Root(t), "examples", "*.toml"))
+	if len(examples) == 0 {
+		t.Fatal("no examples/*.toml")
+	}
+	for _, f := range examples {
+		body, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, conformanceJob{name: "examples/" + filepath.Base(f), body: body})
+	}
 	realConfigs, err := filepath.Glob(filepath.Join(upstreamtest.Kit(t), "real-configs", "prime-train", "*.toml"))
 	if err != nil || len(realConfigs) == 0 {
 		t.Fatalf("no real-configs/prime-train in the kit: %v", err)

@@ -41,7 +41,8 @@ func main() {
 		err = run()
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "gpuagent:", err)
+		// The library's errors already name it.
+		fmt.Fprintln(os.Stderr, "gpuagent:", strings.TrimPrefix(err.Error(), "gpuagent: "))
 		os.Exit(1)
 	}
 }
