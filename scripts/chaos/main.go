@@ -164,11 +164,15 @@ type run struct {
 	storeDir                  string
 
 	mu     sync.Mutex
-	agents map[int]*proc
+	agents map[int]*proc // by slot: a replacement takes its victim's slot and ports
 	nextID int
 }
 
-func (r *run) startAgent() error {
+// agentPorts is each agent slot's range of ports: the agents share one machine here, where a
+// node has one, and an rl job binds a block of 64 (four jobs of two GPUs on an agent's eight).
+const agentPorts = 4 * 64
+
+func (r *run) startAgent(slot int) error {
 	r.mu.Lock()
 	id := r.nextID
 	r.nextID++
@@ -183,13 +187,14 @@ func (r *run) startAgent() error {
 		"--api", r.apiURL, "--store", r.storeDir, "--gpus", "H100:8", "--work-dir", work,
 		"--emulated", "--emulator", filepath.Join(r.bin, "prime-rl-emulator"),
 		"--emulate-flags", "--emulate.step-time " + r.stepTime.String(),
+		"--port-range", fmt.Sprintf("%d-%d", 20000+slot*agentPorts, 20000+(slot+1)*agentPorts-1),
 		"--metrics-addr", "", "--claim-wait", "2s", "--stop-grace", "2s", "--poll-interval", "50ms", "--flush-interval", "200ms",
 	}, []string{"HOSTEDTRAIN_AGENT_TOKEN=" + tok}, filepath.Join(r.dir, "agents.log"))
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
-	r.agents[id] = p
+	r.agents[slot] = p
 	r.mu.Unlock()
 	return nil
 }
@@ -197,16 +202,16 @@ func (r *run) startAgent() error {
 // killOne SIGKILLs a random agent and starts another in its place.
 func (r *run) killOne() error {
 	r.mu.Lock()
-	var ids []int
-	for id := range r.agents {
-		ids = append(ids, id)
+	var slots []int
+	for slot := range r.agents {
+		slots = append(slots, slot)
 	}
-	victim := ids[rand.IntN(len(ids))]
+	victim := slots[rand.IntN(len(slots))]
 	p := r.agents[victim]
 	delete(r.agents, victim)
 	r.mu.Unlock()
 	p.kill()
-	return r.startAgent()
+	return r.startAgent(victim)
 }
 
 func (r *run) stopAgents() {
@@ -285,8 +290,11 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	if err := waitFor(time.Minute, func() bool { _, err := user.Usage(ctx, "", 1); return err == nil }); err != nil {
 		return fmt.Errorf("the API never answered: %w", err)
 	}
-	for range nAgents {
-		if err := r.startAgent(); err != nil {
+	if nAgents*agentPorts > 10000 {
+		return fmt.Errorf("%d agents need more than ports 20000-29999", nAgents)
+	}
+	for slot := range nAgents {
+		if err := r.startAgent(slot); err != nil {
 			return err
 		}
 	}
