@@ -14,7 +14,7 @@ import (
 
 func newGEPACmd() *cobra.Command {
 	c := &cobra.Command{Use: "gepa", Short: "Prompt optimization with GEPA (no gradient training)"}
-	c.AddCommand(newFileSubmitCmd("gepa", "Submit a GEPA job file (seed 004's GEPA configuration format)"), newGEPARunCmd())
+	c.AddCommand(newFileSubmitCmd("gepa", "Submit a GEPA job file (the GEPA configuration format of Prime Intellect's docs)"), newGEPARunCmd())
 	return c
 }
 

@@ -29,7 +29,7 @@ const (
 )
 
 // Defaults. The rl ones are the public `prime` CLI's, so a file means the same here and there;
-// the GEPA ones are `prime gepa run`'s (seed 004); the eval ones are `prime eval run`'s.
+// the GEPA ones are `prime gepa run`'s (Prime Intellect's docs, "GEPA Configuration Files"); the eval ones are `prime eval run`'s.
 const (
 	DefaultMaxSteps           = 100
 	DefaultBatchSize          = 128

@@ -50,7 +50,7 @@ func DecodeTOML(data []byte) (map[string]any, error) {
 var topLevelOnly = []string{"env_file", "env_files"}
 
 // hoistTopLevelKeys moves keys that belong at the top level out of the table they landed in.
-// TOML puts every key written after a `[table]` header into that table, and seed 004's own
+// TOML puts every key written after a `[table]` header into that table, and the Hosted Training docs' own
 // reference file writes `env_file = [...]` after `[wandb]`; its authors meant the top level,
 // and so does everyone who copies it.
 func hoistTopLevelKeys(doc map[string]any) {
