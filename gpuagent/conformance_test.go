@@ -58,8 +58,10 @@ func TestConformance(t *testing.T) {
 		conformanceJob{name: "gepa.toml, open-weight model, provider reflection", kind: "gepa", body: []byte(strings.Replace(gepa,
 			`model = "google/gemini-3-flash-preview"`, `model = "Qwen/Qwen3-4B-Instruct-2507"`, 1))},
 	)
-	// The README's quickstart, which `make demo` runs.
+	// The README's quickstart, which `make demo` runs, and the GPU check's real run.
 	examples, _ := filepath.Glob(filepath.Join(jobspectest.Root(t), "examples", "*.toml"))
+	gpuExamples, _ := filepath.Glob(filepath.Join(jobspectest.Root(t), "examples", "gpu", "*.toml"))
+	examples = append(examples, gpuExamples...)
 	if len(examples) == 0 {
 		t.Fatal("no examples/*.toml")
 	}
@@ -68,7 +70,8 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		jobs = append(jobs, conformanceJob{name: "examples/" + filepath.Base(f), body: body})
+		rel, _ := filepath.Rel(jobspectest.Root(t), f)
+		jobs = append(jobs, conformanceJob{name: rel, body: body})
 	}
 	realConfigs, err := filepath.Glob(filepath.Join(upstreamtest.Kit(t), "real-configs", "prime-train", "*.toml"))
 	if err != nil || len(realConfigs) == 0 {

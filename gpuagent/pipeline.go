@@ -48,7 +48,7 @@ const DefaultPrimeRL = "/opt/prime-rl"
 // Python: the prime CLI wrappers refuse to start without a Prime account key and default to
 // Prime's inference service, and a hostedtrain job uses neither.
 func DefaultPipeline() Pipeline {
-	uvRun := []string{"uv", "run", "--project", "{prime_rl}"}
+	uvRun := []string{"uv", "run", "--no-sync", "--project", "{prime_rl}"}
 	with := func(args ...string) []string { return append(append([]string{}, uvRun...), args...) }
 	return Pipeline{
 		Name:      "prime-rl",

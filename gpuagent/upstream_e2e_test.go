@@ -287,7 +287,7 @@ func TestRenderShowsWhatANodeWouldRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("render: %v\n%s", err, res)
 	}
-	for _, want := range []string{"rl job on 2 GPU(s)", "wrote " + filepath.Join(out, "rl.toml"), "run: uv run --project /opt/prime-rl rl @ " + filepath.Join(out, "rl.toml")} {
+	for _, want := range []string{"rl job on 2 GPU(s)", "wrote " + filepath.Join(out, "rl.toml"), "run: uv run --no-sync --project /opt/prime-rl rl @ " + filepath.Join(out, "rl.toml")} {
 		if !strings.Contains(string(res), want) {
 			t.Errorf("render printed:\n%s\nwant %q", res, want)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 	"gopkg.in/yaml.v3"
 )
 
@@ -114,10 +115,17 @@ func TestTheAgentUnitMatchesTheAgent(t *testing.T) {
 		}
 		flags[m[1]] = strings.Trim(m[2], `"`)
 	}
-	for _, placeholder := range []string{"{config}", "{output_dir}", "{run_name}"} {
-		if !strings.Contains(flags["rl-command"], placeholder) {
-			t.Errorf("--rl-command %q lacks %s", flags["rl-command"], placeholder)
+	// The pipelines are the agent's defaults, in the prime-rl checkout cloud-init installs.
+	for _, f := range []string{"rl-command", "preflight-command", "install-command", "eval-command", "gepa-command", "serve-command"} {
+		if _, ok := flags[f]; ok {
+			t.Errorf("the unit sets --%s; the agent's default runs the pinned upstream's own commands", f)
 		}
+	}
+	if flags["prime-rl"] != "/opt/prime-rl" {
+		t.Errorf("--prime-rl %q, want /opt/prime-rl, where cloud-init installs it", flags["prime-rl"])
+	}
+	if _, ok := flags["allow-unpinned"]; ok {
+		t.Error("the unit allows an unpinned prime-rl")
 	}
 	grace, err1 := time.ParseDuration(flags["stop-grace"])
 	drain, err2 := time.ParseDuration(flags["drain-timeout"])
@@ -130,5 +138,39 @@ func TestTheAgentUnitMatchesTheAgent(t *testing.T) {
 	}
 	if unitValue(string(unit), "KillMode") != "mixed" {
 		t.Error("KillMode must be mixed: SIGTERM to the agent alone, which stops its pipelines itself")
+	}
+}
+
+// The node image installs exactly the upstream versions the agent is pinned to: prime-rl at its
+// commit with the submodules (verifiers among them) and its own environments, the prime CLI at
+// its release; and the agent's unit points at that checkout.
+func TestCloudInitInstallsThePinnedUpstream(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("gpu-node", "cloud-init.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cc cloudConfig
+	if err := yaml.Unmarshal(raw, &cc); err != nil {
+		t.Fatal(err)
+	}
+	var script strings.Builder
+	for _, c := range cc.Runcmd {
+		script.WriteString(strings.Join(c, " ") + "\n")
+	}
+	for _, want := range []string{
+		"git clone https://github.com/PrimeIntellect-ai/prime-rl /opt/prime-rl",
+		"git checkout --detach " + upstream.PrimeRLCommit,
+		"submodule update --init -- deps/verifiers",
+		"uv sync --all-extras --all-packages",
+		"uv tool install prime==" + upstream.PrimeCLIVersion,
+		"/usr/local/bin/gpuagent versions --prime-rl /opt/prime-rl",
+	} {
+		if !strings.Contains(script.String(), want) {
+			t.Errorf("cloud-init's runcmd lacks %q:\n%s", want, script.String())
+		}
+	}
+	if strings.Contains(script.String(), "--depth 1") {
+		t.Error("a shallow clone cannot check out the pinned commit")
 	}
 }

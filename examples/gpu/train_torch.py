@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """A small real PyTorch training run that the GPU agent can drive as its rl command.
 
-It takes prime-rl's command line (`@ rl.toml --output-dir DIR --run.name NAME [--resume]`)
-and writes prime-rl's layout (DIR/NAME/metrics.jsonl, logs/attempt_N with logs/latest,
-checkpoints/step_N/{trainer,orchestrator}/), so everything the agent does with prime-rl —
-streaming metrics and logs, committing checkpoints, resuming — is exercised on a real GPU
-without vLLM or an environment. It trains a small MLP to fit a fixed random function; the
-"reward" is 1 / (1 + loss). SIGTERM finishes the current step and exits 143.
+It takes prime-rl's command line (`@ rl.toml --output-dir DIR --run.name NAME
+[--resume.step N]`) and writes prime-rl's layout as prime-rl 559b447 does: DIR/NAME/metrics.jsonl
+(trainer rows, prime-rl's key names), loguru-style logs in logs/attempt_N with logs/latest, and
+checkpoints/step_N/trainer/ (its .metadata written last) with step_N/orchestrator/progress.pt.
+So everything the agent does with prime-rl — streaming metrics and logs, committing whole
+checkpoints, resuming — is exercised on a real GPU without vLLM or an environment. It trains a
+small MLP to fit a fixed random function; the "reward" is 1 / (1 + loss). SIGTERM finishes the
+current step and exits 1, as prime-rl's launcher does.
 
-    gpuagent --rl-command "python3 examples/gpu/train_torch.py @ {config} --output-dir {output_dir} --run.name {run_name}" --install-command ""
+    gpuagent --rl-command "python3 examples/gpu/train_torch.py @ {config} --output-dir {output_dir} --run.name {run_name} {resume}" \
+             --preflight-command "" --install-command "" --versions-command "echo {}" --allow-unpinned
 """
 import argparse
 import json
@@ -31,9 +34,9 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--output-dir", default="outputs")
     p.add_argument("--run.name", dest="run_name", default="run")
-    p.add_argument("--resume", action="store_true")
+    p.add_argument("--resume.step", dest="resume_step", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=0)
-    args = p.parse_args(argv)
+    args, _ = p.parse_known_args(argv)
     cfg = {}
     for c in configs:
         with open(c, "rb") as f:
@@ -55,11 +58,12 @@ def main() -> int:
     os.symlink(f"attempt_{attempt}", latest)
     trainer_log = open(os.path.join(logs, f"attempt_{attempt}", "trainer.log"), "a", buffering=1)
 
-    def log(msg: str) -> None:
-        trainer_log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} INFO {msg}\n")
+    def log(msg: str, level: str = "INFO") -> None:
+        # loguru's format, as prime-rl writes it: HH:mm:ss, the level right-aligned to 7.
+        trainer_log.write(f"{time.strftime('%H:%M:%S', time.gmtime())} {level:>7} {msg}\n")
 
     if not torch.cuda.is_available():
-        log("ERROR no CUDA device visible (CUDA_VISIBLE_DEVICES=%r)" % os.environ.get("CUDA_VISIBLE_DEVICES"))
+        log("no CUDA device visible (CUDA_VISIBLE_DEVICES=%r)" % os.environ.get("CUDA_VISIBLE_DEVICES"), "ERROR")
         print("ERROR: no CUDA device", file=sys.stderr)
         return 1
     dev = torch.device("cuda")
@@ -72,12 +76,16 @@ def main() -> int:
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
 
     first = 1
-    steps = sorted(int(n.split("_")[1]) for n in os.listdir(ckpts) if n.startswith("step_"))
-    if args.resume and steps:
-        state = torch.load(os.path.join(ckpts, f"step_{steps[-1]}", "trainer", "model.pt"), map_location=dev)
+    if args.resume_step:
+        d = os.path.join(ckpts, f"step_{args.resume_step}")
+        if not os.path.exists(os.path.join(d, "trainer", ".metadata")):
+            log(f"no whole checkpoint to resume from at {d}", "ERROR")
+            return 1
+        state = torch.load(os.path.join(d, "trainer", "model.pt"), map_location=dev)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optim"])
-        first = steps[-1] + 1
+        first = args.resume_step + 1
+        log(f"Resuming from step {args.resume_step}")
     log(f"max_steps={max_steps} start_step={first}")
 
     stop = {"asked": False}
@@ -96,21 +104,24 @@ def main() -> int:
         torch.cuda.synchronize()
         took = time.time() - began
         l = loss.item()
-        metrics.write(json.dumps({"step": step, "time": time.time(), "reward/all/mean": 1 / (1 + l), "loss/mean": l,
+        metrics.write(json.dumps({"step": step, "time": time.time(), "train/agg/all/agent/reward/mean": 1 / (1 + l), "loss/mean": l,
                                   "optim/grad_norm": grad_norm, "perf/throughput": 4096 / took, "time/step": took}) + "\n")
-        log(f"step {step} | loss {l:.5f} | {took * 1000:.1f} ms")
+        log(f"Step {step} | {took:5.3f}s | Loss {l:.5f}", "SUCCESS")
         if interval and step % interval == 0:
             d = os.path.join(ckpts, f"step_{step}")
             os.makedirs(os.path.join(d, "trainer"), exist_ok=True)
             os.makedirs(os.path.join(d, "orchestrator"), exist_ok=True)
             torch.save({"model": model.state_dict(), "optim": opt.state_dict()}, os.path.join(d, "trainer", "model.pt"))
-            with open(os.path.join(d, "orchestrator", "progress.json"), "w") as f:
+            with open(os.path.join(d, "trainer", ".metadata"), "w") as f:  # last: the checkpoint is whole
                 json.dump({"step": step}, f)
-            log(f"saved checkpoint step_{step}")
+            tmp = os.path.join(d, "orchestrator", ".progress.pt.tmp")
+            torch.save({"step": step}, tmp)
+            os.replace(tmp, os.path.join(d, "orchestrator", "progress.pt"))
+            log(f"Saved checkpoint to {d}")
         if stop["asked"]:
-            log("received SIGTERM: shutting down after step %d" % step)
-            return 143
-    log(f"training finished after step {max_steps}")
+            log("Received SIGTERM, shutting down after step %d" % step, "WARNING")
+            return 1
+    log(f"Training finished after step {max_steps}", "SUCCESS")
     return 0
 
 
