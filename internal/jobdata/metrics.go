@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/buger/jsonparser"
 )
 
 // Row is one row of prime-rl's metrics.jsonl — a step, a time and metric values — or a step's
@@ -17,15 +19,18 @@ type Row map[string]json.RawMessage
 
 // Step is the row's step (1-indexed, as prime-rl numbers them).
 func (r Row) Step() int {
-	var s int
-	_ = json.Unmarshal(r["step"], &s)
+	s, err := strconv.Atoi(string(r["step"]))
+	if err != nil {
+		var f float64
+		_ = json.Unmarshal(r["step"], &f) // 3.0 or 3e0, as some writers put it
+		return int(f)
+	}
 	return s
 }
 
 // Time is the row's unix time in seconds, 0 when it has none.
 func (r Row) Time() float64 {
-	var t float64
-	_ = json.Unmarshal(r["time"], &t)
+	t, _ := strconv.ParseFloat(string(r["time"]), 64)
 	return t
 }
 
@@ -58,31 +63,52 @@ var ErrLineTooLong = errors.New("metrics line too long")
 // which are not JSON: they become null, and so does a number too large for a double, each
 // named under NonFiniteKey. A line without a step is an error.
 func ParseLine(line []byte) (Row, error) {
+	row, _, err := scanLine(line, nil)
+	return row, err
+}
+
+// scanLine is ParseLine holding only the keys keep allows (all when keep is nil; step, time
+// and NonFiniteKey always), and saying which process wrote the row, from all its keys. The
+// line is read key by key (github.com/buger/jsonparser) without decoding what is not kept:
+// a chart of one series over a long run reads a few keys of rows of hundreds.
+func scanLine(line []byte, keep map[string]bool) (Row, string, error) {
 	line = bytes.TrimSpace(line)
 	if len(line) > MaxLineBytes {
-		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrLineTooLong, len(line), MaxLineBytes)
+		return nil, "", fmt.Errorf("%w: %d bytes, the limit is %d", ErrLineTooLong, len(line), MaxLineBytes)
 	}
 	clean, notes := replaceNonFinite(line)
-	var row Row
-	if err := json.Unmarshal(clean, &row); err != nil {
-		return nil, fmt.Errorf("metrics line: %w", err)
-	}
-	if row == nil {
-		return nil, errors.New("metrics line: not an object")
-	}
-	for k, v := range row {
-		if len(v) > 0 && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) {
+	row := Row{}
+	writer := "trainer"
+	err := jsonparser.ObjectEach(clean, func(k, v []byte, t jsonparser.ValueType, end int) error {
+		if writer == "trainer" && orchestratorKey(k) {
+			writer = "orchestrator"
+		}
+		// string(k) in a comparison or a map index allocates nothing; a key is made only for
+		// what is kept.
+		if keep != nil && !keep[string(k)] && string(k) != "step" && string(k) != "time" && string(k) != NonFiniteKey {
+			return nil
+		}
+		key := string(k)
+		switch t {
+		case jsonparser.String:
+			v = clean[end-len(v)-2 : end] // the value with its quotes, as written
+		case jsonparser.Number:
 			if f, err := strconv.ParseFloat(string(v), 64); err != nil || math.IsInf(f, 0) {
-				row[k] = json.RawMessage("null")
-				notes = append(notes, [2]string{k, string(v)})
+				notes = append(notes, [2]string{key, string(v)})
+				v = []byte("null")
 			}
 		}
+		row[key] = json.RawMessage(v)
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("metrics line: %w", err)
 	}
 	if _, ok := row["step"]; !ok {
-		return nil, errors.New("metrics line: no step")
+		return nil, "", errors.New("metrics line: no step")
 	}
 	if s := row.Step(); s < 0 {
-		return nil, fmt.Errorf("metrics line: step %d", s)
+		return nil, "", fmt.Errorf("metrics line: step %d", s)
 	}
 	if len(notes) > 0 {
 		m := map[string]string{}
@@ -92,7 +118,7 @@ func ParseLine(line []byte) (Row, error) {
 		b, _ := json.Marshal(m)
 		row[NonFiniteKey] = b
 	}
-	return row, nil
+	return row, writer, nil
 }
 
 // replaceNonFinite turns the bare tokens NaN, Infinity and -Infinity into null, outside
@@ -160,14 +186,25 @@ func nonFiniteToken(b []byte) string {
 	return ""
 }
 
+// orchestratorPrefixes start the keys only the orchestrator writes: episode and progress
+// metrics. The trainer writes the rest.
+var orchestratorPrefixes = [][]byte{[]byte("train/"), []byte("eval/"), []byte("progress/"), []byte("off_policy/"), []byte("batch/"), []byte("curriculum/")}
+
+func orchestratorKey(k []byte) bool {
+	for _, p := range orchestratorPrefixes {
+		if bytes.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // writerOf says which of prime-rl's processes wrote a row: the orchestrator's rows carry
 // episode and progress metrics (train/, eval/, progress/, ...), the trainer's the rest.
 func writerOf(r Row) string {
 	for k := range r {
-		for _, p := range []string{"train/", "eval/", "progress/", "off_policy/", "batch/", "curriculum/"} {
-			if strings.HasPrefix(k, p) {
-				return "orchestrator"
-			}
+		if orchestratorKey([]byte(k)) {
+			return "orchestrator"
 		}
 	}
 	return "trainer"
@@ -179,11 +216,24 @@ func writerOf(r Row) string {
 // "orchestrator/<key>"; a later row of the same writer replaces its earlier value; time is
 // the latest.
 func Merge(rows []Row) Row {
-	out := Row{}
+	writers := make([]string, len(rows))
+	for i, r := range rows {
+		writers[i] = writerOf(r)
+	}
+	return merge(rows, writers)
+}
+
+// merge is Merge with each row's writer known (a row read in part cannot tell).
+func merge(rows []Row, writers []string) Row {
+	size := 0
+	for _, r := range rows {
+		size += len(r)
+	}
+	out := make(Row, size)
 	from := map[string]string{}
 	latest := 0.0
-	for _, r := range rows {
-		w := writerOf(r)
+	for i, r := range rows {
+		w := writers[i]
 		for k, v := range r {
 			switch k {
 			case "time":

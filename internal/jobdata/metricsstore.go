@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
@@ -155,6 +157,7 @@ type taggedRow struct {
 	fence   int64
 	n, line int
 	row     Row
+	writer  string
 }
 
 // ReadMetrics reads the steps q asks for, each step's rows merged into one, ascending, and
@@ -212,9 +215,17 @@ func ReadMetrics(ctx context.Context, store blob.Store, jobID string, q MetricsQ
 		}
 		return want[i].fence < want[j].fence
 	})
-	keep := map[string]bool{}
-	for _, n := range q.Names {
-		keep[n] = true
+	// With names, rows are read for those keys alone; a name "orchestrator/k" is k as the
+	// orchestrator wrote it beside the trainer's k (Merge), so k is read too.
+	var keep map[string]bool
+	if len(q.Names) > 0 {
+		keep = map[string]bool{}
+		for _, n := range q.Names {
+			keep[n] = true
+			if k, ok := strings.CutPrefix(n, "orchestrator/"); ok {
+				keep[k] = true
+			}
+		}
 	}
 	inWindow := func(s int) bool { return s >= q.MinStep && (q.MaxStep == 0 || s <= q.MaxStep) }
 	bySteps := map[int][]taggedRow{}
@@ -235,7 +246,7 @@ func ReadMetrics(ctx context.Context, store blob.Store, jobID string, q MetricsQ
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rows[j-i], errs[j-i] = readMetricsChunk(ctx, store, want[j], cut[want[j].fence], inWindow)
+				rows[j-i], errs[j-i] = readMetricsChunk(ctx, store, want[j], cut[want[j].fence], inWindow, keep)
 			}()
 		}
 		wg.Wait()
@@ -275,13 +286,14 @@ func ReadMetrics(ctx context.Context, store blob.Store, jobID string, q MetricsQ
 			return a.line < b.line
 		})
 		rows := make([]Row, len(tr))
+		writers := make([]string, len(tr))
 		for i, t := range tr {
-			rows[i] = t.row
+			rows[i], writers[i] = t.row, t.writer
 		}
-		m := Merge(rows)
-		if len(keep) > 0 {
+		m := merge(rows, writers)
+		if keep != nil {
 			for k := range m {
-				if k != "step" && k != "time" && !keep[k] {
+				if k != "step" && k != "time" && !slices.Contains(q.Names, k) {
 					delete(m, k)
 				}
 			}
@@ -303,7 +315,7 @@ func sortedSteps(m map[int][]taggedRow) []int {
 // readMetricsChunk reads a chunk's rows in the window and before the attempt's cut. A line
 // that is not a row (or is longer than a row can be) is skipped, never an error: one bad line
 // must not make a job's metrics unreadable.
-func readMetricsChunk(ctx context.Context, store blob.Store, c chunkName, cut int, inWindow func(int) bool) ([]taggedRow, error) {
+func readMetricsChunk(ctx context.Context, store blob.Store, c chunkName, cut int, inWindow func(int) bool, keep map[string]bool) ([]taggedRow, error) {
 	rc, err := store.Get(ctx, c.key)
 	if errors.Is(err, blob.ErrNotFound) {
 		return nil, nil // sealed (renamed) since it was listed: its rows are in the sealed chunk
@@ -317,10 +329,10 @@ func readMetricsChunk(ctx context.Context, store blob.Store, c chunkName, cut in
 	for i := 0; ; i++ {
 		line, err := readLine(br, MaxLineBytes)
 		if len(line) > 0 {
-			if row, perr := ParseLine(line); perr == nil {
+			if row, writer, perr := scanLine(line, keep); perr == nil {
 				s := row.Step()
 				if inWindow(s) && (cut < 0 || s < cut) {
-					out = append(out, taggedRow{fence: c.fence, n: c.n, line: i, row: row})
+					out = append(out, taggedRow{fence: c.fence, n: c.n, line: i, row: row, writer: writer})
 				}
 			}
 		}

@@ -251,3 +251,38 @@ func TestReadMetricsSkipsBadLines(t *testing.T) {
 		t.Fatalf("%v %v", rows, err)
 	}
 }
+
+// A read of some names reads only those keys of each row, yet answers what the full read
+// answers for them: a key both processes write (time/step) keeps the trainer's value under its
+// name and the orchestrator's under orchestrator/, though the rows were read in part.
+func TestANamedReadAgreesWithTheFullRead(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	writeAttempt(t, st, 1, 1, 30, 4<<10)
+	ctx := context.Background()
+	full, _, err := ReadMetrics(ctx, st, "j1", MetricsQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"train/agg/all/agent/reward/mean", "time/step", "orchestrator/time/step", "loss/mean", "no/such/key"}
+	part, _, err := ReadMetrics(ctx, st, "j1", MetricsQuery{Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(part) != len(full) || len(full) != 30 {
+		t.Fatalf("%d rows named, %d in full, want 30", len(part), len(full))
+	}
+	for i := range full {
+		if len(part[i]) != 6 { // step, time and the four that exist
+			t.Errorf("step %d: keys %v", i+1, part[i])
+		}
+		for _, k := range append(names, "step", "time") {
+			if string(part[i][k]) != string(full[i][k]) {
+				t.Errorf("step %d %s: %s named, %s in full", i+1, k, part[i][k], full[i][k])
+			}
+		}
+	}
+	if v, _ := part[4].Float("orchestrator/time/step"); v == 0 {
+		t.Errorf("orchestrator/time/step is missing from a named read: %v", part[4])
+	}
+}
