@@ -1,51 +1,23 @@
 package api
 
 import (
-	"bytes"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
-
-	"github.com/hostedtrain/hostedtrain/openapi"
 )
 
-// admission runs what the API does with a job file before anything is stored: route, body
-// limit, content type, kin-openapi validation (TOML or JSON against the schema), normalization
-// and the rules. It needs neither Redis nor a network.
-type admission struct {
-	s *Server
-}
-
-func newAdmission(tb testing.TB) admission {
+// newAdmission is what the API does with a job file before anything is stored (Admission):
+// it needs neither Redis nor a network.
+func newAdmission(tb testing.TB) *Admission {
 	tb.Helper()
-	spec, err := openapi.Load()
+	a, err := NewAdmission()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return admission{s: &Server{cfg: Config{MaxBodyBytes: 1 << 20}, spec: spec, hints: hints{kinds: spec.KindSchemas()}}}
-}
-
-func (a admission) run(kind, ctype string, body []byte) (*admitted, *Problem) {
-	url := "/v1/jobs/preview"
-	if kind != "" {
-		url += "?kind=" + kind
-	}
-	r := httptest.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-	r.Header.Set("Content-Type", ctype)
-	route, params, err := a.s.spec.Router.FindRoute(r)
-	if err != nil {
-		panic(err)
-	}
-	r, prob := a.s.validate(r, route, params)
-	if prob != nil {
-		return nil, prob
-	}
-	return admit(r)
+	return a
 }
 
 func fixtureFiles(tb testing.TB) map[string][]byte {
@@ -65,26 +37,16 @@ func fixtureFiles(tb testing.TB) map[string][]byte {
 	return out
 }
 
-func fixtureKind(name string) string {
-	switch {
-	case strings.HasPrefix(name, "gepa"):
-		return "gepa"
-	case strings.HasPrefix(name, "eval"):
-		return "eval"
-	}
-	return "rl"
-}
-
 // BenchmarkJobAdmission measures decode + validate + normalize of each fixture; run it with
 // `make bench-jobs` (one core). The aim is under 200 µs a job.
 func BenchmarkJobAdmission(b *testing.B) {
 	a := newAdmission(b)
 	for name, body := range fixtureFiles(b) {
-		kind := fixtureKind(name)
+		kind := jobspectest.Kind(name)
 		b.Run(strings.TrimSuffix(name, ".toml"), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, prob := a.run(kind, "application/toml", body); prob != nil {
+				if _, prob := a.Admit(kind, "application/toml", body); prob != nil {
 					b.Fatalf("%s refused: %+v", name, prob)
 				}
 			}
@@ -107,13 +69,13 @@ func FuzzJobAdmission(f *testing.F) {
 			ctype = "application/json"
 		}
 		for _, kind := range []string{"", "gepa", "eval"} {
-			adm, prob := a.run(kind, ctype, body)
+			adm, prob := a.Admit(kind, ctype, body)
 			switch {
 			case prob != nil && (prob.Status < 400 || prob.Status > 499):
 				t.Fatalf("status %d for %q", prob.Status, body)
 			case prob == nil && adm == nil:
 				t.Fatalf("neither a job nor a problem for %q", body)
-			case prob == nil && adm.spec.Model == "":
+			case prob == nil && adm.Spec.Model == "":
 				t.Fatalf("admitted a job without a model: %q", body)
 			}
 		}
