@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic bench-jobs bench-queue bench-agent bench-lambda load chaos
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic bench-metrics bench-jobs bench-queue bench-agent bench-lambda load chaos
 
 all: build
 
@@ -106,6 +106,12 @@ bench-agent: versitygw
 	$(GO) test -run '^$$' -bench BenchmarkStepTimeDuringUpload -benchtime 1x ./gpuagent
 	HOSTEDTRAIN_BENCH_TRAINER_CPU=0 taskset -c 1 $(GO) test -run '^$$' -bench BenchmarkStepTimeDuringUpload -benchtime 1x ./gpuagent
 	$(GO) test -run '^$$' -bench BenchmarkJobToJobGap -benchtime 50x ./gpuagent
+
+## bench-metrics: reading a run's metrics as GET /v1/jobs/{id}/metrics does (every step, a
+## window, one series, a limit of one) from a local folder and from S3 (versitygw): 10,000
+## steps of narrow rows, and 2,000 steps of prime-rl's real width
+bench-metrics: versitygw
+	$(GO) test -run '^$$' -bench BenchmarkReadMetrics -benchtime 10x ./internal/jobdata
 
 ## bench-lambda: each function's cold start (process start to its first request for an event,
 ## spec and router built) and the size of its arm64 bootstrap
