@@ -133,8 +133,7 @@ type Agent struct {
 	// cancelClaim ends the claim in flight, when GPUs come free and a bigger claim can be
 	// made (the service hands back a job claimed for a request that has gone).
 	cancelClaim context.CancelFunc
-	changed     chan struct{}   // a job ended: capacity changed
-	cpuFreed    map[string]bool // jobs without GPUs whose slot is already given back
+	changed     chan struct{} // a job ended: capacity changed
 }
 
 // New returns an agent.
@@ -205,14 +204,24 @@ func (a *Agent) Run(ctx context.Context) error {
 			backoff = time.Second
 			continue
 		}
-		backoff = time.Second
 		a.tel.claims.WithLabelValues("job").Inc()
 		r, err := a.admit(ctx, cl)
 		if err != nil {
 			a.cfg.Logger.Error("claimed job cannot run here; handing it back", "job", cl.Job.ID, "err", err)
-			_ = a.cfg.API.Release(context.WithoutCancel(ctx), cl.Job.ID, job.Outcome{Token: cl.Lease.Token, Reason: err.Error()})
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			if err := a.cfg.API.Release(rctx, cl.Job.ID, job.Outcome{Token: cl.Lease.Token, Reason: err.Error()}); err != nil {
+				a.cfg.Logger.Error("handing the job back failed; its lease will lapse", "job", cl.Job.ID, "err", err)
+			}
+			cancel()
+			// What made it fail (no free ports, storage) may last: do not claim again at once.
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 30*time.Second)
 			continue
 		}
+		backoff = time.Second
 		jobs.Add(1)
 		go func() {
 			defer jobs.Done()
@@ -256,18 +265,15 @@ func (a *Agent) admit(ctx context.Context, cl *job.Claim) (*jobRun, error) {
 	return r, nil
 }
 
-// freeDevices returns a job's GPUs to the pool as soon as its pipeline exits (its final
-// uploads go on without them) and lets the claim loop use them at once. It is safe to call
-// more than once for a job.
+// freeDevices returns a job's GPUs (or its slot of a job without GPUs) to the pool as soon as
+// its pipeline exits (its final uploads go on without them) and lets the claim loop use them
+// at once: a waiting claim is cut short to ask again with them. It runs once a job (the job's
+// freeGPUs).
 func (a *Agent) freeDevices(jobID string, cpuJob bool) {
 	a.pool.give(jobID)
 	a.tel.setGPUs(a.pool)
 	a.mu.Lock()
-	if cpuJob && !a.cpuFreed[jobID] {
-		if a.cpuFreed == nil {
-			a.cpuFreed = map[string]bool{}
-		}
-		a.cpuFreed[jobID] = true
+	if cpuJob {
 		a.cpuJobs--
 	}
 	if a.cancelClaim != nil {
@@ -285,7 +291,6 @@ func (a *Agent) done(r *jobRun, outcome string) {
 	r.deps.freeGPUs()
 	a.mu.Lock()
 	delete(a.running, r.claim.Job.ID)
-	delete(a.cpuFreed, r.claim.Job.ID)
 	a.mu.Unlock()
 	a.tel.jobsRunning.WithLabelValues(r.claim.Job.Kind).Dec()
 	a.tel.jobsEnded.WithLabelValues(outcome).Inc()

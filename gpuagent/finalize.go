@@ -60,7 +60,7 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 	case run.code == 0:
 		return outcome{kind: endCompleted}
 	}
-	return failed("pipeline exited with status %d: %s", run.code, r.lastError(p))
+	return failed("pipeline exited with %s: %s", run.exit, r.lastError(p))
 }
 
 // lastError finds the most telling line for a failure: the newest ERROR (or CRITICAL) line of

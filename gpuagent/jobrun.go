@@ -93,7 +93,7 @@ func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, st
 	log := a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence, "kind", cl.Job.Kind)
 	r := &jobRun{
 		claim: cl, devices: devs, ports: ports, dir: dir, log: log, store: store,
-		deps: runDeps{cfg: &a.cfg, tel: a.tel, freeGPUs: func() { a.freeDevices(cl.Job.ID, len(devs) == 0) }},
+		deps: runDeps{cfg: &a.cfg, tel: a.tel, freeGPUs: sync.OnceFunc(func() { a.freeDevices(cl.Job.ID, len(devs) == 0) })},
 	}
 	r.lease = newLeaseKeeper(a.cfg.API, cl, a.runtime(), creds, log, a.tel)
 	r.data = &streams{logs: jobdata.NewLogShipper(store, cl.Job.ID, cl.Lease.Fence)}
@@ -288,8 +288,9 @@ func (r *jobRun) poll(ctx context.Context) {
 }
 
 // timeLimit is when the agent stops the pipeline itself if the service has not: the job's own
-// time limit, counted from the claim. The service's reaper normally asks first (a heartbeat
-// answered stop); this holds when the API cannot be reached.
+// time limit, counted from the pipeline's start (so a little later than the service counts
+// it, from the claim). The service's reaper normally asks first (a heartbeat answered stop);
+// this holds when the API cannot be reached.
 func (r *jobRun) timeLimit() time.Duration {
 	return r.claim.Job.Config.TimeLimitDuration()
 }

@@ -32,6 +32,12 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	p := &prepared{stopUploads: func() {}}
 	prep, endPrep := until(ctx, drain.Done(), r.lease.stopped, r.lease.lost)
 	defer endPrep()
+	ready := false
+	defer func() {
+		if !ready {
+			p.stopUploads()
+		}
+	}()
 	stopped := func(out outcome) (*prepared, outcome) {
 		if o, stop := r.interrupted(drain); stop {
 			return nil, o
@@ -55,9 +61,14 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		}, r.deps.tel)
 		r.data.uploader = up
 		r.lease.reportCommitted(up.committedSteps)
-		upCtx, stopUploads := context.WithCancel(ctx)
-		p.stopUploads = stopUploads
-		go up.run(upCtx)
+		upCtx, cancelUploads := context.WithCancel(ctx)
+		uploading := make(chan struct{})
+		go func() {
+			defer close(uploading)
+			up.run(upCtx)
+		}()
+		// Stopping the uploads waits for the uploader to let go of the job's folder.
+		p.stopUploads = func() { cancelUploads(); <-uploading }
 		if len(committed) > 0 {
 			began := time.Now()
 			step, err := restoreNewest(prep, r.store, r.claim.Job.ID, jobdata.CheckpointsDir(runDir), r.log)
@@ -118,6 +129,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 			return nil, failed("port %d, which the job's config names, is taken on this node", port)
 		}
 	}
+	ready = true
 	return p, outcome{}
 }
 

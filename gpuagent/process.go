@@ -54,6 +54,17 @@ func startProcess(argv []string, dir string, env []string, logPath string) (*pro
 }
 
 // exitCode is the process's exit status once done; -1 if it was killed by a signal.
+// describeExit says how the process ended: "status N", or the signal that killed it.
+func (p *process) describeExit() string {
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "signal " + ws.Signal().String()
+		}
+	}
+	return fmt.Sprintf("status %d", p.exitCode())
+}
+
 func (p *process) exitCode() int {
 	var ee *exec.ExitError
 	if errors.As(p.err, &ee) {

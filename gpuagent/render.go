@@ -43,8 +43,8 @@ type RenderInput struct {
 // Endpoint is an OpenAI-compatible server an operator runs for open-weight models.
 type Endpoint struct {
 	BaseURL string
-	// KeyVar names the variable of the agent's environment that holds its key; the agent
-	// passes that one variable to the pipeline.
+	// KeyVar names the variable of the agent's environment that holds its key; the pipeline
+	// reads it from the environment it inherits from the agent.
 	KeyVar string
 }
 
@@ -72,9 +72,6 @@ type Rendered struct {
 	OutputDir string
 	// Ports lists the ports the pipeline binds (for the agent to check they are free).
 	Ports []int
-	// KeyVars are the variables of the agent's own environment the pipeline needs (an
-	// operator endpoint's key).
-	KeyVars []string
 }
 
 // Serve is an OpenAI-compatible server of one open-weight model on the job's GPUs.
@@ -111,7 +108,7 @@ func renderRL(in RenderInput, out *Rendered, vars map[string]string) error {
 	if len(in.Pipeline.RL) == 0 {
 		return fmt.Errorf("this agent has no rl command configured")
 	}
-	run := rlRun{jobID: in.JobID, spec: in.Spec, gpus: in.GPUs, ports: in.Ports, secrets: in.Secrets}
+	run := rlRun{jobID: in.JobID, spec: in.Spec, gpus: in.GPUs, ports: in.Ports, secrets: in.Secrets, providers: in.Providers}
 	cfg, servers, err := run.rlConfig()
 	if err != nil {
 		return err
@@ -173,7 +170,6 @@ func access(in RenderInput, out *Rendered, models ...string) (map[string]modelAc
 		open = m
 		if ep := in.Endpoint; ep != nil {
 			got[m] = modelAccess{model: m, baseURL: ep.BaseURL, keyVar: ep.KeyVar, clientType: "openai_chat_completions"}
-			out.KeyVars = append(out.KeyVars, ep.KeyVar)
 			continue
 		}
 		if len(in.Pipeline.Serve) == 0 {

@@ -135,12 +135,9 @@ type rlTrainSampling struct {
 }
 
 type rlSource struct {
-	Name  string   `toml:"name"`
-	Ratio *float64 `toml:"ratio,omitempty"`
-	// Eval sources only.
-	NumExamples int         `toml:"num_examples,omitempty"`
-	GroupSize   int         `toml:"group_size,omitempty"`
-	Env         rlSourceEnv `toml:"env"`
+	Name  string      `toml:"name"`
+	Ratio *float64    `toml:"ratio,omitempty"`
+	Env   rlSourceEnv `toml:"env"`
 }
 
 type rlSourceEnv struct {
@@ -186,11 +183,12 @@ type rlVLLM struct {
 
 // rlRun is an rl job laid out on a node: its GPUs, ports and secrets' names.
 type rlRun struct {
-	jobID   string
-	spec    jobspec.Spec
-	gpus    int
-	ports   upstream.Ports
-	secrets []string
+	jobID     string
+	spec      jobspec.Spec
+	gpus      int
+	ports     upstream.Ports
+	secrets   []string
+	providers map[string]upstream.Provider // where provider-hosted models are called (the SFT teacher)
 }
 
 // rlConfig is the rl.toml for the run and the number of environment servers prime-rl will
@@ -258,8 +256,12 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 		if !ok {
 			return nil, 0, fmt.Errorf("the sft teacher %s is not a provider-hosted model", s.Teacher)
 		}
+		p := hm.Provider
+		if o, ok := r.providers[p.Name]; ok && o.BaseURL != "" {
+			p = o
+		}
 		f.Orchestrator.Algo = &rlAlgo{Type: "sft", Sampling: rlAlgoSampling{Source: rlFrozenModel{
-			Name: hm.Name, BaseURL: hm.Provider.BaseURL, APIKeyVar: hm.Provider.KeyVar}}}
+			Name: hm.Name, BaseURL: p.BaseURL, APIKeyVar: p.KeyVar}}}
 	}
 	f.Orchestrator.Train.Source = sources(s.Env, false)
 	servers := len(f.Orchestrator.Train.Source)

@@ -22,7 +22,8 @@ const (
 // ran is how the pipeline ended.
 type ran struct {
 	started bool
-	code    int // exit status; -1 killed by a signal
+	code    int    // exit status; -1 killed by a signal
+	exit    string // how it ended, for the job's error: "status 1", "signal killed"
 	cause   stopCause
 	err     error // it could not start (or its inference server could not)
 }
@@ -88,7 +89,8 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 		r.note("terminating the pipeline", "why", why, "grace", cfg.StopGrace)
 		go proc.terminate(cfg.StopGrace)
 	}
-	drainCh := drain.Done()
+	// A closed channel is always ready: each of these is read once, then set to nil.
+	drainCh, stopCh := drain.Done(), r.lease.stopped
 	for running := true; running; {
 		select {
 		case <-proc.done:
@@ -97,9 +99,11 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 			r.poll(ctx)
 		case <-flushT.C:
 			r.flush(ctx)
-		case <-r.lease.stopped:
+		case <-stopCh:
+			stopCh = nil
 			terminate(causeStop, "stop requested")
 		case <-limit:
+			limit = nil
 			terminate(causeTimeLimit, "time limit reached")
 		case <-drainCh:
 			drainCh = nil
@@ -115,8 +119,8 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 	}
 	tel.pipelineExited(time.Now())
 	code := proc.exitCode()
-	r.note("pipeline exited", "status", code)
-	return ran{started: true, code: code, cause: cause}
+	r.note("pipeline exited", "how", proc.describeExit())
+	return ran{started: true, code: code, exit: proc.describeExit(), cause: cause}
 }
 
 // causeOf says why a wait was given up.

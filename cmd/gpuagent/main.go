@@ -57,8 +57,6 @@ func run() error {
 	storeDir := flag.String("store-dir", "", "object storage as a local folder (same as --store FOLDER)")
 	pf := pipelineFlags(flag.CommandLine, def)
 	allowUnpinned := flag.Bool("allow-unpinned", false, "run pipelines even when the installed prime-rl, verifiers or prime CLI is not the pinned version")
-	endpoint := flag.String("inference-endpoint", "", "an OpenAI-compatible endpoint that serves open-weight models for GEPA and evals, instead of a server on the job's GPUs")
-	endpointKey := flag.String("inference-endpoint-key-var", "", "the variable of the agent's environment that holds --inference-endpoint's key")
 	portRange := flag.String("port-range", fmt.Sprintf("%d-%d", gpuagent.DefaultPortRange[0], gpuagent.DefaultPortRange[1]), "where jobs get their blocks of ports")
 	serveTimeout := flag.Duration("serve-timeout", 30*time.Minute, "how long a GEPA or eval job's inference server may take to answer")
 	stopGrace := flag.Duration("stop-grace", 120*time.Second, "time a stopped pipeline gets to exit before SIGKILL")
@@ -104,9 +102,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var ep *gpuagent.Endpoint
-	if *endpoint != "" {
-		ep = &gpuagent.Endpoint{BaseURL: *endpoint, KeyVar: *endpointKey}
+	ep, err := pf.inferenceEndpoint()
+	if err != nil {
+		return err
 	}
 	a, err := gpuagent.New(gpuagent.Config{
 		Versions:      installed,

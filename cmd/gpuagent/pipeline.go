@@ -25,6 +25,7 @@ type pipelineOptions struct {
 	rl, preflight, gepa, gepaCheck, eval, serve, install, version *string
 	emulated                                                      *bool
 	emulator, emulateFlags, emulateCheck                          *string
+	endpoint, endpointKey                                         *string
 }
 
 func pipelineFlags(fs *flag.FlagSet, def gpuagent.Pipeline) *pipelineOptions {
@@ -44,7 +45,20 @@ func pipelineFlags(fs *flag.FlagSet, def gpuagent.Pipeline) *pipelineOptions {
 		emulator:     fs.String("emulator", "", "the prime-rl-emulator binary for --emulated (default: beside gpuagent, else on PATH)"),
 		emulateFlags: fs.String("emulate-flags", "", "extra flags for the emulator, e.g. \"--emulate.step-time 50ms\""),
 		emulateCheck: fs.String("emulate-check", "", "the command the emulator checks configs with, as upstream would (the conformance kit: \"python3 .../check.py\")"),
+		endpoint:     fs.String("inference-endpoint", "", "an OpenAI-compatible endpoint that serves open-weight models for GEPA and evals, instead of a server on the job's GPUs"),
+		endpointKey:  fs.String("inference-endpoint-key-var", "", "the variable of the agent's environment that holds --inference-endpoint's key"),
 	}
+}
+
+// inferenceEndpoint is the operator's own model server, if one is given.
+func (o *pipelineOptions) inferenceEndpoint() (*gpuagent.Endpoint, error) {
+	if *o.endpoint == "" {
+		return nil, nil
+	}
+	if *o.endpointKey == "" {
+		return nil, errors.New("--inference-endpoint needs --inference-endpoint-key-var: the variable that holds its key")
+	}
+	return &gpuagent.Endpoint{BaseURL: *o.endpoint, KeyVar: *o.endpointKey}, nil
 }
 
 func (o *pipelineOptions) pipeline() (gpuagent.Pipeline, error) {
@@ -94,8 +108,14 @@ func readVersions(ctx context.Context, p gpuagent.Pipeline) (upstream.Versions, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, p.Versions[0], p.Versions[1:]...).Output()
+	cmd := exec.CommandContext(ctx, p.Versions[0], p.Versions[1:]...)
+	cmd.WaitDelay = 5 * time.Second // a child that keeps the output open does not hold the start
+	out, err := cmd.Output()
 	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
 		return upstream.Versions{}, fmt.Errorf("read the installed upstream versions (%s): %w", strings.Join(p.Versions, " "), err)
 	}
 	var v upstream.Versions
@@ -115,8 +135,10 @@ func versions(args []string, out *os.File) error {
 		return err
 	}
 	var v upstream.Versions
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	git := func(d string) string {
-		b, err := exec.Command("git", "-C", d, "rev-parse", "HEAD").Output()
+		b, err := exec.CommandContext(ctx, "git", "-C", d, "rev-parse", "HEAD").Output()
 		if err != nil {
 			return ""
 		}
@@ -124,7 +146,7 @@ func versions(args []string, out *os.File) error {
 	}
 	v.PrimeRL = git(*dir)
 	v.Verifiers = git(filepath.Join(*dir, "deps", "verifiers"))
-	if b, err := exec.Command(*prime, "--version").Output(); err == nil {
+	if b, err := exec.CommandContext(ctx, *prime, "--version").Output(); err == nil {
 		// "Prime CLI version: 0.6.26"
 		f := strings.Fields(string(b))
 		if len(f) > 0 {
@@ -141,8 +163,8 @@ func parsePortRange(s string) ([2]int, error) {
 	a, b, ok := strings.Cut(s, "-")
 	lo, err1 := strconv.Atoi(a)
 	hi, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || lo < 1024 || hi > 65535 || hi-lo+1 < 64 {
-		return [2]int{}, fmt.Errorf("--port-range %q: want LOW-HIGH within 1024-65535, at least 64 ports", s)
+	if !ok || err1 != nil || err2 != nil || lo < 1024 || hi > 65535 || hi-lo+1 < upstream.PortBlockSize {
+		return [2]int{}, fmt.Errorf("--port-range %q: want LOW-HIGH within 1024-65535, at least %d ports (one job's block)", s, upstream.PortBlockSize)
 	}
 	return [2]int{lo, hi}, nil
 }

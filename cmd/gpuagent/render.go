@@ -77,7 +77,11 @@ func render(args []string, stdout io.Writer) error {
 			"(deployment.type = \"multi_node\" requires [slurm]), which agents do not drive. Render the job on one node of up to %d GPUs",
 			*nodes, upstream.GPUsPerNode)
 	}
-	body, err := jobspec.ReadJobFile(file, append(envFileFlags(envFiles), env...))
+	fromFiles, err := envFileFlags(envFiles)
+	if err != nil {
+		return err
+	}
+	body, err := jobspec.ReadJobFile(file, append(fromFiles, env...))
 	if err != nil {
 		return err
 	}
@@ -119,9 +123,13 @@ func render(args []string, stdout io.Writer) error {
 	for k := range got.Secrets {
 		names = append(names, k)
 	}
+	ep, err := pf.inferenceEndpoint()
+	if err != nil {
+		return err
+	}
 	r, err := gpuagent.Render(gpuagent.RenderInput{
 		JobID: jobID, Spec: spec, Secrets: names, GPUs: n, Ports: upstream.Ports{Base: gpuagent.DefaultPortRange[0]},
-		Resume: step, Dir: dir, Pipeline: pipeline,
+		Resume: step, Dir: dir, Pipeline: pipeline, Endpoint: ep,
 	})
 	if err != nil {
 		return fmt.Errorf("%s on %d GPUs: %w", file, n, err)
@@ -173,19 +181,19 @@ func render(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func envFileFlags(files []string) []string {
+func envFileFlags(files []string) ([]string, error) {
 	// Secrets files on the command line are read like the job's own env files: godotenv.
 	var out []string
 	for _, f := range files {
 		vals, err := readDotenv(f)
 		if err != nil {
-			continue
+			return nil, fmt.Errorf("--env-file %s: %w", f, err)
 		}
 		for k, v := range vals {
 			out = append(out, k+"="+v)
 		}
 	}
-	return out
+	return out, nil
 }
 
 func describeProblem(p *api.Problem) string {

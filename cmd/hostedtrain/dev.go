@@ -251,15 +251,16 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		return err
 	}
 	ready.Store(true)
-	if err := writeFileAtomic(urlPath, []byte(baseURL+"\n")); err != nil {
-		return err
-	}
 	webhookNote := "public internet only (loopback refused, as in production)"
 	if o.allowLoopbackWebhooks {
 		webhookNote = "may reach receivers on this machine (loopback allowed; --allow-loopback-webhooks=false refuses them as production does)"
 	}
+	// The banner comes before the url file: whoever waits for the file finds the banner too.
 	fmt.Fprintf(out, "hostedtrain dev is up\n  API          %s (health: %s/healthz)\n  admin token  %s\n  url file     %s\n  redis        %s (data in %s)\n  agents       %d emulated (prime-rl-emulator: no GPU work is done)\n  webhooks     %s\n  logs         %s\nCtrl-C stops everything.\n",
 		baseURL, baseURL, tokenPath, urlPath, rs.Addr, rs.Dir, o.agents, webhookNote, logf.Name())
+	if err := writeFileAtomic(urlPath, []byte(baseURL+"\n")); err != nil {
+		return err
+	}
 
 	select {
 	case <-ctx.Done():

@@ -174,9 +174,10 @@ func TestDevDeliversSignedWebhooksToAReceiverThatWasDown(t *testing.T) {
 func TestDevRefusesLoopbackWebhooksWhenAsked(t *testing.T) {
 	t.Parallel()
 	d := startDev(t, "20ms", "--allow-loopback-webhooks=false")
-	if !strings.Contains(d.out.String(), "loopback refused") {
-		t.Errorf("dev does not say how webhooks are guarded:\n%s", d.out.String())
-	}
+	// The banner is written before api.url, but reaches the test through a pipe.
+	testwait.Until(t, 10*time.Second, "dev to say how webhooks are guarded", func() bool {
+		return strings.Contains(d.out.String(), "loopback refused")
+	})
 	_, err := client.New(d.url, d.token).CreateWebhook(context.Background(), "http://127.0.0.1:9/hooks", []string{"*"}, "")
 	var apiErr *client.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnprocessableEntity || !strings.Contains(apiErr.Error(), "loopback") {
