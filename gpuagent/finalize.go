@@ -31,9 +31,11 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 	}
 	r.poll(final)
 	kind := r.claim.Job.Config.Kind
+	evalFailed := ""
 	if kind != jobspec.KindRL && run.started && run.code == 0 && run.cause == causeNone {
 		r.uploadArtifacts(final, p.rendered.OutputDir)
 		if res, rows := r.collectResults(p.rendered.OutputDir); res != nil {
+			evalFailed = failedEvals(res)
 			for _, msg := range r.data.addRows(rows) {
 				r.warn("result row not stored: " + msg)
 			}
@@ -57,6 +59,9 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 		return outcome{kind: endReleased, reason: "its agent is draining (node preempted or shut down)"}
 	case run.err != nil:
 		return failed("%s", describeStart(run.err))
+	case run.code == 0 && evalFailed != "":
+		// verifiers stores a failed model call on its rollout and exits 0.
+		return failed("%s", evalFailed)
 	case run.code == 0:
 		return outcome{kind: endCompleted}
 	}

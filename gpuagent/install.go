@@ -49,12 +49,36 @@ func (r *jobRun) installEnvironments(ctx context.Context) error {
 	logPath := filepath.Join(r.dir, "install.log")
 	for _, id := range ids {
 		r.note("installing environment into prime-rl's Python", "env", id, "python", venv)
-		argv := expand(tmpl, map[string]string{"env_id": id, "id": id, "prime_rl": r.deps.cfg.Pipeline.PrimeRL}, nil)
+		argv := expand(tmpl, map[string]string{"env_id": id, "prime_rl": r.deps.cfg.Pipeline.PrimeRL}, nil)
+		start := fileSize(logPath)
 		if err := runCommand(ctx, argv, r.dir, env, logPath); err != nil {
 			return fmt.Errorf("install environment %s: %v%s", id, err, lastLines(logPath, 8))
 		}
+		// The prime CLI exits 0 when an environment resolved but its install failed, and says
+		// so in its summary (commands/env.py: "Failed to install N environment(s)").
+		if installFailed(logPath, start) {
+			return fmt.Errorf("install environment %s: the installer reports it failed%s", id, lastLines(logPath, 8))
+		}
 	}
 	return nil
+}
+
+// installFailed reports whether the installer's output from offset on says an install failed.
+func installFailed(logPath string, offset int64) bool {
+	data, err := os.ReadFile(logPath)
+	if err != nil || int64(len(data)) < offset {
+		return false
+	}
+	out := jobdata.StripANSI(string(data[offset:]))
+	return strings.Contains(out, "Failed to install ") || strings.Contains(out, "✗ Installation failed")
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 // lastLines is the end of a log, for an error message: "\n" and its last n non-empty lines.

@@ -32,6 +32,9 @@ func (r *jobRun) collectResults(root string) (*job.Result, []jobdata.Row) {
 	}
 	for _, e := range res.Eval {
 		r.note("eval result", "env", e.Env, "examples", e.NumExamples, "rollouts_per_example", e.RolloutsPerExample, "avg_reward", fmtPtr(e.AvgReward))
+		if e.AvgError != nil {
+			r.warn(fmt.Sprintf("%.0f%% of the rollouts of %s ended in an error; the first: %s", *e.AvgError*100, e.Env, e.FirstError))
+		}
 	}
 	if g := res.GEPA; g != nil {
 		r.note("GEPA result", "best_score", fmtPtr(g.BestScore), "candidates", g.Candidates)
@@ -54,6 +57,7 @@ type evalMetadata struct {
 	NumExamples        int                `json:"num_examples"`
 	RolloutsPerExample int                `json:"rollouts_per_example"`
 	AvgReward          *float64           `json:"avg_reward"`
+	AvgError           *float64           `json:"avg_error"`
 	AvgMetrics         map[string]float64 `json:"avg_metrics"`
 }
 
@@ -84,6 +88,9 @@ func evalResults(root string) ([]job.EvalSummary, []jobdata.Row) {
 		}
 		s := job.EvalSummary{Env: env, Model: m.Model, NumExamples: m.NumExamples, RolloutsPerExample: m.RolloutsPerExample,
 			Rollouts: countLines(filepath.Join(dir, "results.jsonl")), AvgReward: finite(m.AvgReward), AvgMetrics: finiteMap(m.AvgMetrics)}
+		if e := finite(m.AvgError); e != nil && *e > 0 {
+			s.AvgError, s.FirstError = e, firstRolloutError(filepath.Join(dir, "results.jsonl"))
+		}
 		out = append(out, s)
 		row := jobdata.Row{"step": raw(1)}
 		prefix := "eval/" + env + "/"
@@ -103,6 +110,50 @@ func evalResults(root string) ([]job.EvalSummary, []jobdata.Row) {
 		out = out[:32]
 	}
 	return out, rows
+}
+
+// firstRolloutError is the error of the first rollout in results.jsonl that has one.
+func firstRolloutError(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), jobdata.MaxLineBytes)
+	for sc.Scan() {
+		var r struct {
+			Error any `json:"error"`
+		}
+		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Error == nil {
+			continue
+		}
+		msg, ok := r.Error.(string)
+		if !ok {
+			b, _ := json.Marshal(r.Error)
+			msg = string(b)
+		}
+		if len(msg) > 1000 {
+			msg = msg[:1000] + "..."
+		}
+		return msg
+	}
+	return ""
+}
+
+// failedEvals says which environments' evals failed in every rollout: the run "completed",
+// but measured nothing.
+func failedEvals(res *job.Result) string {
+	if res == nil {
+		return ""
+	}
+	var out []string
+	for _, e := range res.Eval {
+		if e.AvgError != nil && *e.AvgError >= 1 {
+			out = append(out, fmt.Sprintf("every rollout of %s failed: %s", e.Env, e.FirstError))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // gepaMetadata is GEPA's metadata.json (verifiers/legacy/gepa/gepa_utils.py, save_gepa_results).

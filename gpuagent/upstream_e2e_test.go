@@ -176,21 +176,24 @@ func TestUpstreamRefusesAConfigBeforeThePipelineStarts(t *testing.T) {
 }
 
 // An environment that does not install fails the job with the installer's own last lines,
-// before any GPU time.
+// before any GPU time: one the Hub cannot resolve (the prime CLI exits 1), and one that
+// resolves but whose install fails (the prime CLI exits 0 and says so in its summary).
 func TestAFailedInstallFailsTheJobWithTheInstallersWords(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
 	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms")
-	j := b.submit(t, strings.Replace(smallJob, "primeintellect/alphabet-sort", "acme/broken-env", 1))
-	done := b.waitFor(t, j.ID, "ended", terminal)
-	if done.Status != job.Failed || !strings.Contains(done.Error, "acme/broken-env") || !strings.Contains(done.Error, "404 Not Found") {
-		t.Errorf("got %s %q; want FAILED naming the environment and the installer's error", done.Status, done.Error)
-	}
-	if p := b.logText(t, j.ID, 1, "pipeline"); p != "" {
-		t.Errorf("the pipeline started:\n%s", p)
-	}
-	if inst := b.logText(t, j.ID, 1, "install"); !strings.Contains(inst, "Failed to resolve acme/broken-env") {
-		t.Errorf("install log %q", inst)
+	for id, said := range map[string]string{"acme/broken-env": "404 Not Found", "acme/uninstallable-env": "Failed to install 1 environment"} {
+		j := b.submit(t, strings.Replace(smallJob, "primeintellect/alphabet-sort", id, 1))
+		done := b.waitFor(t, j.ID, "ended", terminal)
+		if done.Status != job.Failed || !strings.Contains(done.Error, "install environment "+id) || !strings.Contains(done.Error, said) {
+			t.Errorf("%s: got %s %q; want FAILED naming the environment and the installer's words", id, done.Status, done.Error)
+		}
+		if p := b.logText(t, j.ID, 1, "pipeline"); p != "" {
+			t.Errorf("%s: the pipeline started:\n%s", id, p)
+		}
+		if inst := b.logText(t, j.ID, 1, "install"); !strings.Contains(inst, id) {
+			t.Errorf("%s: install log %q", id, inst)
+		}
 	}
 }
 
@@ -373,4 +376,40 @@ func admit(t *testing.T, name string) (jobspec.Spec, []string) {
 		t.Fatalf("%s: %s %+v", name, prob.Detail, prob.Errors)
 	}
 	return got.Spec, slices.Sorted(maps.Keys(got.Secrets))
+}
+
+// verifiers stores a model call that fails on its rollout and goes on, exiting 0: an eval
+// whose every rollout failed measured nothing and FAILS with the first error; one with some
+// failed rollouts completes, its share of errors on the result and in its log.
+func TestAnEvalReportsItsFailedRollouts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	openai := newFakeProvider(t, "sk-provider", "gpt-4.1-mini")
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "10ms")
+	cfg.Providers = openai.providers()
+	b.run(t, cfg)
+	eval := "env_id = \"acme/wordle\"\nmodel = \"openai/gpt-4.1-mini\"\nnum_examples = 2\nrollouts_per_example = 2\n" +
+		"[secrets]\nOPENAI_API_KEY = \"sk-provider\"\n"
+
+	openai.failEvery.Store(1)
+	all := b.submitKind(t, eval, "eval")
+	done := b.waitFor(t, all.ID, "ended", terminal)
+	if done.Status != job.Failed || !strings.Contains(done.Error, "every rollout of wordle failed: ModelError") || !strings.Contains(done.Error, "503") {
+		t.Errorf("every rollout failed: got %s %q; want FAILED with the model's error", done.Status, done.Error)
+	}
+
+	openai.failEvery.Store(2)
+	some := b.submitKind(t, eval, "eval")
+	done = b.waitFor(t, some.ID, "ended", terminal)
+	if done.Status != job.Completed {
+		t.Fatalf("some rollouts failed: got %s %q; want COMPLETED", done.Status, done.Error)
+	}
+	r := done.Progress.Result
+	if r == nil || len(r.Eval) != 1 || r.Eval[0].AvgError == nil || *r.Eval[0].AvgError <= 0 || *r.Eval[0].AvgError >= 1 ||
+		!strings.Contains(r.Eval[0].FirstError, "503") {
+		t.Errorf("the result %+v; want a share of errors and the first one", r)
+	}
+	if log := b.logText(t, some.ID, 1, "agent"); !strings.Contains(log, "of the rollouts of wordle ended in an error") {
+		t.Errorf("agent log:\n%s", log)
+	}
 }

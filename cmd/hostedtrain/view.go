@@ -137,6 +137,9 @@ func renderResult(w io.Writer, r *job.Result) {
 			avg = fmt.Sprintf("%.4f", *e.AvgReward)
 		}
 		fmt.Fprintf(w, "eval %s\taverage reward %s over %d examples × %d rollouts (%d scored)\n", e.Env, avg, e.NumExamples, e.RolloutsPerExample, e.Rollouts)
+		if e.AvgError != nil {
+			fmt.Fprintf(w, "\t%.0f%% of the rollouts ended in an error; the first: %s\n", *e.AvgError*100, e.FirstError)
+		}
 	}
 	if g := r.GEPA; g != nil {
 		best := "-"

@@ -52,16 +52,15 @@ func runEval(ctx context.Context, args []string, out io.Writer) int {
 	if !installed(em.venv, env) {
 		return fail(out, 1, "ValueError: Could not import '%s' environment. Ensure the package for the '%s' environment is installed.", env, env)
 	}
+	// No check before the rollouts: a model call that fails is stored on its rollout as its
+	// error and the eval goes on (verifiers' ModelError); only a refused key ends the run.
 	client := newModelClient(*base, *keyVar, *model)
-	if err := client.check(ctx); err != nil {
-		return fail(out, 1, "%v", err)
-	}
 	h := fnv.New64a()
 	h.Write([]byte(env + *model))
 	rng := rand.New(rand.NewPCG(h.Sum64(), 7))
 	mean := 0.2 + 0.5*rng.Float64()
 	var results strings.Builder
-	total, count := 0.0, 0
+	total, count, errs := 0.0, 0, 0
 	tick := time.NewTicker(em.stepTime)
 	defer tick.Stop()
 	examples := max(*n, 1)
@@ -72,14 +71,21 @@ func runEval(ctx context.Context, args []string, out io.Writer) int {
 		case <-tick.C:
 		}
 		for k := range *r {
-			if err := client.complete(ctx, fmt.Sprintf("example %d", ex)); err != nil {
-				return fail(out, 1, "%v", err)
-			}
 			reward := math.Round(math.Min(1, math.Max(0, mean+0.3*(rng.Float64()-0.5)))*1e3) / 1e3
+			row := map[string]any{"example_id": ex, "rollout": k, "prompt": []any{}, "completion": []any{},
+				"timing": map[string]float64{"total": 0.1}, "is_completed": true, "is_truncated": false}
+			if err := client.complete(ctx, fmt.Sprintf("example %d", ex)); err != nil {
+				var auth errAuth
+				if errors.As(err, &auth) {
+					return fail(out, 1, "%v", err)
+				}
+				reward, errs = 0, errs+1
+				row["error"] = "ModelError: " + err.Error()
+			}
+			row["reward"], row["metrics"] = reward, map[string]float64{"correct": reward}
 			total += reward
 			count++
-			b, _ := json.Marshal(map[string]any{"example_id": ex, "rollout": k, "prompt": []any{}, "completion": []any{},
-				"reward": reward, "timing": map[string]float64{"total": 0.1}, "is_completed": true, "is_truncated": false, "metrics": map[string]float64{"correct": reward}})
+			b, _ := json.Marshal(row)
 			results.Write(append(b, '\n'))
 		}
 		fmt.Fprintf(out, "example %d/%d scored\n", ex+1, examples)
@@ -103,7 +109,7 @@ func runEval(ctx context.Context, args []string, out io.Writer) int {
 	meta, _ := json.MarshalIndent(map[string]any{"env_id": env, "env_args": map[string]any{}, "model": *model, "base_url": client.baseURL,
 		"num_examples": *n, "rollouts_per_example": *r, "sampling_args": map[string]any{}, "date": time.Now().UTC().Format("2006-01-02"),
 		"time": float64(count) * 0.1, "avg_reward": math.Round(avg*1e4) / 1e4, "avg_metrics": map[string]float64{"correct": math.Round(avg*1e4) / 1e4},
-		"avg_error": 0.0, "pass_at_k": map[string]float64{}, "usage": map[string]int{}, "state_columns": []string{}, "path_to_save": dir,
+		"avg_error": float64(errs) / float64(max(count, 1)), "pass_at_k": map[string]float64{}, "usage": map[string]int{}, "state_columns": []string{}, "path_to_save": dir,
 		"emulated": true}, "", "  ")
 	err = errors.Join(
 		os.WriteFile(filepath.Join(dir, "results.jsonl"), []byte(results.String()), 0o644),

@@ -66,6 +66,13 @@ func runInstall(ctx context.Context, args []string, out io.Writer) int {
 			fmt.Fprintf(out, "✗ Failed to resolve %s: 404 Not Found (emulated: ids containing \"broken\" fail)\n", id)
 			return fail(out, 1, "Error: Unable to resolve installable environments")
 		}
+		if strings.Contains(id, "uninstallable") {
+			// Resolved, then `uv pip install` failed: the prime CLI reports it in its summary and
+			// exits 0 (commands/env.py exits 1 only when nothing resolves).
+			fmt.Fprintf(out, "\nInstalling 1 environment...\n✗ Installation failed: Command '['uv', 'pip', 'install', '%s']' returned non-zero exit status 1. (emulated: ids containing \"uninstallable\" fail to install)\n", id)
+			fmt.Fprintf(out, "\nFailed to install 1 environment:\n✗ %s - the build of its wheel failed\n", id)
+			continue
+		}
 		python := os.Getenv("UV_PROJECT_ENVIRONMENT")
 		if python == "" {
 			python = os.Getenv("VIRTUAL_ENV")

@@ -58,6 +58,19 @@ func (c *modelClient) check(ctx context.Context) error {
 	return fmt.Errorf("openai.NotFoundError: model %q is not served at %s", c.model, c.baseURL)
 }
 
+// key is the API key, as verifiers' client sets it: the variable's value, or "EMPTY" when
+// it is unset (verifiers/legacy/utils/client_utils.py).
+func (c *modelClient) key() string {
+	if k := os.Getenv(c.keyVar); k != "" {
+		return k
+	}
+	return "EMPTY"
+}
+
+// errAuth is a refused key: verifiers lets it end the run, where other model errors are
+// stored on their rollout (clients/client.py).
+type errAuth struct{ error }
+
 // complete asks the model once.
 func (c *modelClient) complete(ctx context.Context, prompt string) error {
 	body := map[string]any{"model": c.model, "messages": []map[string]string{{"role": "user", "content": prompt}}}
@@ -74,7 +87,7 @@ func (c *modelClient) do(ctx context.Context, method, path string, body, out any
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+os.Getenv(c.keyVar))
+	req.Header.Set("Authorization", "Bearer "+c.key())
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -82,8 +95,11 @@ func (c *modelClient) do(ctx context.Context, method, path string, body, out any
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return errAuth{fmt.Errorf("openai.AuthenticationError: Error code: %d - %s", resp.StatusCode, strings.TrimSpace(string(data)))}
+	}
 	if resp.StatusCode >= 400 {
-		return fmt.Errorf("openai.APIStatusError: %s %s: %d %s", method, c.baseURL+path, resp.StatusCode, strings.TrimSpace(string(data)))
+		return fmt.Errorf("openai.APIStatusError: Error code: %d - %s", resp.StatusCode, strings.TrimSpace(string(data)))
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)

@@ -558,8 +558,16 @@ func (r *rlRun) run(ctx context.Context) int {
 	// The orchestrator ships batches ahead of the trainer: batch N goes once the trainer has
 	// published policy v(N-2) (traces: orchestrator_lead).
 	shipped, trained := start, start
+	// Each process saves a step's checkpoint before it writes that step's row, as upstream
+	// does (orchestrator.py: maybe_save_ckpt before the row; trainer/rl/train.py: the save
+	// before the step is logged).
 	ship := func() error {
 		shipped++
+		if c.ckpt && c.interval > 0 && shipped%c.interval == 0 && shipped < c.maxSteps {
+			if err := r.orchestratorCheckpoint(shipped); err != nil {
+				return err
+			}
+		}
 		if err := write(r.curve.orchestratorRow(shipped, c.train, c.batchSize)); err != nil {
 			return err
 		}
@@ -574,9 +582,6 @@ func (r *rlRun) run(ctx context.Context) int {
 				}
 				r.logs.log(envLog("eval", name), "INFO", fmt.Sprintf("eval at step %d done", shipped))
 			}
-		}
-		if c.ckpt && c.interval > 0 && shipped%c.interval == 0 && shipped < c.maxSteps {
-			return r.orchestratorCheckpoint(shipped)
 		}
 		return nil
 	}
@@ -608,6 +613,11 @@ func (r *rlRun) run(ctx context.Context) int {
 			fmt.Fprintln(r.out, loguru("ERROR", "Trainer failed with exit code 1"))
 			return 1
 		}
+		if c.ckpt && c.interval > 0 && trained%c.interval == 0 && trained < c.maxSteps {
+			if code, stop := r.trainerCheckpoint(ctx, trained); stop {
+				return code
+			}
+		}
 		drop := a.em.nanLossAt == trained
 		rows := r.curve.trainerRows(trained, c.train, drop)
 		if work != nil {
@@ -624,11 +634,6 @@ func (r *rlRun) run(ctx context.Context) int {
 		loss, _ := rows[2]["loss/mean"].(float64)
 		r.logs.log("trainer", "SUCCESS", fmt.Sprintf("Step %d | %5.1fs | Loss %.4f | Entropy %.4f | Grad. Norm %.4f | LR 1.00e-04 | Throughput %.0f tokens/s",
 			trained, time.Since(began).Seconds(), loss, rows[2]["entropy/all/mean"], rows[1]["optim/grad_norm"], rows[0]["perf/throughput"]))
-		if c.ckpt && c.interval > 0 && trained%c.interval == 0 && trained < c.maxSteps {
-			if code, stop := r.trainerCheckpoint(ctx, trained); stop {
-				return code
-			}
-		}
 		if shipped < c.maxSteps {
 			if err := ship(); err != nil {
 				return fail(r.out, 1, "error: %v", err)

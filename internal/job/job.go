@@ -162,13 +162,17 @@ type Result struct {
 
 // EvalSummary is one environment's evaluation: what verifiers' eval wrote in metadata.json.
 type EvalSummary struct {
-	Env                string             `json:"env"`
-	Model              string             `json:"model,omitempty"`
-	NumExamples        int                `json:"num_examples"`
-	RolloutsPerExample int                `json:"rollouts_per_example"`
-	Rollouts           int                `json:"rollouts,omitempty"`
-	AvgReward          *float64           `json:"avg_reward,omitempty"`
-	AvgMetrics         map[string]float64 `json:"avg_metrics,omitempty"`
+	Env                string   `json:"env"`
+	Model              string   `json:"model,omitempty"`
+	NumExamples        int      `json:"num_examples"`
+	RolloutsPerExample int      `json:"rollouts_per_example"`
+	Rollouts           int      `json:"rollouts,omitempty"`
+	AvgReward          *float64 `json:"avg_reward,omitempty"`
+	// AvgError is the share of rollouts that ended in an error (verifiers stores a failed
+	// model call on its rollout and goes on); FirstError is the first of them.
+	AvgError   *float64           `json:"avg_error,omitempty"`
+	FirstError string             `json:"first_error,omitempty"`
+	AvgMetrics map[string]float64 `json:"avg_metrics,omitempty"`
 }
 
 // GEPASummary is a GEPA optimization's outcome: its best prompt and score.

@@ -368,8 +368,10 @@ func parseRFC3339(text string) (time.Time, string, bool) {
 	return t, word, true
 }
 
-// parseLoguru reads `HH:mm:ss LEVEL` at the start of a line (the level right-aligned to 7).
+// parseLoguru reads `HH:mm:ss LEVEL` at the start of a line (the level right-aligned to 7),
+// after the `[trainer0]:` that torchrun puts before each line it tees into trainer.log.
 func parseLoguru(text string) (int, string, bool) {
+	text = stripRankPrefix(text)
 	if len(text) < 10 || text[2] != ':' || text[5] != ':' || text[8] != ' ' {
 		return 0, "", false
 	}
@@ -384,4 +386,20 @@ func parseLoguru(text string) (int, string, bool) {
 		return 0, "", false
 	}
 	return h*3600 + m*60 + s, word, true
+}
+
+// stripRankPrefix drops torchrun's `[<role><rank>]:` prefix (torch.distributed.elastic's
+// tee, which prime-rl's launcher uses for trainer.log), if the line has one.
+func stripRankPrefix(text string) string {
+	if len(text) < 4 || text[0] != '[' {
+		return text
+	}
+	end := strings.Index(text, "]:")
+	if end < 2 || end > 32 || strings.ContainsAny(text[1:end], " []") {
+		return text
+	}
+	if c := text[end-1]; c < '0' || c > '9' {
+		return text
+	}
+	return text[end+2:]
 }

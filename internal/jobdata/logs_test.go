@@ -132,3 +132,17 @@ func TestLogChunksReassembleTheFile(t *testing.T) {
 		t.Errorf("envs: %+v %v", res.Lines, err)
 	}
 }
+
+// trainer.log is torchrun's tee of rank 0, which puts `[trainer0]:` before each line; the
+// loguru time and level after it are read all the same.
+func TestParseLogLinesReadsThroughTorchrunsRankPrefix(t *testing.T) {
+	t.Parallel()
+	data := "[trainer0]:\x1b[2m10:00:01\x1b[0m \x1b[32;1mSUCCESS\x1b[0m \x1b[32;1m\x1b[22mStep 3 | 1.0s | Loss 0.1\x1b[0m\n" +
+		"[trainer0]:\x1b[2m10:00:02\x1b[0m \x1b[31;1m  ERROR\x1b[0m \x1b[31;1m\x1b[22mCUDA error\x1b[0m\n" +
+		"[not a rank]: 10:00:03 INFO kept as it is\n"
+	lines := ParseLogLines("trainer", []byte(data), time.Date(2026, 11, 23, 10, 5, 0, 0, time.UTC))
+	if len(lines) != 3 || lines[0].Level != "SUCCESS" || lines[1].Level != "ERROR" || lines[0].Time == nil ||
+		!lines[1].Time.Equal(time.Date(2026, 11, 23, 10, 0, 2, 0, time.UTC)) || lines[2].Time != nil {
+		t.Errorf("lines %+v", lines)
+	}
+}

@@ -284,9 +284,10 @@ function jobPage(id) {
     if (!r) { result.replaceChildren(); return; }
     const parts = [el('h2', {}, 'Result')];
     if (r.eval && r.eval.length) {
-      parts.push(el('table', { id: 'eval-result' }, el('thead', {}, el('tr', {}, ['Environment', 'Examples', 'Rollouts per example', 'Rollouts scored', 'Average reward'].map((h) => el('th', {}, h)))),
+      parts.push(el('table', { id: 'eval-result' }, el('thead', {}, el('tr', {}, ['Environment', 'Examples', 'Rollouts per example', 'Rollouts scored', 'Average reward', 'Errors'].map((h) => el('th', {}, h)))),
         el('tbody', {}, r.eval.map((e) => el('tr', {}, el('td', {}, e.env), el('td', {}, e.num_examples), el('td', {}, e.rollouts_per_example),
-          el('td', {}, e.rollouts ?? '-'), el('td', {}, fmt(e.avg_reward)))))));
+          el('td', {}, e.rollouts ?? '-'), el('td', {}, fmt(e.avg_reward)),
+          el('td', { title: e.first_error || '' }, typeof e.avg_error === 'number' ? `${Math.round(e.avg_error * 100)} %` : '0 %'))))));
     }
     if (r.gepa) {
       parts.push(el('p', { id: 'gepa-result' }, `Best score ${fmt(r.gepa.best_score)} of ${r.gepa.candidates} candidates (${r.gepa.metric_calls || 0} metric calls)`));
