@@ -2,6 +2,7 @@ package gpuagent
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -209,7 +210,7 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 	}
 	f := rlFile{
 		MaxSteps:   s.MaxSteps,
-		SeqLen:     max(s.SeqLen, jobspec.MinSeqLen),
+		SeqLen:     cmp.Or(s.SeqLen, jobspec.MinSeqLen), // the job's (set at submit)
 		Model:      rlModel{Name: s.Model},
 		Deployment: rlDeployment{NumTrainGPUs: split.Trainer, NumInferGPUs: split.Inference},
 		// prime-rl's default transport, on the job's port.

@@ -43,7 +43,7 @@ const (
 	DefaultLoRALearningRate = 1e-4
 	DefaultFullLearningRate = 1e-6
 	// MinSeqLen is prime-rl's default sequence length (trainer.model.seq_len,
-	// orchestrator.seq_len); a run's is at least this.
+	// orchestrator.seq_len); a run's default is at least this (a job may set less).
 	MinSeqLen = 2048
 
 	DefaultGEPAMaxCalls      = 500
@@ -512,7 +512,7 @@ func (n *normalizer) rl(in input, s *Spec) error {
 			s.DifficultyFiltering.Threshold = *in.DifficultyThreshold
 		}
 	case in.DifficultyThreshold != nil:
-		n.warn("/difficulty_threshold", "difficulty_threshold has no effect unless use_difficulty_filtering = true")
+		n.warn("/difficulty_threshold", "difficulty_threshold is not applied: prime-rl has no difficulty filtering (and use_difficulty_filtering is not set)")
 	}
 
 	gpus := in.NumGPUs
@@ -525,8 +525,10 @@ func (n *normalizer) rl(in input, s *Spec) error {
 	}
 	// What prime-rl cannot run on the job's GPUs is refused here, not on a node.
 	if _, err := upstream.SplitGPUs(gpus, in.TensorParallelSize); err != nil {
+		// The key to change: the GPU count when it is out of a node's range, else the
+		// parallelism that leaves the trainer none.
 		ptr := "/num_gpus"
-		if in.TensorParallelSize > 1 && gpus >= 2 {
+		if in.TensorParallelSize > 1 && gpus >= 2 && gpus <= upstream.GPUsPerNode {
 			ptr = "/tensor_parallel_size"
 		}
 		n.fail(ptr, "%v%s", err, gpuSource(in.NumGPUs))
@@ -545,9 +547,7 @@ func (n *normalizer) rl(in input, s *Spec) error {
 	} else if maxTokens > s.SeqLen {
 		n.warn("/seq_len", "seq_len (%d) is shorter than sampling.max_tokens (%d): longer samples are truncated for training", s.SeqLen, maxTokens)
 	}
-	if ts := samplingScheduler(s.Sampling); ts != nil && ts.TotalSteps > s.MaxSteps {
-		n.warn("/sampling/temp_scheduler/total_steps", "temp_scheduler.total_steps (%d) is beyond max_steps (%d): the schedule will not finish", ts.TotalSteps, s.MaxSteps)
-	}
+	// (A temperature schedule is not applied at all: Unsupported says so, and nothing else.)
 	if in.Eval != nil {
 		ev := *in.Eval
 		envs, err := n.envList(mustJSON(in.Eval.Env), "/eval/env")
@@ -597,13 +597,6 @@ func (n *normalizer) sampling(ptr string, sp *Sampling) {
 	if sp.EnableThinking != nil && sp.ReasoningEffort != "" {
 		n.fail(ptr+"/reasoning_effort", "set enable_thinking or reasoning_effort, not both: reasoning_effort already turns thinking on at a level")
 	}
-}
-
-func samplingScheduler(sp *Sampling) *TempScheduler {
-	if sp == nil {
-		return nil
-	}
-	return sp.TempScheduler
 }
 
 // envList reads `[[env]]` (a list) or a single `[env]` table, at ptr.

@@ -30,9 +30,12 @@ func SplitGPUs(gpus, tp int) (Split, error) {
 		return Split{}, fmt.Errorf("an rl run needs at least 2 GPUs on its node: prime-rl runs vLLM (inference) and the trainer on GPUs of their own; ask for num_gpus = 2 or more")
 	case gpus > GPUsPerNode:
 		return Split{}, fmt.Errorf("an rl run uses one node of at most %d GPUs (prime-rl runs across nodes only under SLURM); ask for num_gpus = %d or fewer", GPUsPerNode, GPUsPerNode)
+	case tp > gpus-1 && tp+1 > GPUsPerNode:
+		return Split{}, fmt.Errorf("tensor_parallel_size %d leaves no GPU for the trainer on a node of %d: inference takes a multiple of tensor_parallel_size and the trainer at least one; use tensor_parallel_size ≤ %d",
+			tp, GPUsPerNode, min(gpus, GPUsPerNode)-1)
 	case tp > gpus-1:
 		return Split{}, fmt.Errorf("tensor_parallel_size %d leaves no GPU for the trainer out of %d: inference takes a multiple of tensor_parallel_size and the trainer at least one; use num_gpus = %d or tensor_parallel_size ≤ %d",
-			tp, gpus, min(tp+1, GPUsPerNode), gpus-1)
+			tp, gpus, tp+1, gpus-1)
 	}
 	infer := max(gpus/2/tp*tp, tp)
 	return Split{Inference: infer, Trainer: gpus - infer, TensorParallel: tp}, nil

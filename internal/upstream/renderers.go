@@ -111,8 +111,11 @@ func baseModel(model string) (base, renderer string) {
 		if !strings.HasPrefix(name, mName) {
 			continue
 		}
-		// The base's name must end where a word ends: Qwen3-0.6B is not the base of Qwen3-0.6Bx.
-		if rest := name[len(mName):]; rest != "" && !strings.ContainsAny(rest[:1], "-_.") {
+		// The base's name must end where a word ends: Qwen3-0.6B is not the base of Qwen3-0.6Bx,
+		// and a version goes on past a dot: DeepSeek-V3 is not the base of DeepSeek-V3.1,
+		// whose chat template differs.
+		if rest := name[len(mName):]; rest != "" &&
+			(!strings.ContainsAny(rest[:1], "-_.") || rest[0] == '.' && len(rest) > 1 && rest[1] >= '0' && rest[1] <= '9') {
 			continue
 		}
 		same := strings.EqualFold(owner, mOwner)
