@@ -11,8 +11,8 @@ import (
 func TestSplitGPUs(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		gpus, tp         int
-		infer, trainer   int
+		gpus, tp        int
+		infer, trainer  int
 		err, suggestion string
 	}{
 		{gpus: 2, infer: 1, trainer: 1},
