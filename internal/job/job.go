@@ -218,7 +218,9 @@ type ClaimRequest struct {
 	// ClaimID names this claim, so that an agent that gives up waiting for the answer can
 	// take it back (abandon it) whether or not it was made; "" for none.
 	ClaimID string
-	// Runtime says what the agent runs jobs with; a job it claims records it.
+	// Runtime says what the agent runs jobs with (its pipeline, the upstream versions it found
+	// installed). It travels with every claim; a claimed job records it from the agent's first
+	// heartbeat, which follows the claim at once.
 	Runtime *Runtime
 }
 

@@ -17,9 +17,7 @@ import (
 // save, whose .metadata file torch writes last, and the orchestrator's progress, written to a
 // temporary file and renamed into place.
 const (
-	TrainerPart       = "trainer"
 	TrainerDone       = "trainer/.metadata"
-	OrchestratorPart  = "orchestrator"
 	OrchestratorDone  = "orchestrator/progress.pt"
 	checkpointsFolder = "checkpoints"
 )
@@ -43,10 +41,8 @@ func LocalSteps(dir string) []int {
 	entries, _ := os.ReadDir(dir)
 	var steps []int
 	for _, e := range entries {
-		if n, ok := strings.CutPrefix(e.Name(), "step_"); ok && e.IsDir() {
-			if s, err := strconv.Atoi(n); err == nil {
-				steps = append(steps, s)
-			}
+		if s, ok := stepOf(e.Name()); ok && e.IsDir() {
+			steps = append(steps, s)
 		}
 	}
 	sort.Ints(steps)
@@ -80,13 +76,10 @@ func ListCheckpoints(ctx context.Context, store blob.Store, jobID string) ([]Che
 	}
 	by := map[int]*Checkpoint{}
 	for _, o := range objs {
-		rest := strings.TrimPrefix(o.Key, JobPrefix(jobID)+"checkpoints/step_")
-		num, file, ok := strings.Cut(rest, "/")
-		if !ok {
-			continue
-		}
-		step, err := strconv.Atoi(num)
-		if err != nil {
+		rest := strings.TrimPrefix(o.Key, JobPrefix(jobID)+"checkpoints/")
+		folder, file, ok := strings.Cut(rest, "/")
+		step, isStep := stepOf(folder)
+		if !ok || !isStep {
 			continue
 		}
 		c := by[step]

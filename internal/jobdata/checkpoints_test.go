@@ -63,10 +63,9 @@ func TestListCheckpoints(t *testing.T) {
 	if steps, err := CommittedSteps(ctx, st, "j1"); err != nil || len(steps) != 1 || steps[0] != 10 {
 		t.Errorf("committed %v %v", steps, err)
 	}
-	if s, ok := ManifestStep(CheckpointPrefix("j1", 40) + ManifestName); !ok || s != 40 {
-		t.Errorf("manifest step %d %v", s, ok)
-	}
-	if _, ok := ManifestStep("jobs/j1/checkpoints/step_40/trainer/__0_0.distcp"); ok {
-		t.Error("a weights file read as a manifest")
+	for name, want := range map[string]int{"step_40": 40, "step_0": 0, "step_05": -1, "step_+5": -1, "step_": -1, "stepx": -1} {
+		if n, ok := stepOf(name); (want < 0 && ok) || (want >= 0 && (!ok || n != want)) {
+			t.Errorf("stepOf(%q) = %d, %v", name, n, ok)
+		}
 	}
 }

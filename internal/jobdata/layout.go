@@ -19,10 +19,11 @@ package jobdata
 import (
 	"fmt"
 
-	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 )
 
 // JobPrefix is where everything of one job lives.
@@ -110,16 +111,18 @@ type ManifestFile struct {
 	SHA256 string `json:"sha256"`
 }
 
-// ManifestStep returns the step of a manifest key (jobs/{id}/checkpoints/step_N/manifest.json).
-func ManifestStep(key string) (int, bool) {
-	rest, ok := strings.CutSuffix(key, "/"+ManifestName)
-	if !ok {
+// stepOf reads a step folder's name, "step_N" with N written as prime-rl writes it (no sign,
+// no leading zero): step_05 is not step_5's folder.
+func stepOf(name string) (int, bool) {
+	digits, ok := strings.CutPrefix(name, "step_")
+	if !ok || digits == "" || (len(digits) > 1 && digits[0] == '0') {
 		return 0, false
 	}
-	i := strings.LastIndex(rest, "/step_")
-	if i < 0 {
-		return 0, false
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
 	}
-	n, err := strconv.Atoi(rest[i+len("/step_"):])
+	n, err := strconv.Atoi(digits)
 	return n, err == nil
 }

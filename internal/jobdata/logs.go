@@ -101,9 +101,6 @@ type LogResult struct {
 // Python logging's (vLLM).
 var levels = map[string]int{"TRACE": 0, "DEBUG": 1, "INFO": 2, "SUCCESS": 2, "WARN": 3, "WARNING": 3, "ERROR": 4, "CRITICAL": 5, "FATAL": 5}
 
-// KnownLevel reports whether s names a log level.
-func KnownLevel(s string) bool { _, ok := levels[strings.ToUpper(s)]; return ok }
-
 // ReadLogs reads the lines of one attempt of a job's logs that q asks for, merged across
 // components by time (file order within one), oldest first. For a tail it reads chunks from
 // the newest back, only as far as it needs.
@@ -219,7 +216,8 @@ func getAll(ctx context.Context, store blob.Store, key string) ([]byte, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	return io.ReadAll(rc)
+	// An agent writes chunks of LogChunkBytes; no more than a few times that is read.
+	return io.ReadAll(io.LimitReader(rc, 4*LogChunkBytes))
 }
 
 func (q LogQuery) passes(l LogLine) bool {
@@ -246,8 +244,10 @@ func (q LogQuery) Passes(l LogLine) bool {
 	return componentWanted(q.Component, l.Component) && q.passes(l)
 }
 
-// ansi matches terminal colour and style codes, which loguru writes even into files.
-var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+// ansi matches terminal control sequences — colour and style codes, which loguru writes even
+// into files; cursor codes (`\x1b[?25l`) progress bars write; OSC titles and links — and
+// other escapes.
+var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-Z\\-_]`)
 
 // StripANSI removes terminal colour codes.
 func StripANSI(s string) string {
@@ -322,29 +322,41 @@ func ParseLogLines(component string, data []byte, anchor time.Time) []LogLine {
 	return out
 }
 
-// dateClockTimes gives the lines that carry only a time of day their date: the newest is on
-// the anchor's day (the day before if its clock is later than the anchor's), and each earlier
-// one on the day of the line after it, or the day before where its clock is later.
+// dateClockTimes gives the lines that carry only a time of day their date. The newest is
+// dated nearest the anchor (the time its chunk was written: the line is at most minutes
+// older, or a little newer where clocks differ), so 00:01 in a chunk written at 23:58 is the
+// next day's. Each earlier line takes the day of the line after it, or the day before where
+// its clock is more than 12 hours later than that line's (it was written before midnight);
+// a clock a little later than the next line's is two processes writing one file, or a clock
+// stepped back, not a day.
 func dateClockTimes(lines []LogLine, clocks []int, anchor time.Time) {
+	const halfDay = 12 * 3600
 	anchor = anchor.UTC()
 	if anchor.IsZero() {
 		anchor = time.Now().UTC()
 	}
 	day := time.Date(anchor.Year(), anchor.Month(), anchor.Day(), 0, 0, 0, 0, time.UTC)
-	nextClock := anchor.Hour()*3600 + anchor.Minute()*60 + anchor.Second() + 300 // 5 min of skew
+	anchorClock := anchor.Hour()*3600 + anchor.Minute()*60 + anchor.Second()
+	nextClock, newest := anchorClock, true
 	for i := len(lines) - 1; i >= 0; i-- {
 		c := clocks[i]
 		if c < 0 {
 			if lines[i].Time != nil {
 				t := lines[i].Time.UTC()
 				day = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
-				nextClock = t.Hour()*3600 + t.Minute()*60 + t.Second()
+				nextClock, newest = t.Hour()*3600+t.Minute()*60+t.Second(), false
 			}
 			continue
 		}
-		if c > nextClock {
+		switch {
+		case newest && c-anchorClock > halfDay:
+			day = day.AddDate(0, 0, -1)
+		case newest && anchorClock-c > halfDay:
+			day = day.AddDate(0, 0, 1)
+		case !newest && c-nextClock > halfDay:
 			day = day.AddDate(0, 0, -1)
 		}
+		newest = false
 		t := day.Add(time.Duration(c) * time.Second)
 		lines[i].Time = &t
 		nextClock = c

@@ -146,3 +146,22 @@ func TestParseLogLinesReadsThroughTorchrunsRankPrefix(t *testing.T) {
 		t.Errorf("lines %+v", lines)
 	}
 }
+
+// Dates from times of day: a clock a second behind the next line's is the same day (two
+// processes write one file); a line a little newer than its chunk across midnight is the
+// next day's; control sequences of every kind are gone.
+func TestParseLogLinesDatesByTheNearestDay(t *testing.T) {
+	t.Parallel()
+	lines := ParseLogLines("orchestrator", []byte("10:00:01    INFO a\n10:00:00    INFO b\n"), time.Date(2026, 11, 23, 10, 0, 5, 0, time.UTC))
+	if len(lines) != 2 || lines[0].Time.Day() != 23 || lines[1].Time.Day() != 23 {
+		t.Errorf("a second back is a day back: %v %v", lines[0].Time, lines[1].Time)
+	}
+	lines = ParseLogLines("orchestrator", []byte("23:59:59    INFO a\n00:01:00    INFO b\n"), time.Date(2026, 11, 23, 23, 58, 0, 0, time.UTC))
+	if len(lines) != 2 || !lines[1].Time.Equal(time.Date(2026, 11, 24, 0, 1, 0, 0, time.UTC)) ||
+		!lines[0].Time.Equal(time.Date(2026, 11, 23, 23, 59, 59, 0, time.UTC)) {
+		t.Errorf("across midnight: %v %v", lines[0].Time, lines[1].Time)
+	}
+	if got := StripANSI("\x1b[?25lbar\x1b]0;title\x07 done \x1b[2K\x1b[1;32mok\x1b[0m"); got != "bar done ok" {
+		t.Errorf("StripANSI: %q", got)
+	}
+}

@@ -98,17 +98,23 @@ func scanLine(line []byte, keep map[string]bool) (Row, string, error) {
 				v = []byte("null")
 			}
 		}
+		// The scan checks the line's shape, not what is inside a value; a value that is not
+		// JSON would make every answer that carries it fail to encode.
+		if t != jsonparser.Null && t != jsonparser.Boolean && !json.Valid(v) {
+			return fmt.Errorf("the value of %q is not JSON", key)
+		}
 		row[key] = json.RawMessage(v)
 		return nil
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("metrics line: %w", err)
 	}
-	if _, ok := row["step"]; !ok {
+	step, ok := row["step"]
+	if !ok {
 		return nil, "", errors.New("metrics line: no step")
 	}
-	if s := row.Step(); s < 0 {
-		return nil, "", fmt.Errorf("metrics line: step %d", s)
+	if s, err := strconv.Atoi(string(step)); err != nil || s < 0 {
+		return nil, "", fmt.Errorf("metrics line: step %s is not a whole number of 0 or more", step)
 	}
 	if len(notes) > 0 {
 		m := map[string]string{}
@@ -254,6 +260,9 @@ func merge(rows []Row, writers []string) Row {
 			case !seen || from[k] == w:
 				out[k], from[k] = v, w
 			case bytes.Equal(prev, v):
+				if w == "trainer" { // the plain value is (also) the trainer's from now on
+					from[k] = w
+				}
 			case w == "orchestrator":
 				out["orchestrator/"+k] = v
 			default: // the trainer's value takes the plain name

@@ -143,3 +143,20 @@ func TestSummaryIsBoundedAndFollowsTheTrainer(t *testing.T) {
 		t.Errorf("multi-agent reward: %v step %d", m.Series, m.Step)
 	}
 }
+
+// The trainer's value of a key both write keeps the plain name, whatever order the rows come
+// in and even when, for a while, both wrote the same value.
+func TestMergeKeepsTheTrainersValueUnderThePlainName(t *testing.T) {
+	t.Parallel()
+	orch := func(v float64) Row {
+		return Row{"step": raw(3), "train/agg/all/agent/reward/mean": raw(0.5), "time/step": raw(v)}
+	}
+	trainer := Row{"step": raw(3), "loss/mean": raw(0.1), "time/step": raw(2.0)}
+	m := Merge([]Row{orch(2.0), trainer, orch(9.0)})
+	if v, _ := m.Float("time/step"); v != 2.0 {
+		t.Errorf("time/step = %v, want the trainer's 2", v)
+	}
+	if v, _ := m.Float("orchestrator/time/step"); v != 9.0 {
+		t.Errorf("orchestrator/time/step = %v, want 9", v)
+	}
+}

@@ -166,6 +166,23 @@ type taggedRow struct {
 // dropped, so each step comes from the newest attempt that wrote it. Only the chunks whose
 // names overlap the window are read, and for a Limit only as far as it needs.
 func ReadMetrics(ctx context.Context, store blob.Store, jobID string, q MetricsQuery) ([]Row, bool, error) {
+	// A chunk sealed between the listing and its read is under another name now: list again.
+	for tries := 1; ; tries++ {
+		rows, more, err := readMetrics(ctx, store, jobID, q)
+		if errors.Is(err, errChunkSealed) && tries < 3 {
+			continue
+		}
+		return rows, more, err
+	}
+}
+
+// errChunkSealed is an open chunk that was gone when read: its writer sealed it.
+var errChunkSealed = errors.New("a metrics chunk was sealed while it was read")
+
+// maxChunkRead bounds what is read of one metrics chunk.
+const maxChunkRead = 8 * MetricsChunkBytes
+
+func readMetrics(ctx context.Context, store blob.Store, jobID string, q MetricsQuery) ([]Row, bool, error) {
 	objs, err := store.List(ctx, MetricsPrefix(jobID))
 	if err != nil {
 		return nil, false, err
@@ -318,13 +335,15 @@ func sortedSteps(m map[int][]taggedRow) []int {
 func readMetricsChunk(ctx context.Context, store blob.Store, c chunkName, cut int, inWindow func(int) bool, keep map[string]bool) ([]taggedRow, error) {
 	rc, err := store.Get(ctx, c.key)
 	if errors.Is(err, blob.ErrNotFound) {
-		return nil, nil // sealed (renamed) since it was listed: its rows are in the sealed chunk
+		return nil, errChunkSealed // sealed (renamed) since it was listed
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	br := bufio.NewReaderSize(rc, 64<<10)
+	// An agent writes chunks of about MetricsChunkBytes; what is past a few times that is not
+	// read (a chunk is the agent's writing, and an agent is not trusted with the API's memory).
+	br := bufio.NewReaderSize(io.LimitReader(rc, maxChunkRead), 64<<10)
 	var out []taggedRow
 	for i := 0; ; i++ {
 		line, err := readLine(br, MaxLineBytes)

@@ -1,7 +1,9 @@
 package jobdata
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -241,14 +243,67 @@ func (d *downStore) Put(ctx context.Context, key string, r io.Reader) error {
 func TestReadMetricsSkipsBadLines(t *testing.T) {
 	t.Parallel()
 	st := newStore(t)
+	// Too long; cut off; a value that is not JSON inside a well-shaped line (an agent may
+	// write anything); a step that is not a whole number.
 	body := `{"step":1,"loss/mean":0.5}` + "\n" + `{"step":2,"x":"` + strings.Repeat("y", MaxLineBytes+5) + "\"}\n" +
-		`{"step":3,` + "\n" + `{"step":4,"loss/mean":0.25}` + "\n"
+		`{"step":3,` + "\n" + `{"step":5,"a":"\u12"}` + "\n" + `{"step":6,"a":[1,,2]}` + "\n" + `{"step":"7","a":1}` + "\n" +
+		`{"step":4,"loss/mean":0.25}` + "\n"
 	if err := st.Put(context.Background(), metricsChunkKey("j1", 1, 1, 4, 1), strings.NewReader(body)); err != nil {
 		t.Fatal(err)
 	}
 	rows, _, err := ReadMetrics(context.Background(), st, "j1", MetricsQuery{})
 	if err != nil || len(rows) != 2 || rows[0].Step() != 1 || rows[1].Step() != 4 {
 		t.Fatalf("%v %v", rows, err)
+	}
+	if _, err := json.Marshal(rows); err != nil {
+		t.Errorf("the rows read do not encode: %v", err)
+	}
+}
+
+// seals wraps a store: the first read of an open metrics chunk finds it sealed just then,
+// as a writer's flush does between a reader's listing and its read.
+type seals struct {
+	blob.Store
+	once sync.Once
+}
+
+func (s *seals) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if strings.Contains(key, "-open-") {
+		sealed := false
+		s.once.Do(func() {
+			rc, err := s.Store.Get(ctx, key)
+			if err != nil {
+				return
+			}
+			data, _ := io.ReadAll(rc)
+			rc.Close()
+			_ = s.Store.Put(ctx, strings.Replace(key, "-open-", "-00000005-", 1), bytes.NewReader(data))
+			_ = s.Store.Delete(ctx, key)
+			sealed = true
+		})
+		if sealed {
+			return nil, blob.ErrNotFound
+		}
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// A chunk sealed between the listing and its read is read under its new name.
+func TestReadMetricsFollowsAChunkSealedWhileReading(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	w := NewMetricsWriter(st, "j1", 1, 1)
+	for s := 1; s <= 5; s++ {
+		if err := w.Add(Row{"step": raw(s), "loss/mean": raw(0.5)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rows, _, err := ReadMetrics(context.Background(), &seals{Store: st}, "j1", MetricsQuery{})
+	if err != nil || len(rows) != 5 {
+		t.Fatalf("%d rows (%v), want the 5 of the sealed chunk", len(rows), err)
 	}
 }
 
