@@ -95,12 +95,13 @@ func TestJobLogs(t *testing.T) {
 	d.put(t, "logs/attempt_2/trainer/000000000000.log", first)
 	d.put(t, fmt.Sprintf("logs/attempt_2/trainer/%012d.log", len(first)), trainer.String()[len(first):])
 	d.put(t, "logs/attempt_2/orchestrator/000000000000.log", orch.String())
-	d.put(t, "logs/attempt_2/envs/gsm8k/000000000000.log", logLine(t0.Add(5*time.Second), "WARNING", "slow rollout"))
+	d.put(t, "logs/attempt_2/envs/train/gsm8k/000000000000.log", logLine(t0.Add(5*time.Second), "WARNING", "slow rollout"))
+	d.put(t, "logs/attempt_2/preflight/000000000000.log", logLine(t0.Add(-time.Second), "INFO", "the config passed"))
 
 	var all logReply
 	d.get(t, "/logs?tail_lines=1000", &all)
-	if all.Attempt != 2 || len(all.Attempts) != 2 || len(all.Items) != 23 {
-		t.Fatalf("attempt %d of %v, %d lines; want the newest attempt's 23", all.Attempt, all.Attempts, len(all.Items))
+	if all.Attempt != 2 || len(all.Attempts) != 2 || len(all.Items) != 24 {
+		t.Fatalf("attempt %d of %v, %d lines; want the newest attempt's 24", all.Attempt, all.Attempts, len(all.Items))
 	}
 	for i := 1; i < len(all.Items); i++ {
 		a, b := all.Items[i-1], all.Items[i]
@@ -118,7 +119,11 @@ func TestJobLogs(t *testing.T) {
 		check func(jobdata.LogLine) bool
 	}{
 		{"?tail_lines=5", 5, nil},
-		{"?component=envs", 1, func(l jobdata.LogLine) bool { return l.Component == "envs/gsm8k" && l.Level == "WARNING" }},
+		{"?component=envs", 1, func(l jobdata.LogLine) bool { return l.Component == "envs/train/gsm8k" && l.Level == "WARNING" }},
+		{"?component=envs/train", 1, func(l jobdata.LogLine) bool { return l.Component == "envs/train/gsm8k" }},
+		{"?component=envs/train/gsm8k", 1, func(l jobdata.LogLine) bool { return l.Component == "envs/train/gsm8k" }},
+		{"?component=envs/eval", 0, nil},
+		{"?component=preflight", 1, func(l jobdata.LogLine) bool { return l.Component == "preflight" }},
 		{"?component=orchestrator&search=STEP%203", 1, func(l jobdata.LogLine) bool { return strings.Contains(l.Line, "step 3 ") }},
 		{"?level=WARNING", 3, func(l jobdata.LogLine) bool { return l.Level != "INFO" || l.Time == nil }},
 		{"?since=" + t0.Add(15*time.Second).Format(time.RFC3339) + "&component=trainer", 4, nil}, // the traceback goes with its line

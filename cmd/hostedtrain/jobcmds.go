@@ -88,7 +88,7 @@ func newLogsCmd() *cobra.Command {
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing new lines until the job ends")
 	f.IntVar(&o.Tail, "tail", 100, "the last N lines")
 	f.StringVar(&o.Since, "since", "", "only lines since: a duration back from now (10m) or a time")
-	f.StringVar(&o.Component, "component", "", "one component: trainer, orchestrator, inference, envs, pipeline, install or agent")
+	f.StringVar(&o.Component, "component", "", "one component: trainer, orchestrator, inference, envs (or envs/train/NAME, envs/eval/NAME), preflight, install, pipeline or agent")
 	f.StringVar(&o.Search, "search", "", "only lines containing this text (any case)")
 	f.StringVar(&o.Level, "level", "", "the least severe level shown: DEBUG, INFO, WARNING or ERROR")
 	f.IntVar(&o.Attempt, "attempt", 0, "the attempt whose logs to show (default the newest)")

@@ -79,7 +79,7 @@ type LogLine struct {
 // LogQuery selects lines of one attempt of a job's logs.
 type LogQuery struct {
 	Fence     int64  // 0: the newest attempt
-	Component string // "" for all; "envs" takes every envs/...
+	Component string // "" for all; "envs" takes every envs/..., "envs/train" every envs/train/...
 	Since     time.Time
 	Search    string
 	Level     string // the least severe level shown
@@ -161,7 +161,7 @@ func ReadLogs(ctx context.Context, store blob.Store, jobID string, q LogQuery) (
 }
 
 func componentWanted(want, comp string) bool {
-	return want == "" || want == comp || (want == "envs" && strings.HasPrefix(comp, "envs/"))
+	return want == "" || want == comp || ((want == "envs" || want == "envs/train" || want == "envs/eval") && strings.HasPrefix(comp, want+"/"))
 }
 
 // readComponent reads one component's lines that pass q: all chunks, or for a tail or a

@@ -8,7 +8,7 @@
 //
 // Every fact here names its source: a file of PrimeIntellect-ai/prime-rl, /verifiers or
 // /prime at the pinned commit. Moving the pin means re-reading those files; see
-// docs/operations.md ("Moving the upstream pin").
+// docs/operations.md ("The pin").
 package upstream
 
 import (
