@@ -779,15 +779,7 @@ func TestTheAgentRidesOutAnAPIOutage(t *testing.T) {
 	if done.Status != job.Completed || done.Progress.Step != 60 {
 		t.Fatalf("got %s at step %d (%s)", done.Status, done.Progress.Step, done.Error)
 	}
-	checkpoints := 0
-	for _, ty := range b.eventTypes(t, j.ID) {
-		if ty == "job.checkpoint" {
-			checkpoints++
-		}
-	}
-	if checkpoints != 30 {
-		t.Errorf("%d job.checkpoint events, want 30: none lost in the outage", checkpoints)
-	}
+	b.checkEveryCommitReported(t, j.ID, 30)
 }
 
 // When the lease turns out lost (the API was out longer than the lease and the job went to
@@ -890,5 +882,33 @@ func TestATimeLimitStopsTheRun(t *testing.T) {
 	done := b.waitFor(t, j.ID, "ended", terminal)
 	if done.Status != job.Failed || !strings.Contains(done.Error, "time limit") {
 		t.Errorf("got %s %q; want FAILED at its time limit", done.Status, done.Error)
+	}
+}
+
+// checkEveryCommitReported checks that every checkpoint the agent committed (its notes in the
+// job's agent log) became one job.checkpoint event: none lost while the service was out.
+// The agent may skip a checkpoint when the trainer completes them faster than storage takes
+// them (on a loaded test machine, at one every 100 ms); it says so in the log, and the most
+// of want must be there.
+func (b bundle) checkEveryCommitReported(t *testing.T, jobID string, want int) {
+	t.Helper()
+	evs, err := b.user.Events(context.Background(), jobID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	for _, e := range evs {
+		if e.Type == "job.checkpoint" {
+			events = append(events, strings.TrimPrefix(e.Detail, "step "))
+		}
+	}
+	var committed []string
+	for _, line := range strings.Split(b.logText(t, jobID, 1, "agent"), "\n") {
+		if i := strings.Index(line, "checkpoint committed step="); i >= 0 {
+			committed = append(committed, strings.Fields(line[i+len("checkpoint committed step="):])[0])
+		}
+	}
+	if strings.Join(events, " ") != strings.Join(committed, " ") || len(committed) < want*4/5 {
+		t.Errorf("job.checkpoint events for steps %v; the agent committed %v (want about %d, none unreported)", events, committed, want)
 	}
 }

@@ -42,6 +42,8 @@ type uploader struct {
 	tel    *telemetry
 	// onCommit hears of every step committed, including ones pruned right after.
 	onCommit func(step int)
+	// onSkip, when set, hears of a complete checkpoint skipped to keep the backlog short.
+	onSkip func(step int)
 
 	mu        sync.Mutex
 	seen      map[int]bool // queued or done
@@ -75,6 +77,9 @@ func (u *uploader) run(ctx context.Context) {
 			skipped := u.queue[0]
 			u.queue = u.queue[1:]
 			u.logger.Warn("checkpoint skipped: the trainer completes checkpoints faster than they can be stored", "step", skipped)
+			if u.onSkip != nil {
+				u.onSkip(skipped)
+			}
 			_ = os.RemoveAll(jobdata.StepDir(u.dir, skipped))
 		}
 		if len(u.queue) == 0 {

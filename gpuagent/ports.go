@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
@@ -77,4 +78,16 @@ func portFree(port int) bool {
 	}
 	ln.Close()
 	return true
+}
+
+// ParsePortRange reads LOW-HIGH (a --port-range flag): within 1024-65535, room for one job's
+// block at least.
+func ParsePortRange(s string) ([2]int, error) {
+	a, b, ok := strings.Cut(s, "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || lo < 1024 || hi > 65535 || hi-lo+1 < upstream.PortBlockSize {
+		return [2]int{}, fmt.Errorf("--port-range %q: want LOW-HIGH within 1024-65535, at least %d ports (one job's block)", s, upstream.PortBlockSize)
+	}
+	return [2]int{lo, hi}, nil
 }

@@ -59,6 +59,9 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 			r.note("checkpoint committed", "step", step)
 			r.lease.committedStep(step)
 		}, r.deps.tel)
+		up.onSkip = func(step int) {
+			r.warn(fmt.Sprintf("checkpoint of step %d skipped: the trainer completes checkpoints faster than they can be stored", step))
+		}
 		r.data.uploader = up
 		r.lease.reportCommitted(up.committedSteps)
 		upCtx, cancelUploads := context.WithCancel(ctx)

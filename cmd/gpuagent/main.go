@@ -98,7 +98,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	pr, err := parsePortRange(*portRange)
+	pr, err := gpuagent.ParsePortRange(*portRange)
 	if err != nil {
 		return err
 	}

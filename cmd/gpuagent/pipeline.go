@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -157,16 +156,6 @@ func versions(args []string, out *os.File) error {
 		return fmt.Errorf("no prime-rl checkout at %s (git rev-parse failed)", *dir)
 	}
 	return json.NewEncoder(out).Encode(v)
-}
-
-func parsePortRange(s string) ([2]int, error) {
-	a, b, ok := strings.Cut(s, "-")
-	lo, err1 := strconv.Atoi(a)
-	hi, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || lo < 1024 || hi > 65535 || hi-lo+1 < upstream.PortBlockSize {
-		return [2]int{}, fmt.Errorf("--port-range %q: want LOW-HIGH within 1024-65535, at least %d ports (one job's block)", s, upstream.PortBlockSize)
-	}
-	return [2]int{lo, hi}, nil
 }
 
 func findEmulator(flagValue string) (string, error) {

@@ -26,6 +26,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/redisproc"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
 	"github.com/hostedtrain/hostedtrain/queue"
 	"github.com/hostedtrain/hostedtrain/webhooks"
@@ -39,10 +40,12 @@ type devOptions struct {
 	stepTime time.Duration
 	// emulateCheck is the command the emulator checks configs with, as upstream would.
 	emulateCheck string
-	leaseTTL     time.Duration
-	heartbeat    time.Duration
-	gpus         string
-	queue        queue.Config
+	// portRange is where the agents' jobs get their ports, split evenly among the agents.
+	portRange string
+	leaseTTL  time.Duration
+	heartbeat time.Duration
+	gpus      string
+	queue     queue.Config
 
 	allowLoopbackWebhooks bool
 	webhookSchedule       string
@@ -69,6 +72,8 @@ unless --allow-loopback-webhooks=false. It writes an admin token to --data/admin
 	f.IntVar(&o.agents, "agents", 1, "emulated GPU agents to run")
 	f.StringVar(&o.emulator, "emulator", "", "the prime-rl-emulator binary (default: beside this one, then PATH)")
 	f.DurationVar(&o.stepTime, "step-time", 250*time.Millisecond, "emulated time of one training step")
+	f.StringVar(&o.portRange, "port-range", fmt.Sprintf("%d-%d", gpuagent.DefaultPortRange[0], gpuagent.DefaultPortRange[1]),
+		"where the agents' jobs get their blocks of 64 ports (every port prime-rl binds), split among the agents; give each of several dev stacks on one machine its own")
 	f.StringVar(&o.emulateCheck, "emulate-check", "", "the command the emulator checks each config with, as upstream would (the conformance kit: \"python3 ../shared/upstream/check.py\")")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 15*time.Second, "how long a lease lives without a heartbeat")
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "how often agents heartbeat")
@@ -103,6 +108,14 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	gpus, err := job.ParseGPUs(o.gpus)
 	if err != nil {
 		return err
+	}
+	ports, err := gpuagent.ParsePortRange(o.portRange)
+	if err != nil {
+		return err
+	}
+	share := (ports[1] - ports[0] + 1) / max(o.agents, 1)
+	if share < upstream.PortBlockSize {
+		return fmt.Errorf("--port-range %s leaves each of %d agents fewer than %d ports", o.portRange, o.agents, upstream.PortBlockSize)
 	}
 	emulator, err := findEmulator(o.emulator)
 	if err != nil {
@@ -225,7 +238,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			Devices:  gpuagent.DevicesFromSpec(gpus),
 			Pipeline: gpuagent.EmulatedPipeline(emulator, filepath.Join(data, "prime-rl"), emulateFlags...),
 			// The agents of one process take separate ranges of ports (a node has one agent).
-			PortRange:     [2]int{gpuagent.DefaultPortRange[0] + (i-1)*640, gpuagent.DefaultPortRange[0] + i*640 - 1},
+			PortRange:     [2]int{ports[0] + (i-1)*share, ports[0] + i*share - 1},
 			StopGrace:     10 * time.Second,
 			DrainTimeout:  30 * time.Second,
 			PollInterval:  250 * time.Millisecond,

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -72,12 +73,19 @@ type devStack struct {
 }
 
 // startDev runs `hostedtrain dev` on a free port and waits until it is ready.
+// devSlots numbers the dev stacks the tests start.
+var devSlots atomic.Int64
+
 func startDev(t *testing.T, stepTime string, extra ...string) *devStack {
 	t.Helper()
 	data := t.TempDir()
 	out := &syncBuffer{}
+	// Dev stacks of tests that run at once each get their own ports for their jobs: their
+	// agents would otherwise take the same free block before either run binds it.
+	slot := int(devSlots.Add(1)-1) % 15
+	ports := fmt.Sprintf("%d-%d", 20000+slot*640, 20000+(slot+1)*640-1)
 	cmd := exec.Command(filepath.Join(binDir, "hostedtrain"), append([]string{"dev", "--addr", "127.0.0.1:0", "--data", data,
-		"--agents", "1", "--step-time", stepTime, "--heartbeat", "200ms"}, extra...)...)
+		"--agents", "1", "--step-time", stepTime, "--heartbeat", "200ms", "--port-range", ports}, extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
