@@ -277,13 +277,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// restoreNewest downloads the newest committed checkpoint that verifies against its manifest
-// into dir/step_N and returns N; 0 when there is none to resume from.
-func restoreNewest(ctx context.Context, store blob.Store, jobID, dir string, logger *slog.Logger) (int, error) {
-	steps, err := jobdata.CommittedSteps(ctx, store, jobID)
-	if err != nil {
-		return 0, err
-	}
+// restoreNewest downloads the newest of the committed steps (ascending, as listed) that
+// verifies against its manifest into dir/step_N and returns N; 0 when none does.
+func restoreNewest(ctx context.Context, store blob.Store, jobID string, steps []int, dir string, logger *slog.Logger) (int, error) {
 	for i := len(steps) - 1; i >= 0; i-- {
 		step := steps[i]
 		err := restore(ctx, store, jobID, step, jobdata.StepDir(dir, step))

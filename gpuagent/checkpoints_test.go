@@ -85,7 +85,11 @@ func TestRestoreSkipsACheckpointThatDoesNotVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest := filepath.Join(t.TempDir(), "restored")
-	step, err := restoreNewest(ctx, store, "j1", dest, slog.New(slog.DiscardHandler))
+	committed, err := jobdata.CommittedSteps(ctx, store, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step, err := restoreNewest(ctx, store, "j1", committed, dest, slog.New(slog.DiscardHandler))
 	if err != nil || step != 10 {
 		t.Fatalf("restored step %d (%v), want 10", step, err)
 	}

@@ -125,6 +125,12 @@ func (l *leaseKeeper) snapshot() (bool, job.Progress, []int) {
 	return l.running, p, slices.Clone(l.unreported)
 }
 
+// bare is progress without its metrics and results: what a report the service refused is sent
+// again with.
+func bare(p job.Progress) *job.Progress {
+	return &job.Progress{Step: p.Step, MaxSteps: p.MaxSteps, Checkpoints: p.Checkpoints, CheckpointStep: p.CheckpointStep}
+}
+
 func cloneMap[V any](m map[string]V) map[string]V {
 	if m == nil {
 		return nil
@@ -178,7 +184,7 @@ func (l *leaseKeeper) beat(ctx context.Context) (ok, lost bool) {
 	minimal := l.rejected
 	l.mu.Unlock()
 	if minimal {
-		hb.Progress = &job.Progress{Step: prog.Step, MaxSteps: prog.MaxSteps, Checkpoints: prog.Checkpoints, CheckpointStep: prog.CheckpointStep}
+		hb.Progress = bare(prog)
 	}
 	rep, err := l.api.Heartbeat(ctx, l.jobID, hb)
 	if err != nil && !minimal && refused(err) {
@@ -186,7 +192,7 @@ func (l *leaseKeeper) beat(ctx context.Context) (ok, lost bool) {
 		l.mu.Lock()
 		l.rejected = true
 		l.mu.Unlock()
-		hb.Progress = &job.Progress{Step: prog.Step, MaxSteps: prog.MaxSteps, Checkpoints: prog.Checkpoints, CheckpointStep: prog.CheckpointStep}
+		hb.Progress = bare(prog)
 		rep, err = l.api.Heartbeat(ctx, l.jobID, hb)
 	}
 	switch {
@@ -244,7 +250,7 @@ func (l *leaseKeeper) report(ctx context.Context, how, reason string, timeout ti
 			// A report the service will not take must not keep the job from ending: send it
 			// with the bare progress.
 			l.log.Error("the service refused the job's report; sending it with the bare progress", "err", err)
-			o.Progress = &job.Progress{Step: prog.Step, MaxSteps: prog.MaxSteps, Checkpoints: prog.Checkpoints, CheckpointStep: prog.CheckpointStep}
+			o.Progress = bare(prog)
 			continue
 		case refused(err):
 			l.log.Error("the service refused the job's report", "as", how, "err", err)

@@ -74,7 +74,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		p.stopUploads = func() { cancelUploads(); <-uploading }
 		if len(committed) > 0 {
 			began := time.Now()
-			step, err := restoreNewest(prep, r.store, r.claim.Job.ID, jobdata.CheckpointsDir(runDir), r.log)
+			step, err := restoreNewest(prep, r.store, r.claim.Job.ID, committed, jobdata.CheckpointsDir(runDir), r.log)
 			if err != nil {
 				return stopped(failed("restore checkpoint: %v", err))
 			}

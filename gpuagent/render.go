@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 
@@ -127,12 +126,7 @@ func renderRL(in RenderInput, out *Rendered, vars map[string]string) error {
 	}
 	out.RunDir = filepath.Join(out.OutputDir, in.JobID)
 	out.Ports = in.Ports.All(servers, in.Spec.LoRA == nil)
-	for _, is := range jobspec.Unsupported(in.Spec) {
-		out.Notes = append(out.Notes, fmt.Sprintf("not applied: %s (%s)", is.Message, is.Pointer))
-	}
-	if in.Spec.Wandb != nil && !slices.Contains(in.Secrets, "WANDB_API_KEY") {
-		out.Notes = append(out.Notes, "W&B is off: the job has no WANDB_API_KEY among its secrets")
-	}
+	out.Notes = rlNotes(in.Spec, in.Secrets)
 	return nil
 }
 

@@ -288,11 +288,8 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 		r.jobID, upstream.Pinned().Short().PrimeRL)
 	fmt.Fprintf(&buf, "# %d GPUs: inference (vLLM) on the first %d, the trainer on the next %d. Ports %d-%d.\n",
 		r.gpus, split.Inference, split.Trainer, r.ports.Inference(), r.ports.EnvServerBase()+max(servers-1, 0))
-	if s.Wandb != nil && f.Monitors == nil {
-		buf.WriteString("# W&B is off: the job has no WANDB_API_KEY among its secrets.\n")
-	}
-	for _, is := range jobspec.Unsupported(s) {
-		fmt.Fprintf(&buf, "# Not applied (%s): %s.\n", strings.TrimPrefix(is.Pointer, "/"), is.Message)
+	for _, n := range rlNotes(s, r.secrets) {
+		fmt.Fprintf(&buf, "# %s.\n", n)
 	}
 	enc := toml.NewEncoder(&buf)
 	enc.SetIndentTables(false)
@@ -398,4 +395,17 @@ func wholeNumber(v any) any {
 		return out
 	}
 	return v
+}
+
+// rlNotes are what of an rl job does not reach prime-rl: W&B without its key, and each setting
+// prime-rl has no key for. They head the rl.toml and go to the job's agent log.
+func rlNotes(s jobspec.Spec, secrets []string) []string {
+	var out []string
+	if s.Wandb != nil && !slices.Contains(secrets, "WANDB_API_KEY") {
+		out = append(out, "W&B is off: the job has no WANDB_API_KEY among its secrets")
+	}
+	for _, is := range jobspec.Unsupported(s) {
+		out = append(out, fmt.Sprintf("Not applied (%s): %s", strings.TrimPrefix(is.Pointer, "/"), is.Message))
+	}
+	return out
 }

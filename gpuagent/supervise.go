@@ -34,20 +34,13 @@ type ran struct {
 // once). Metrics are polled and streams flushed meanwhile.
 func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 	cfg, tel := r.deps.cfg, r.deps.tel
-	abort := make(chan struct{})
-	go func() {
-		select {
-		case <-r.lease.stopped:
-		case <-r.lease.lost:
-		case <-drain.Done():
-		case <-ctx.Done():
-		}
-		close(abort)
-	}()
+	// The wait for the inference server ends with a stop, a lost lease or a drain.
+	waiting, endWait := until(ctx, drain.Done(), r.lease.stopped, r.lease.lost)
+	defer endWait()
 	var server *process
 	if s := p.rendered.Serve; s != nil {
 		var err error
-		server, err = r.startServer(ctx, s, p.key, cfg.ServeTimeout, abort)
+		server, err = r.startServer(ctx, s, p.key, cfg.ServeTimeout, waiting.Done())
 		if err != nil {
 			return ran{err: err, cause: r.causeOf(drain)}
 		}
