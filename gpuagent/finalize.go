@@ -2,7 +2,6 @@ package gpuagent
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,7 +26,8 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 		defer cancel()
 	}
 	if run.cause == causeLost {
-		return outcome{kind: endLost, reason: "lease lost: another agent holds the job or it ended"}
+		o, _ := run.cause.outcome(r.claim.Job.Config)
+		return o
 	}
 	r.poll(final)
 	kind := r.claim.Job.Config.Kind
@@ -49,14 +49,10 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 		r.data.uploader.wait(final)
 	}
 	r.flush(final)
-	spec := r.claim.Job.Config
+	if o, ended := run.cause.outcome(r.claim.Job.Config); ended {
+		return o
+	}
 	switch {
-	case run.cause == causeStop:
-		return outcome{kind: endStopped, reason: stoppedReason}
-	case run.cause == causeTimeLimit:
-		return outcome{kind: endTimeLimit, reason: fmt.Sprintf("the time limit of %s was reached", spec.TimeLimit)}
-	case run.cause == causeDrain:
-		return outcome{kind: endReleased, reason: "its agent is draining (node preempted or shut down)"}
 	case run.err != nil:
 		return failed("%s", describeStart(run.err))
 	case run.code == 0 && evalFailed != "":

@@ -218,17 +218,7 @@ func (r *jobRun) execute(drain, ctx context.Context) outcome {
 
 // interrupted reports whether the job was stopped or lost, or the agent is draining.
 func (r *jobRun) interrupted(drain context.Context) (outcome, bool) {
-	select {
-	case <-r.lease.lost:
-		return outcome{kind: endLost, reason: "lease lost: another agent holds the job or it ended"}, true
-	case <-r.lease.stopped:
-		return outcome{kind: endStopped, reason: stoppedReason}, true
-	default:
-	}
-	if drain.Err() != nil {
-		return outcome{kind: endReleased, reason: "its agent is draining (node preempted or shut down)"}, true
-	}
-	return outcome{}, false
+	return r.causeOf(drain).outcome(r.claim.Job.Config)
 }
 
 // errAborted is a wait given up because the job was stopped or lost or the agent drains.

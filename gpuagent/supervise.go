@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
 // stopCause is why the agent ended a pipeline itself.
@@ -18,6 +20,22 @@ const (
 	causeDrain                      // the agent is draining
 	causeLost                       // the lease is lost
 )
+
+// outcome is the job's end for a run the agent ended (false for causeNone): the one place
+// each cause gets its report and reason.
+func (c stopCause) outcome(spec jobspec.Spec) (outcome, bool) {
+	switch c {
+	case causeLost:
+		return outcome{kind: endLost, reason: "lease lost: another agent holds the job or it ended"}, true
+	case causeStop:
+		return outcome{kind: endStopped, reason: stoppedReason}, true
+	case causeTimeLimit:
+		return outcome{kind: endTimeLimit, reason: fmt.Sprintf("the time limit of %s was reached", spec.TimeLimit)}, true
+	case causeDrain:
+		return outcome{kind: endReleased, reason: "its agent is draining (node preempted or shut down)"}, true
+	}
+	return outcome{}, false
+}
 
 // ran is how the pipeline ended.
 type ran struct {
