@@ -83,7 +83,10 @@ type Config struct {
 	// Providers overrides where provider-hosted models are called (tests); nil for the real
 	// providers.
 	Providers map[string]upstream.Provider
-	Logger    *slog.Logger
+	// Sandbox runs the job's processes isolated from the node and each other; nil runs them
+	// as the agent's own user with the node in reach — unsafe with other people's code.
+	Sandbox *Sandbox
+	Logger  *slog.Logger
 }
 
 func (c *Config) validate() error {
@@ -116,6 +119,12 @@ func (c *Config) validate() error {
 	}
 	if err := upstream.CheckPinned(c.Versions); err != nil && !c.AllowUnpinned {
 		return fmt.Errorf("gpuagent: %w; install the pinned versions (infra/gpu-node) or start with --allow-unpinned", err)
+	}
+	if c.Sandbox != nil {
+		c.Sandbox.ReadOnly = append(c.Sandbox.ReadOnly, c.Pipeline.programs()...)
+		if err := c.Sandbox.check(); err != nil {
+			return fmt.Errorf("gpuagent: %w", err)
+		}
 	}
 	return nil
 }

@@ -45,13 +45,29 @@ func (r *jobRun) installEnvironments(ctx context.Context) error {
 		return nil
 	}
 	venv := filepath.Join(r.deps.cfg.Pipeline.PrimeRL, ".venv")
+	if r.box != nil {
+		// The node's prime-rl is read-only in the sandbox: the job installs into its own
+		// copy of the Python environment (hard links to the node's files), seen in its place.
+		own := filepath.Join(r.dir, "venv")
+		// A checkout without one gets an empty one: the job's copy is seen in its place.
+		err := os.MkdirAll(venv, 0o755)
+		if err == nil {
+			err = linkTree(venv, own)
+		}
+		if err != nil {
+			return fmt.Errorf("a copy of prime-rl's Python for the job's environments: %v", err)
+		}
+		if err := r.box.bind(own, venv); err != nil {
+			return err
+		}
+	}
 	env := append(r.baseEnv(), "VIRTUAL_ENV="+venv, "UV_PROJECT_ENVIRONMENT="+venv)
 	logPath := filepath.Join(r.dir, "install.log")
 	for _, id := range ids {
 		r.note("installing environment into prime-rl's Python", "env", id, "python", venv)
 		argv := expand(tmpl, map[string]string{"env_id": id, "prime_rl": r.deps.cfg.Pipeline.PrimeRL}, nil)
 		start := fileSize(logPath)
-		if err := runCommand(ctx, argv, r.dir, env, logPath); err != nil {
+		if err := runCommand(ctx, r.box, argv, r.dir, env, logPath); err != nil {
 			return fmt.Errorf("install environment %s: %v%s", id, err, lastLines(logPath, 8))
 		}
 		// The prime CLI exits 0 when an environment resolved but its install failed, and says

@@ -28,6 +28,7 @@ type jobRun struct {
 	dir     string
 	log     *slog.Logger
 	store   blob.Store
+	box     *box // the job's sandbox; nil where the sandbox is off
 	lease   *leaseKeeper
 	data    *streams
 
@@ -90,6 +91,9 @@ func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, st
 	dir := filepath.Join(a.cfg.WorkDir, "jobs", cl.Job.ID)
 	_ = os.RemoveAll(dir)
 	_ = os.MkdirAll(dir, 0o755)
+	for _, d := range writableDirs {
+		_ = os.MkdirAll(filepath.Join(dir, d), 0o700)
+	}
 	log := a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence, "kind", cl.Job.Kind)
 	r := &jobRun{
 		claim: cl, devices: devs, ports: ports, dir: dir, log: log, store: store,
@@ -204,6 +208,11 @@ func (a *Agent) runJob(drain context.Context, r *jobRun) {
 // agent drains; ctx is the job's life.
 func (r *jobRun) execute(drain, ctx context.Context) outcome {
 	defer r.deps.freeGPUs()
+	defer func() {
+		if r.box != nil {
+			r.box.close()
+		}
+	}()
 	p, out := r.prepare(drain, ctx)
 	if p == nil {
 		// Whatever was written before the end (install and preflight logs, notes) is the

@@ -45,6 +45,14 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		return nil, out
 	}
 
+	if cfg.Sandbox != nil {
+		b, err := cfg.Sandbox.openBox(r.dir, r.devices, func(msg string) { r.note(msg) })
+		if err != nil {
+			return nil, failed("sandbox: %v", err)
+		}
+		r.box = b
+	}
+
 	runDir := RunDir(r.dir, r.claim.Job.ID)
 	if spec.Kind == jobspec.KindRL {
 		committed, err := jobdata.CommittedSteps(ctx, r.store, r.claim.Job.ID)
@@ -128,7 +136,8 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		return nil, o
 	}
 	for _, port := range rendered.Ports {
-		if !portFree(port) {
+		// In a sandbox the ports are in the job's own network namespace: no one else's.
+		if r.box == nil && !portFree(port) {
 			return nil, failed("port %d, which the job's config names, is taken on this node", port)
 		}
 	}
@@ -145,7 +154,7 @@ func RunDir(jobDir, jobID string) string { return filepath.Join(jobDir, "outputs
 func (r *jobRun) preflight(ctx context.Context, argv []string) error {
 	logPath := filepath.Join(r.dir, "preflight.log")
 	r.note("checking the config with the installed upstream code", "argv", fmt.Sprint(argv))
-	if err := runCommand(ctx, argv, r.dir, r.baseEnv(), logPath); err != nil {
+	if err := runCommand(ctx, r.box, argv, r.dir, r.baseEnv(), logPath); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

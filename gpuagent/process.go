@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,13 +20,17 @@ type process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error // set before done closes
+	// sandboxed: the group's leader is bubblewrap, which a SIGTERM would end at once (and
+	// with it the whole sandbox); the others in the group get the SIGTERM.
+	sandboxed bool
 
 	termOnce sync.Once
 }
 
-// startProcess runs argv in dir with env added to the agent's environment; stdout and stderr
-// go to logPath.
-func startProcess(argv []string, dir string, env []string, logPath string) (*process, error) {
+// startProcess runs argv in dir with env, in the job's sandbox when box is not nil; stdout
+// and stderr go to logPath. env is the job's part of the environment: the process gets it and
+// a few fixed variables, never the agent's own (its token, storage keys).
+func startProcess(box *box, argv []string, dir string, env []string, logPath string) (*process, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("empty command")
 	}
@@ -32,25 +38,63 @@ func startProcess(argv []string, dir string, env []string, logPath string) (*pro
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own group, so SIGTERM reaches its children; SIGKILL if the agent itself dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	var cmd *exec.Cmd
+	if box != nil {
+		if cmd, err = box.command(argv, env); err != nil {
+			logf.Close()
+			return nil, err
+		}
+	} else {
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = dir
+		cmd.Env = append(unsandboxedEnv(dir), env...)
+		// Its own group, so SIGTERM reaches its children; SIGKILL if the agent itself dies.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
+	cmd.Stdout, cmd.Stderr = logf, logf
+	p := &process{cmd: cmd, done: make(chan struct{}), sandboxed: box != nil}
+	started := make(chan error, 1)
+	run := func() error {
+		err := cmd.Start()
+		started <- err
+		if err != nil {
+			logf.Close()
+			return nil
+		}
 		p.err = cmd.Wait()
 		logf.Close()
 		// Whatever the leader left behind in its group goes with it.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		close(p.done)
-	}()
+		return nil
+	}
+	if box != nil {
+		// Started from a thread inside the job's network namespace, which the process
+		// inherits; the thread stays until the process ends (Pdeathsig follows the thread).
+		go func() {
+			if err := box.ns.do(run); err != nil {
+				started <- err
+			}
+		}()
+	} else {
+		go func() { _ = run() }()
+	}
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
 	return p, nil
+}
+
+// unsandboxedEnv is what a process gets of the agent's environment when the sandbox is off:
+// where programs are and the locale, nothing else.
+func unsandboxedEnv(dir string) []string {
+	env := []string{"HOME=" + filepath.Join(dir, "home"), "TMPDIR=" + os.TempDir()}
+	for _, k := range []string{"PATH", "LANG", "LC_ALL"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // exitCode is the process's exit status once done; -1 if it was killed by a signal.
@@ -80,7 +124,11 @@ func (p *process) exitCode() int {
 // flight can finish), then SIGKILLs it. It returns once the process is gone.
 func (p *process) terminate(grace time.Duration) {
 	p.termOnce.Do(func() {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+		if p.sandboxed {
+			signalGroupBut(p.cmd.Process.Pid, syscall.SIGTERM)
+		} else {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+		}
 	})
 	t := time.NewTimer(grace)
 	defer t.Stop()
@@ -93,8 +141,8 @@ func (p *process) terminate(grace time.Duration) {
 }
 
 // runCommand runs a short preparation command (an environment install) to completion.
-func runCommand(ctx context.Context, argv []string, dir string, env []string, logPath string) error {
-	p, err := startProcess(argv, dir, env, logPath)
+func runCommand(ctx context.Context, box *box, argv []string, dir string, env []string, logPath string) error {
+	p, err := startProcess(box, argv, dir, env, logPath)
 	if err != nil {
 		return err
 	}
@@ -141,4 +189,24 @@ func until(parent context.Context, chans ...<-chan struct{}) (context.Context, c
 		}()
 	}
 	return ctx, cancel
+}
+
+// signalGroupBut sends sig to every process of the group led by pgid but the leader. In a
+// sandbox the leader is bubblewrap's monitor: ended by SIGTERM, it would take the sandbox
+// with it before the pipeline could finish a checkpoint. Bubblewrap's init inside ignores
+// the signal (PID 1 of a namespace gets only what it handles), the pipeline gets it.
+func signalGroupBut(pgid int, sig syscall.Signal) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == pgid {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -24,7 +25,7 @@ func (r *jobRun) startServer(ctx context.Context, s *Serve, key string, timeout 
 	logPath := filepath.Join(r.dir, "inference.log")
 	env := append(r.baseEnv(), LocalKeyVar+"="+key)
 	r.note("starting the inference server", "model", s.Model, "port", s.Port, "argv", fmt.Sprint(s.Command))
-	p, err := startProcess(s.Command, r.dir, env, logPath)
+	p, err := startProcess(r.box, s.Command, r.dir, env, logPath)
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +33,7 @@ func (r *jobRun) startServer(ctx context.Context, s *Serve, key string, timeout 
 	defer deadline.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	hc := &http.Client{Timeout: 2 * time.Second}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: r.localTransport()}
 	url := fmt.Sprintf("http://127.0.0.1:%d/health", s.Port)
 	for {
 		select {
@@ -57,5 +58,24 @@ func (r *jobRun) startServer(ctx context.Context, s *Serve, key string, timeout 
 				}
 			}
 		}
+	}
+}
+
+// localTransport reaches the job's own ports: in its network namespace when it has a sandbox.
+func (r *jobRun) localTransport() http.RoundTripper {
+	if r.box == nil {
+		return http.DefaultTransport
+	}
+	ns := r.box.ns
+	return &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := ns.do(func() (err error) {
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
 	}
 }

@@ -69,7 +69,7 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 	}
 
 	argv := p.rendered.Command
-	proc, err := startProcess(argv, r.dir, r.pipelineEnv(p.key), filepath.Join(r.dir, "pipeline.log"))
+	proc, err := startProcess(r.box, argv, r.dir, r.pipelineEnv(p.key), filepath.Join(r.dir, "pipeline.log"))
 	if err != nil {
 		return ran{err: fmt.Errorf("start pipeline: %w", err)}
 	}

@@ -65,6 +65,8 @@ func run() error {
 	maxCPUJobs := flag.Int("max-cpu-jobs", 2, "jobs that need no GPU (evals, GEPA against API models) run at once")
 	pollInterval := flag.Duration("poll-interval", time.Second, "how often metrics.jsonl and the checkpoint folders are looked at")
 	flushInterval := flag.Duration("flush-interval", 10*time.Second, "how often metrics and log chunks are written to storage")
+	var sf gpuagent.SandboxFlags
+	sf.Register(flag.CommandLine)
 	metricsAddr := flag.String("metrics-addr", "127.0.0.1:9400", "where /metrics (Prometheus) and /healthz are served; empty: nowhere")
 	flag.Parse()
 
@@ -123,6 +125,7 @@ func run() error {
 		DrainTimeout:  *drainTimeout,
 		PollInterval:  *pollInterval,
 		FlushInterval: *flushInterval,
+		Sandbox:       sf.Sandbox(),
 		Logger:        logger,
 	})
 	if err != nil {

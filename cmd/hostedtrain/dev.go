@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,6 +48,8 @@ type devOptions struct {
 	gpus      string
 	queue     queue.Config
 
+	sandbox gpuagent.SandboxFlags
+
 	allowLoopbackWebhooks bool
 	webhookSchedule       string
 }
@@ -75,6 +78,9 @@ unless --allow-loopback-webhooks=false. It writes an admin token to --data/admin
 	f.StringVar(&o.portRange, "port-range", fmt.Sprintf("%d-%d", gpuagent.DefaultPortRange[0], gpuagent.DefaultPortRange[1]),
 		"where the agents' jobs get their blocks of 64 ports (every port prime-rl binds), split among the agents; give each of several dev stacks on one machine its own")
 	f.StringVar(&o.emulateCheck, "emulate-check", "", "the command the emulator checks each config with, as upstream would (the conformance kit: \"python3 ../shared/upstream/check.py\")")
+	sf := flag.NewFlagSet("sandbox", flag.ContinueOnError)
+	o.sandbox.Register(sf)
+	f.AddGoFlagSet(sf)
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 15*time.Second, "how long a lease lives without a heartbeat")
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "how often agents heartbeat")
 	f.StringVar(&o.gpus, "gpus", "H100:8", "GPUs each emulated agent reports, MODEL:COUNT")
@@ -243,6 +249,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			DrainTimeout:  30 * time.Second,
 			PollInterval:  250 * time.Millisecond,
 			FlushInterval: time.Second,
+			Sandbox:       sandboxFor(o.sandbox, i),
 			Logger:        logger.With("part", "agent", "agent", name),
 		})
 		if err != nil {
@@ -308,4 +315,14 @@ func devKeys(data string) (*auth.KeySet, error) {
 		return nil, err
 	}
 	return ks, ks.SaveFile(path)
+}
+
+// sandboxFor is agent i's sandbox (1-based): the agents of one dev stack give their job slots
+// users of their own.
+func sandboxFor(f gpuagent.SandboxFlags, i int) *gpuagent.Sandbox {
+	sb := f.Sandbox()
+	if sb != nil {
+		sb.UIDBase += (i - 1) * 64
+	}
+	return sb
 }

@@ -1,0 +1,137 @@
+package gpuagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/webhook"
+)
+
+// egressProxy is a sandboxed job's only way out of its network namespace: an HTTP proxy
+// (CONNECT for TLS, plain forwarding for http://) that listens inside the namespace and dials
+// from the agent's, refusing whatever webhook.Guard refuses — loopback (the agent's and the
+// node's ports), private and link-local addresses (the cloud metadata service) — on the
+// address actually dialled, so a name that resolves there is refused too. Model downloads,
+// Environments Hub installs, W&B and provider APIs go through it: their clients read
+// HTTPS_PROXY.
+type egressProxy struct {
+	srv   *http.Server
+	guard *webhook.Guard
+	tr    *http.Transport
+	logf  func(string)
+
+	mu      sync.Mutex
+	refused map[string]bool // said once per host, in the job's notes
+}
+
+func startEgressProxy(ln net.Listener, logf func(string)) *egressProxy {
+	g := &webhook.Guard{}
+	p := &egressProxy{guard: g, logf: logf, refused: map[string]bool{},
+		tr: &http.Transport{DialContext: g.DialContext, Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute}}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p
+}
+
+func (p *egressProxy) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = p.srv.Shutdown(ctx)
+	_ = p.srv.Close()
+	p.tr.CloseIdleConnections()
+}
+
+func (p *egressProxy) refuse(w http.ResponseWriter, host string, err error) {
+	p.mu.Lock()
+	first := !p.refused[host]
+	p.refused[host] = true
+	p.mu.Unlock()
+	if first && p.logf != nil {
+		p.logf(fmt.Sprintf("egress to %s refused: %v", host, err))
+	}
+	http.Error(w, "hostedtrain egress proxy: "+err.Error(), http.StatusForbidden)
+}
+
+// hopHeaders are a proxy's own, never forwarded.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		p.connect(w, r)
+		return
+	}
+	if r.URL.Scheme != "http" || r.URL.Host == "" {
+		http.Error(w, "hostedtrain egress proxy: only absolute http:// URLs and CONNECT", http.StatusBadRequest)
+		return
+	}
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	resp, err := p.tr.RoundTrip(out)
+	if err != nil {
+		p.fail(w, r.URL.Host, err)
+		return
+	}
+	defer resp.Body.Close()
+	for _, h := range hopHeaders {
+		resp.Header.Del(h)
+	}
+	for k, vs := range resp.Header {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// fail answers a dial that went wrong: 403 where the guard refused it, 502 otherwise.
+func (p *egressProxy) fail(w http.ResponseWriter, host string, err error) {
+	var te *webhook.TargetError
+	if errors.As(err, &te) {
+		p.refuse(w, host, te)
+		return
+	}
+	http.Error(w, "hostedtrain egress proxy: "+err.Error(), http.StatusBadGateway)
+}
+
+func (p *egressProxy) connect(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	up, err := p.guard.DialContext(ctx, "tcp", r.Host)
+	if err != nil {
+		p.fail(w, r.Host, err)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		up.Close()
+		http.Error(w, "hostedtrain egress proxy: cannot tunnel", http.StatusInternalServerError)
+		return
+	}
+	down, buf, err := hj.Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	if _, err := down.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		up.Close()
+		down.Close()
+		return
+	}
+	go func() {
+		defer up.Close()
+		defer down.Close()
+		done := make(chan struct{}, 2)
+		go func() { _, _ = io.Copy(up, buf); done <- struct{}{} }()
+		go func() { _, _ = io.Copy(down, up); done <- struct{}{} }()
+		<-done
+	}()
+}

@@ -1,0 +1,435 @@
+package gpuagent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Sandbox runs every process of a job (environment installs, the preflight, the pipeline, the
+// inference server) in bubblewrap (bwrap, Debian's package bubblewrap), as an unprivileged
+// user of the job's slot, with:
+//
+//   - a clean environment: a fixed PATH, HOME in the job's folder, the job's proxy, the
+//     job's own variables and secrets; nothing of the agent's (its token, storage keys);
+//   - its own user, PID, IPC, UTS and cgroup namespaces: no other process in /proc;
+//   - the system folders (/usr, /bin, /lib*, /etc, /opt) read-only, the agent's own
+//     configuration (Hide) hidden, the job's folder read-only with its outputs, home and tmp
+//     writable, and nothing else of the node: no other job's folder, no /root, no /home;
+//   - only the job's own GPUs' device files, with the NVIDIA control devices, so isolation
+//     holds even if CUDA_VISIBLE_DEVICES were wrong;
+//   - a network namespace of the job's own with only a loopback: the job's processes talk to
+//     each other on it, the node's and the agent's ports and the cloud metadata address are
+//     not there, and the way out is the agent's egress proxy, which refuses our own network
+//     (webhook.Guard's ranges: loopback, private, link-local, metadata).
+//
+// Storage credentials never enter it: the agent uploads. The agent must run as root: it makes
+// the network namespaces, gives each slot its own user id and chowns the writable folders.
+type Sandbox struct {
+	// Bwrap is the bubblewrap binary (default: bwrap on PATH).
+	Bwrap string
+	// UIDBase is the first slot's user and group id (default 61000): slot n runs as
+	// UIDBase+n. The ids need not exist in /etc/passwd.
+	UIDBase int
+	// ReadOnly are more host paths the job sees read-only at the same place (a Python
+	// outside /usr, a conformance kit).
+	ReadOnly []string
+	// Path are folders put first on the job's PATH.
+	Path []string
+	// Hide are folders under the system folders the job must not see (default
+	// /etc/hostedtrain, where infra/gpu-node keeps the agent's token).
+	Hide []string
+	// DevDir is where the GPU device files are (default /dev; tests point it elsewhere).
+	DevDir string
+	// ProxyPort is the egress proxy's port inside the job's network namespace (default 3128).
+	ProxyPort int
+	// Setpriv is util-linux's setpriv, which makes the job's processes the slot's user
+	// (default: setpriv on PATH).
+	Setpriv string
+
+	mu    sync.Mutex
+	slots map[int]bool
+}
+
+// DefaultUIDBase is the first slot's user id: far above the ids Debian hands out.
+const DefaultUIDBase = 61000
+
+// systemDirs are the host folders every job sees read-only.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"}
+
+// nvidiaControl are the device files every CUDA process opens besides its GPUs'.
+var nvidiaControl = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps"}
+
+func (s *Sandbox) check() error {
+	if s.Bwrap == "" {
+		s.Bwrap = "bwrap"
+	}
+	path, err := exec.LookPath(s.Bwrap)
+	if err != nil {
+		return fmt.Errorf("the sandbox needs bubblewrap (apt-get install bubblewrap): %w", err)
+	}
+	s.Bwrap = path
+	if s.Setpriv == "" {
+		s.Setpriv = "setpriv"
+	}
+	if s.Setpriv, err = exec.LookPath(s.Setpriv); err != nil {
+		return fmt.Errorf("the sandbox needs util-linux's setpriv: %w", err)
+	}
+	if s.UIDBase == 0 {
+		s.UIDBase = DefaultUIDBase
+	}
+	if s.Hide == nil {
+		s.Hide = []string{"/etc/hostedtrain"}
+	}
+	if s.DevDir == "" {
+		s.DevDir = "/dev"
+	}
+	if s.ProxyPort == 0 {
+		s.ProxyPort = 3128
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("the sandbox needs the agent to run as root (it gives each job slot its own user and network); " +
+			"run it as root, or turn the sandbox off with --unsafe-no-sandbox")
+	}
+	return nil
+}
+
+// take gives a job the lowest free slot.
+func (s *Sandbox) take() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.slots == nil {
+		s.slots = map[int]bool{}
+	}
+	n := 0
+	for s.slots[n] {
+		n++
+	}
+	s.slots[n] = true
+	return n
+}
+
+func (s *Sandbox) give(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.slots, n)
+}
+
+// box is one job's sandbox: its slot's user, its network namespace and egress proxy, and the
+// job's folder.
+type box struct {
+	sb      *Sandbox
+	slot    int
+	uid     int
+	dir     string
+	devices []Device
+	ns      *netns
+	proxy   *egressProxy
+	// binds are more read-write binds (host path → path inside), a job's own copy of
+	// prime-rl's Python environment among them.
+	binds [][2]string
+	// owned is set once the writable folders were given to the slot's user, before the job's
+	// first process: after that the job could swap a folder for a link while a walk runs.
+	owned bool
+}
+
+// writableDirs are the job folder's parts its processes may write.
+var writableDirs = []string{"outputs", "home", "tmp"}
+
+// openBox makes a job's sandbox: a slot, the writable folders owned by the slot's user, a
+// network namespace and the egress proxy in it.
+func (s *Sandbox) openBox(dir string, devices []Device, logf func(string)) (*box, error) {
+	slot := s.take()
+	b := &box{sb: s, slot: slot, uid: s.UIDBase + slot, dir: dir, devices: devices}
+	for _, d := range writableDirs {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
+	ns, err := newNetns()
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.ns = ns
+	var ln net.Listener
+	err = ns.do(func() (err error) {
+		ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(s.ProxyPort))
+		return err
+	})
+	if err != nil {
+		b.close()
+		return nil, fmt.Errorf("the job's egress proxy: %w", err)
+	}
+	b.proxy = startEgressProxy(ln, logf)
+	return b, nil
+}
+
+func (b *box) close() {
+	if b.proxy != nil {
+		b.proxy.close()
+	}
+	if b.ns != nil {
+		b.ns.close()
+	}
+	b.sb.give(b.slot)
+}
+
+// bind makes host read-write at inside for the job's processes, owned by the slot's user.
+func (b *box) bind(host, inside string) error {
+	if b.owned {
+		return errors.New("sandbox: a folder can be bound only before the job's first process")
+	}
+	b.binds = append(b.binds, [2]string{host, inside})
+	return nil
+}
+
+// env is the whole environment of a process in the sandbox: nothing of the agent's.
+func (b *box) env(jobEnv []string) []string {
+	path := strings.Join(append(slices.Clone(b.sb.Path), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"), ":")
+	proxy := "http://127.0.0.1:" + strconv.Itoa(b.sb.ProxyPort)
+	env := []string{
+		"PATH=" + path, "HOME=" + filepath.Join(b.dir, "home"), "TMPDIR=" + filepath.Join(b.dir, "tmp"), "LANG=C.UTF-8", "USER=job",
+		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "ALL_PROXY=" + proxy,
+		"http_proxy=" + proxy, "https_proxy=" + proxy, "all_proxy=" + proxy,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+	}
+	return append(env, jobEnv...)
+}
+
+// args are bwrap's arguments before the command. Bubblewrap runs as root (it mounts what the
+// agent can read, whatever the slot's user could reach on the host) and keeps only the
+// capabilities setpriv needs to become the slot's user, which then drops them all.
+func (b *box) args(argv []string) []string {
+	args := []string{
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--hostname", "job", "--die-with-parent",
+		"--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
+	}
+	for _, d := range systemDirs {
+		args = append(args, "--ro-bind-try", d, d)
+	}
+	for _, h := range b.sb.Hide {
+		if fi, err := os.Stat(h); err == nil && fi.IsDir() {
+			args = append(args, "--tmpfs", h)
+		}
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev")
+	for _, d := range b.devices {
+		name := "nvidia" + strconv.Itoa(d.Index)
+		args = append(args, "--dev-bind-try", filepath.Join(b.sb.DevDir, name), "/dev/"+name)
+	}
+	for _, name := range nvidiaControl {
+		args = append(args, "--dev-bind-try", filepath.Join(b.sb.DevDir, name), "/dev/"+name)
+	}
+	// /tmp is the sandbox's own (the job's big temporary files go to TMPDIR, in its folder);
+	// it comes before the binds below, which may lie under it.
+	args = append(args, "--perms", "1777", "--tmpfs", "/tmp")
+	for _, p := range b.sb.ReadOnly {
+		args = append(args, b.reachable(p)...)
+		args = append(args, "--ro-bind-try", p, p)
+	}
+	// The job's folder: what the agent wrote (configs, logs) read-only; its outputs, home
+	// and tmp writable. The folder is root's, so the job cannot swap these for links.
+	args = append(args, b.reachable(b.dir)...)
+	args = append(args, "--ro-bind", b.dir, b.dir)
+	for _, d := range writableDirs {
+		args = append(args, "--bind", filepath.Join(b.dir, d), filepath.Join(b.dir, d))
+	}
+	for _, bd := range b.binds {
+		args = append(args, "--bind", bd[0], bd[1])
+	}
+	args = append(args, "--chdir", b.dir, "--")
+	uid := strconv.Itoa(b.uid)
+	args = append(args, b.sb.Setpriv, "--reuid="+uid, "--regid="+uid, "--clear-groups",
+		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--")
+	return append(args, argv...)
+}
+
+// own gives the writable folders to the slot's user: the agent writes into them (configs,
+// restored checkpoints) before a process starts. Hard links are left alone: a job's copy of
+// prime-rl's Python links the node's files, which stay the node's.
+func (b *box) own() error {
+	if b.owned {
+		return nil
+	}
+	b.owned = true
+	roots := []string{}
+	for _, d := range writableDirs {
+		roots = append(roots, filepath.Join(b.dir, d))
+	}
+	for _, bd := range b.binds {
+		roots = append(roots, bd[0])
+	}
+	for _, root := range roots {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+						return nil
+					}
+				}
+			}
+			return os.Lchown(p, b.uid, b.uid)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// command makes the exec.Cmd that runs argv in the sandbox with the job's env.
+func (b *box) command(argv, jobEnv []string) (*exec.Cmd, error) {
+	if err := b.own(); err != nil {
+		return nil, fmt.Errorf("sandbox: give the job's folders to its user: %w", err)
+	}
+	cmd := exec.Command(b.sb.Bwrap, b.args(argv)...)
+	cmd.Dir = "/"
+	cmd.Env = b.env(jobEnv)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd, nil
+}
+
+// linkTree makes dst a copy of the tree at src whose files are hard links to src's (a copy
+// when they are on different file systems): a job's own prime-rl Python environment, where its
+// environment installs go, without copying gigabytes. The slot's user can replace any file in
+// its copy but write into none of the node's: they are not its files.
+func linkTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		case d.Type().IsRegular():
+			if err := os.Link(p, to); err == nil || !errors.Is(err, syscall.EXDEV) {
+				return err
+			}
+			return copyFile(p, to)
+		}
+		return nil
+	})
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := out.ReadFrom(in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// reachable are the arguments that make the folders above path, where bwrap makes them for a
+// bind, ones the slot's user can pass through (bwrap would copy the host's modes).
+func (b *box) reachable(path string) []string {
+	var args []string
+	for _, a := range ancestors(path) {
+		if !underSystemDir(a) {
+			args = append(args, "--perms", "0755", "--dir", a)
+		}
+	}
+	return args
+}
+
+// ancestors are the folders above path, outermost first, "/" left out.
+func ancestors(path string) []string {
+	var out []string
+	for d := filepath.Dir(path); d != "/" && d != "."; d = filepath.Dir(d) {
+		out = append([]string{d}, out...)
+	}
+	return out
+}
+
+func underSystemDir(path string) bool {
+	for _, d := range systemDirs {
+		if path == d || strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// SandboxFlags are the sandbox's command-line flags, shared by gpuagent and hostedtrain dev.
+type SandboxFlags struct {
+	unsafeOff bool
+	readOnly  stringList
+	path      stringList
+	uidBase   int
+}
+
+// Register adds the flags to fs.
+func (f *SandboxFlags) Register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.unsafeOff, "unsafe-no-sandbox", false, "UNSAFE: run jobs without the sandbox, as this process's user with its environment's "+
+		"neighbours in reach (only for a machine that runs nobody else's code)")
+	fs.Var(&f.readOnly, "sandbox-ro", "a host folder jobs see read-only at the same place (a Python outside /usr, a conformance kit; repeatable)")
+	fs.Var(&f.path, "sandbox-path", "a folder put first on the jobs' PATH (repeatable)")
+	fs.IntVar(&f.uidBase, "sandbox-uid-base", DefaultUIDBase, "the first job slot's user id: slot n runs as this plus n")
+}
+
+// Sandbox is the sandbox the flags ask for: nil with --unsafe-no-sandbox.
+func (f *SandboxFlags) Sandbox() *Sandbox {
+	if f.unsafeOff {
+		return nil
+	}
+	return &Sandbox{ReadOnly: f.readOnly, Path: f.path, UIDBase: f.uidBase}
+}
+
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// programs are the pipeline's own programs and its prime-rl checkout where they lie outside the
+// system folders: the sandbox shows them read-only.
+func (p Pipeline) programs() []string {
+	var paths []string
+	add := func(p string) {
+		if p != "" && filepath.IsAbs(p) && !underSystemDir(p) && !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	add(p.PrimeRL)
+	for _, t := range [][]string{p.RL, p.Preflight, p.GEPA, p.GEPACheck, p.Eval, p.Serve, p.Install} {
+		if len(t) > 0 && filepath.IsAbs(t[0]) {
+			add(t[0])
+		}
+	}
+	return paths
+}

@@ -1,0 +1,266 @@
+package gpuagent
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
+)
+
+// These tests do what a hostile tenant's code did (issue 14) inside the real bubblewrap, and
+// check that it fails now. They need root, as the agent does on a node and in CI.
+
+func needSandbox(t *testing.T) *Sandbox {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the sandbox needs root (CI runs as root)")
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatal("bwrap is missing: make test installs Debian's bubblewrap")
+	}
+	sb := &Sandbox{UIDBase: 62000 + os.Getpid()%1000*8, ProxyPort: 3128}
+	if err := sb.check(); err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// jobDir makes a job folder under a work folder, as the agent does.
+func jobDir(t *testing.T, work, id string) string {
+	t.Helper()
+	dir := filepath.Join(work, "jobs", id)
+	for _, d := range append([]string{""}, writableDirs...) {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func openTestBox(t *testing.T, sb *Sandbox, dir string, devs []Device) (*box, *[]string) {
+	t.Helper()
+	var notes []string
+	b, err := sb.openBox(dir, devs, func(s string) { notes = append(notes, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.close)
+	return b, &notes
+}
+
+// inBox runs a shell script in the box to its end and returns what it printed.
+func inBox(t *testing.T, b *box, script string, env ...string) string {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "out.log")
+	p, err := startProcess(b, []string{"/bin/sh", "-c", script}, b.dir, env, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.terminate(time.Second)
+		t.Fatal("the sandboxed script did not end in 30s")
+	}
+	out, _ := os.ReadFile(log)
+	return string(out)
+}
+
+func TestSandboxEnvironmentAndProcesses(t *testing.T) {
+	sb := needSandbox(t)
+	work := t.TempDir()
+	t.Setenv("HOSTEDTRAIN_AGENT_TOKEN", "agent-token-must-not-leak")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "node-storage-key-must-not-leak")
+
+	// Another job, with a secret, running beside it.
+	other, _ := openTestBox(t, sb, jobDir(t, work, "other"), nil)
+	otherLog := filepath.Join(t.TempDir(), "other.log")
+	op, err := startProcess(other, []string{"/bin/sh", "-c", "echo up; exec sleep 60"}, other.dir, []string{"OTHER_SECRET=other-jobs-secret"}, otherLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { op.terminate(time.Second) })
+	testwait.Until(t, 10*time.Second, "the other job runs", func() bool {
+		b, _ := os.ReadFile(otherLog)
+		return strings.Contains(string(b), "up")
+	})
+
+	b, _ := openTestBox(t, sb, jobDir(t, work, "mine"), nil)
+	out := inBox(t, b, `
+		echo "== env"; env
+		echo "== uid $(id -u)"
+		echo "== pids"; ls /proc | grep -E '^[0-9]+$' | tr '\n' ' '; echo
+		echo "== environs"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
+		echo "== other job"; ls `+other.dir+` 2>&1; ls `+work+`/jobs 2>&1
+		echo "== root"; ls /root 2>&1
+	`, "MY_SECRET=mine")
+
+	for _, leak := range []string{"agent-token-must-not-leak", "node-storage-key-must-not-leak", "other-jobs-secret", "HOSTEDTRAIN_AGENT_TOKEN", "AWS_"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("the job read %q:\n%s", leak, out)
+		}
+	}
+	if !strings.Contains(out, "MY_SECRET=mine") {
+		t.Errorf("the job's own secret is missing:\n%s", out)
+	}
+	if want := "== uid " + strconv.Itoa(b.uid); !strings.Contains(out, want) || b.uid == other.uid || b.uid == 0 {
+		t.Errorf("want %q (its slot's own user, not the other job's %d):\n%s", want, other.uid, out)
+	}
+	// PID 1 (bubblewrap's init), the shell and the pipeline it runs to list them.
+	pids := section(out, "== pids")
+	if f := strings.Fields(pids); len(f) > 5 || f[0] != "1" {
+		t.Errorf("the job sees processes %v, want only its own tree", f)
+	}
+	if strings.Contains(section(out, "== other job"), "home") {
+		t.Errorf("the job lists another job's folder:\n%s", out)
+	}
+}
+
+// section is what follows a "== name" line up to the next one.
+func section(out, head string) string {
+	_, rest, _ := strings.Cut(out, head)
+	body, _, _ := strings.Cut(rest, "\n==")
+	return body
+}
+
+func TestSandboxFilesystem(t *testing.T) {
+	sb := needSandbox(t)
+	// The agent's configuration, as infra/gpu-node keeps it under /etc.
+	conf, err := os.MkdirTemp("/etc", "hostedtrain-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(conf) })
+	if err := os.WriteFile(filepath.Join(conf, "agent.env"), []byte("HOSTEDTRAIN_AGENT_TOKEN=secret-from-config\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb.Hide = []string{conf}
+	dir := jobDir(t, t.TempDir(), "job")
+	if err := os.WriteFile(filepath.Join(dir, "rl.toml"), []byte("max_steps = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := openTestBox(t, sb, dir, nil)
+	out := inBox(t, b, `
+		cat `+conf+`/agent.env 2>&1
+		echo x > `+dir+`/outputs/ok && echo "outputs: written"
+		echo x > `+dir+`/home/ok && echo "home: written"
+		echo x > /tmp/ok && echo "tmp: written"
+		echo x >> `+dir+`/rl.toml 2>/dev/null && echo "config: CHANGED"
+		echo x > /usr/evil 2>/dev/null && echo "usr: CHANGED"
+		echo x > /etc/evil 2>/dev/null && echo "etc: CHANGED"
+	`)
+	if strings.Contains(out, "secret-from-config") {
+		t.Errorf("the job read the agent's configuration:\n%s", out)
+	}
+	for _, ok := range []string{"outputs: written", "home: written", "tmp: written"} {
+		if !strings.Contains(out, ok) {
+			t.Errorf("want %q:\n%s", ok, out)
+		}
+	}
+	if strings.Contains(out, "CHANGED") {
+		t.Errorf("the job wrote outside its writable folders:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "outputs", "ok")); err != nil {
+		t.Errorf("what the job wrote to its outputs is not in its folder: %v", err)
+	}
+}
+
+func TestSandboxGPUs(t *testing.T) {
+	sb := needSandbox(t)
+	sb.DevDir = t.TempDir()
+	for _, name := range []string{"nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidia4", "nvidia5", "nvidia6", "nvidia7", "nvidiactl", "nvidia-uvm"} {
+		if err := os.WriteFile(filepath.Join(sb.DevDir, name), nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), []Device{{Index: 2}, {Index: 5}})
+	// Even told otherwise by a variable, the job sees its own GPUs only.
+	out := inBox(t, b, "ls /dev | grep nvidia | tr '\\n' ' '", "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7")
+	if got, want := strings.Fields(out), []string{"nvidia-uvm", "nvidia2", "nvidia5", "nvidiactl"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("device files: got %v, want %v", got, want)
+	}
+}
+
+func TestSandboxNetwork(t *testing.T) {
+	sb := needSandbox(t)
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Fatal("the network probe needs Debian's python3 (make test installs it)")
+	}
+	// A port of the agent's (or of the node's Redis, or of the API in hostedtrain dev).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("agent secrets\n"))
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	b, notes := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
+	probe := fmt.Sprintf(`
+import os, socket
+def direct(host, port):
+    try:
+        s = socket.create_connection((host, port), timeout=3)
+        return "CONNECTED " + s.recv(100).decode()
+    except OSError as e:
+        return "refused: %%s" %% e
+def via_proxy(target):
+    s = socket.create_connection(("127.0.0.1", %d), timeout=5)
+    s.sendall(("CONNECT %%s HTTP/1.1\r\nHost: %%s\r\n\r\n" %% (target, target)).encode())
+    return s.recv(200).decode().splitlines()[0]
+print("direct agent port:", direct("127.0.0.1", %d))
+print("direct metadata:", direct("169.254.169.254", 80))
+print("proxy agent port:", via_proxy("127.0.0.1:%d"))
+print("proxy metadata:", via_proxy("169.254.169.254:80"))
+print("proxy private:", via_proxy("10.0.0.1:443"))
+print("proxy var:", os.environ.get("HTTPS_PROXY"))
+`, sb.ProxyPort, port, port)
+	out := inBox(t, b, python+" -c '"+probe+"'")
+	if strings.Contains(out, "CONNECTED") || strings.Contains(out, "agent secrets") {
+		t.Errorf("the job reached the node:\n%s", out)
+	}
+	for _, line := range []string{"proxy agent port: HTTP/1.1 403", "proxy metadata: HTTP/1.1 403", "proxy private: HTTP/1.1 403",
+		"proxy var: http://127.0.0.1:" + strconv.Itoa(sb.ProxyPort)} {
+		if !strings.Contains(out, line) {
+			t.Errorf("want %q:\n%s", line, out)
+		}
+	}
+	if !strings.Contains(strings.Join(*notes, "\n"), "egress to 169.254.169.254:80 refused") {
+		t.Errorf("the refusal is not in the job's notes: %q", *notes)
+	}
+}
+
+func TestSandboxGracefulStop(t *testing.T) {
+	sb := needSandbox(t)
+	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
+	log := filepath.Join(t.TempDir(), "out.log")
+	marker := filepath.Join(b.dir, "outputs", "checkpoint-finished")
+	p, err := startProcess(b, []string{"/bin/sh", "-c", `trap 'echo done > ` + marker + `; exit 0' TERM; echo ready; while :; do sleep 0.1; done`}, b.dir, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 10*time.Second, "the pipeline runs", func() bool {
+		out, _ := os.ReadFile(log)
+		return strings.Contains(string(out), "ready")
+	})
+	p.terminate(20 * time.Second)
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the pipeline did not get its SIGTERM in the sandbox before the kill: %v", err)
+	}
+}
