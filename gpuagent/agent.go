@@ -153,6 +153,16 @@ func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "jobs"), 0o755); err != nil {
 		return nil, fmt.Errorf("gpuagent: %w", err)
 	}
+	// What jobs leave is read with no link allowed anywhere in the path (nolink): the work
+	// folder's own path is made free of links once, here.
+	wd, err := filepath.Abs(cfg.WorkDir)
+	if err == nil {
+		wd, err = filepath.EvalSymlinks(wd)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gpuagent: %w", err)
+	}
+	cfg.WorkDir = wd
 	a := &Agent{cfg: cfg, pool: newPool(cfg.Devices), ports: newPortAllocator(cfg.PortRange), tel: newTelemetry(),
 		running: map[string]*jobRun{}, changed: make(chan struct{}, 1)}
 	a.tel.setGPUs(a.pool)

@@ -226,7 +226,7 @@ func (b bundle) startAgentProcess(t testing.TB, name string, args ...string) *ex
 	cmd := exec.Command(agentBin, append([]string{"--api", b.stack.URL, "--store", store, "--gpus", "H100:2",
 		"--work-dir", t.TempDir(), "--emulated", "--emulator", emulator, "--metrics-addr", "",
 		"--claim-wait", "2s", "--stop-grace", "5s", "--poll-interval", "50ms", "--flush-interval", "100ms",
-		"--port-range", fmt.Sprintf("%d-%d", ports[0], ports[1]), "--prime-rl", t.TempDir(), "--emulate-check", checkCmd}, args...)...)
+		"--port-range", fmt.Sprintf("%d-%d", ports[0], ports[1]), "--prime-rl", t.TempDir(), "--emulate-check", checkCmd}, append(upstreamtest.SandboxFlags(t), args...)...)...)
 	cmd.Env = append(os.Environ(), "HOSTEDTRAIN_AGENT_TOKEN="+b.stack.AgentToken(name))
 	if b.s3 != nil {
 		cmd.Env = append(cmd.Env, b.s3.Env()...)

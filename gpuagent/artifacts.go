@@ -3,12 +3,12 @@ package gpuagent
 import (
 	"context"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
 
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/nolink"
 )
 
 // artifactNames are the outputs GEPA and evals write (verifiers' save_gepa_results and
@@ -62,7 +62,7 @@ func (r *jobRun) uploadArtifacts(ctx context.Context, root string) {
 	}
 	for name, p := range found {
 		err := retry(ctx, func() error {
-			f, err := os.Open(p)
+			f, err := nolink.Open(p)
 			if err != nil {
 				return err
 			}

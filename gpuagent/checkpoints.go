@@ -20,6 +20,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/nolink"
 )
 
 // uploader commits a run's checkpoints to object storage in the background, so the trainer
@@ -207,7 +208,7 @@ func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 		if err != nil {
 			return err
 		}
-		f, err := os.Open(p)
+		f, err := nolink.Open(p)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/nolink"
 )
 
 // finalize commits what the run produced and says how it ended. The GPUs go back first: the
@@ -103,7 +104,7 @@ func (r *jobRun) lastError(p *prepared) string {
 func newestError(files []string) (msg, last string) {
 	var worst *jobdata.LogLine
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := nolink.ReadFile(f)
 		if err != nil {
 			continue
 		}

@@ -158,15 +158,18 @@ func (r *jobRun) baseEnv() []string {
 // nowhere else (not a config file, not a command line, not a log) — and the key of the
 // inference server the agent started for it.
 func (r *jobRun) pipelineEnv(localKey string) []string {
-	env := r.baseEnv()
 	names := make([]string, 0, len(r.claim.Secrets))
 	for k := range r.claim.Secrets {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	// The secrets first: where a name is also one of the agent's (which the service refuses
+	// at submit), the agent's comes later and wins.
+	env := make([]string, 0, len(names)+6)
 	for _, k := range names {
 		env = append(env, k+"="+r.claim.Secrets[k])
 	}
+	env = append(env, r.baseEnv()...)
 	if localKey != "" {
 		env = append(env, LocalKeyVar+"="+localKey)
 	}

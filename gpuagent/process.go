@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,7 +48,7 @@ func startProcess(box *box, argv []string, dir string, env []string, logPath str
 	} else {
 		cmd = exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = dir
-		cmd.Env = append(unsandboxedEnv(dir), env...)
+		cmd.Env = append(slices.Clone(env), unsandboxedEnv(dir)...) // the agent's last: they win
 		// Its own group, so SIGTERM reaches its children; SIGKILL if the agent itself dies.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}

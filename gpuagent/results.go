@@ -13,6 +13,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/nolink"
 )
 
 // collectResults turns what a GEPA or eval run wrote under root into job data: the result the
@@ -74,7 +75,7 @@ func evalResults(root string) ([]job.EvalSummary, []jobdata.Row) {
 		if _, err := os.Stat(filepath.Join(dir, "results.jsonl")); err != nil {
 			return nil
 		}
-		data, err := os.ReadFile(p)
+		data, err := nolink.ReadFile(p)
 		if err != nil {
 			return nil
 		}
@@ -114,7 +115,7 @@ func evalResults(root string) ([]job.EvalSummary, []jobdata.Row) {
 
 // firstRolloutError is the error of the first rollout in results.jsonl that has one.
 func firstRolloutError(path string) string {
-	f, err := os.Open(path)
+	f, err := nolink.Open(path)
 	if err != nil {
 		return ""
 	}
@@ -187,7 +188,7 @@ func gepaResults(root string) (*job.GEPASummary, []jobdata.Row) {
 		if err != nil || d.IsDir() || d.Name() != "metadata.json" || dir != "" {
 			return nil
 		}
-		data, err := os.ReadFile(p)
+		data, err := nolink.ReadFile(p)
 		if err == nil && json.Unmarshal(data, &meta) == nil && meta.EvalKind == "gepa" {
 			dir = filepath.Dir(p)
 		}
@@ -201,7 +202,7 @@ func gepaResults(root string) (*job.GEPASummary, []jobdata.Row) {
 	if promptFile == "" {
 		promptFile = "system_prompt.txt"
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, filepath.Base(promptFile))); err == nil {
+	if b, err := nolink.ReadFile(filepath.Join(dir, filepath.Base(promptFile))); err == nil {
 		g.BestPrompt = string(b)
 		if len(b) > job.MaxPromptBytes {
 			g.BestPrompt, g.PromptTruncated = strings.ToValidUTF8(string(b[:job.MaxPromptBytes]), ""), true
@@ -212,7 +213,7 @@ func gepaResults(root string) (*job.GEPASummary, []jobdata.Row) {
 		resultsFile = "results.jsonl"
 	}
 	var rows []jobdata.Row
-	f, err := os.Open(filepath.Join(dir, filepath.Base(resultsFile)))
+	f, err := nolink.Open(filepath.Join(dir, filepath.Base(resultsFile)))
 	if err == nil {
 		defer f.Close()
 		var cands []gepaCandidate
@@ -270,7 +271,7 @@ func finiteMap(m map[string]float64) map[string]float64 {
 }
 
 func countLines(path string) int {
-	f, err := os.Open(path)
+	f, err := nolink.Open(path)
 	if err != nil {
 		return 0
 	}

@@ -195,17 +195,19 @@ func (b *box) bind(host, inside string) error {
 	return nil
 }
 
-// env is the whole environment of a process in the sandbox: nothing of the agent's.
+// env is the whole environment of a process in the sandbox: nothing of the agent's. The
+// fixed variables come last, so that they win over any of the job's with the same name
+// (exec.Cmd keeps the last of duplicates); the service refuses such names at submit anyway.
 func (b *box) env(jobEnv []string) []string {
 	path := strings.Join(append(slices.Clone(b.sb.Path), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"), ":")
 	proxy := "http://127.0.0.1:" + strconv.Itoa(b.sb.ProxyPort)
-	env := []string{
-		"PATH=" + path, "HOME=" + filepath.Join(b.dir, "home"), "TMPDIR=" + filepath.Join(b.dir, "tmp"), "LANG=C.UTF-8", "USER=job",
-		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "ALL_PROXY=" + proxy,
-		"http_proxy=" + proxy, "https_proxy=" + proxy, "all_proxy=" + proxy,
+	return append(slices.Clone(jobEnv),
+		"PATH="+path, "HOME="+filepath.Join(b.dir, "home"), "TMPDIR="+filepath.Join(b.dir, "tmp"), "LANG=C.UTF-8", "USER=job",
+		"HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy, "ALL_PROXY="+proxy,
+		"http_proxy="+proxy, "https_proxy="+proxy, "all_proxy="+proxy,
 		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
-	}
-	return append(env, jobEnv...)
+		"LD_PRELOAD=", "LD_LIBRARY_PATH=", "PYTHONPATH=", "PYTHONHOME=",
+	)
 }
 
 // args are bwrap's arguments before the command. Bubblewrap runs as root (it mounts what the

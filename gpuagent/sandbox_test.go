@@ -100,12 +100,17 @@ func TestSandboxEnvironmentAndProcesses(t *testing.T) {
 		echo "== environs"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
 		echo "== other job"; ls `+other.dir+` 2>&1; ls `+work+`/jobs 2>&1
 		echo "== root"; ls /root 2>&1
-	`, "MY_SECRET=mine")
+		echo "== path $PATH"
+		echo "== preload [$LD_PRELOAD]"
+	`, "MY_SECRET=mine", "PATH=/evil", "LD_PRELOAD=/evil.so")
 
 	for _, leak := range []string{"agent-token-must-not-leak", "node-storage-key-must-not-leak", "other-jobs-secret", "HOSTEDTRAIN_AGENT_TOKEN", "AWS_"} {
 		if strings.Contains(out, leak) {
 			t.Errorf("the job read %q:\n%s", leak, out)
 		}
+	}
+	if strings.Contains(out, "/evil") {
+		t.Errorf("a job's variable overrode the sandbox's PATH or LD_PRELOAD:\n%s", out)
 	}
 	if !strings.Contains(out, "MY_SECRET=mine") {
 		t.Errorf("the job's own secret is missing:\n%s", out)

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/nolink"
 )
 
 // metricsTail follows prime-rl's metrics.jsonl, to which the trainer and the orchestrator
@@ -34,7 +34,7 @@ func (m *metricsTail) read() ([]jobdata.Row, []tailNote, error) {
 	if m.path == "" {
 		return nil, nil, nil
 	}
-	f, err := os.Open(m.path)
+	f, err := nolink.Open(m.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}

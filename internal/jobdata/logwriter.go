@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/nolink"
 )
 
 // LogChunkBytes is how large a log chunk grows before it is sealed (cut at a line end).
@@ -126,7 +127,7 @@ func (f *logFile) read() error {
 	if len(f.sealed) > 1 {
 		return nil
 	}
-	fh, err := os.Open(f.path)
+	fh, err := nolink.Open(f.path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil

@@ -91,3 +91,17 @@ func Check(tb testing.TB, kind string, args ...string) []Result {
 	}
 	return res
 }
+
+// SandboxFlags are the gpuagent (and hostedtrain dev) flags that let a sandboxed job run
+// Command: the kit and the Python with pydantic 2 that runs it, read-only, that Python first
+// on PATH. Outside /usr they are invisible to a job otherwise.
+func SandboxFlags(tb testing.TB) []string {
+	tb.Helper()
+	cmd := Command(tb)
+	out, err := exec.Command(cmd[0], "-c", "import sys; print(sys.prefix)").Output()
+	if err != nil {
+		tb.Fatalf("where is python3: %v", err)
+	}
+	prefix := string(bytes.TrimSpace(out))
+	return []string{"--sandbox-ro", prefix, "--sandbox-path", filepath.Join(prefix, "bin"), "--sandbox-ro", Kit(tb)}
+}
