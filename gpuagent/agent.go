@@ -83,6 +83,10 @@ type Config struct {
 	// Providers overrides where provider-hosted models are called (tests); nil for the real
 	// providers.
 	Providers map[string]upstream.Provider
+	// StorageTries is how many times a write to a job's storage is tried (a checkpoint's
+	// upload, or a flush of its metrics and logs) before the job fails with the reason
+	// (default DefaultStorageTries).
+	StorageTries int
 	// Sandbox runs the job's processes isolated from the node and each other; nil runs them
 	// as the agent's own user with the node in reach — unsafe with other people's code.
 	Sandbox *Sandbox
@@ -110,6 +114,9 @@ func (c *Config) validate() error {
 	def(&c.ServeTimeout, 30*time.Minute)
 	if c.MaxCPUJobs == 0 {
 		c.MaxCPUJobs = 2
+	}
+	if c.StorageTries <= 0 {
+		c.StorageTries = DefaultStorageTries
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

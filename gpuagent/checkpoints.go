@@ -53,6 +53,10 @@ type uploader struct {
 	committed []int        // ascending, including ones from earlier attempts
 	idle      *sync.Cond
 	wake      chan struct{}
+
+	// tries bounds the attempts at one step (0: no bound); fault hears when they run out.
+	tries int
+	fault *storageFault
 }
 
 // maxBacklog is how many complete checkpoints may wait for upload before the oldest is skipped.
@@ -101,7 +105,7 @@ func (u *uploader) run(ctx context.Context) {
 		if u.uploadWithRetry(ctx, step) {
 			u.pruneLocal(step)
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || u.gaveUp() {
 			u.mu.Lock()
 			u.busy = false
 			u.idle.Broadcast()
@@ -157,6 +161,9 @@ func (u *uploader) wait(ctx context.Context) {
 	}
 }
 
+// gaveUp reports whether the storage fault is set: nothing more is uploaded.
+func (u *uploader) gaveUp() bool { return u.fault != nil && u.fault.get() != nil }
+
 // committedSteps returns the committed steps, ascending.
 func (u *uploader) committedSteps() []int {
 	u.mu.Lock()
@@ -182,6 +189,16 @@ func (u *uploader) uploadWithRetry(ctx context.Context, step int) bool {
 		}
 		if errors.Is(err, fs.ErrNotExist) {
 			u.logger.Warn("checkpoint vanished before upload", "step", step, "err", err)
+			return false
+		}
+		if u.tries > 0 && attempt >= u.tries {
+			u.logger.Warn("checkpoint upload failed; giving up", "step", step, "attempts", attempt, "err", err)
+			if u.fault != nil {
+				u.fault.set(fmt.Sprintf("the checkpoint of step %d", step), attempt, err)
+			}
+			u.mu.Lock()
+			u.queue = nil
+			u.mu.Unlock()
 			return false
 		}
 		u.tel.uploads.WithLabelValues("retried").Inc()

@@ -50,6 +50,9 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 		r.data.uploader.wait(final)
 	}
 	r.flush(final)
+	if err := r.storage.get(); err != nil {
+		return failed("%v", err)
+	}
 	if o, ended := run.cause.outcome(r.claim.Job.Config); ended {
 		return o
 	}
@@ -72,7 +75,12 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 func (r *jobRun) lastError(p *prepared) string {
 	var components []string
 	if p != nil && p.rendered.RunDir != "" {
-		latest := filepath.Join(p.rendered.RunDir, "logs", "latest") + "/"
+		// prime-rl's logs/latest is a link to the newest run's folder beside it; one that
+		// leads out of the job's folder is not followed.
+		latest, err := filepath.EvalSymlinks(filepath.Join(p.rendered.RunDir, "logs", "latest"))
+		if err != nil || !strings.HasPrefix(latest, r.dir+"/") {
+			latest = ""
+		}
 		_ = filepath.WalkDir(latest, func(path string, d os.DirEntry, err error) error {
 			if err == nil && !d.IsDir() && strings.HasSuffix(path, ".log") {
 				components = append(components, path)

@@ -29,6 +29,10 @@ type jobRun struct {
 	log     *slog.Logger
 	store   blob.Store
 	box     *box // the job's sandbox; nil where the sandbox is off
+	storage *storageFault
+	// flushFails counts the flushes in a row that failed; at Config.StorageTries the job's
+	// storage is taken as refusing it.
+	flushFails int
 	lease   *leaseKeeper
 	data    *streams
 
@@ -96,7 +100,7 @@ func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, st
 	}
 	log := a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence, "kind", cl.Job.Kind)
 	r := &jobRun{
-		claim: cl, devices: devs, ports: ports, dir: dir, log: log, store: store,
+		claim: cl, devices: devs, ports: ports, dir: dir, log: log, store: store, storage: newStorageFault(),
 		deps: runDeps{cfg: &a.cfg, tel: a.tel, freeGPUs: sync.OnceFunc(func() { a.freeDevices(cl.Job.ID, len(devs) == 0) })},
 	}
 	r.lease = newLeaseKeeper(a.cfg.API, cl, a.runtime(), creds, log, a.tel)
@@ -240,25 +244,36 @@ var errAborted = errors.New("aborted")
 // next flush.
 func (r *jobRun) flush(ctx context.Context) {
 	tel := r.deps.tel
-	r.flushMetrics(ctx)
-	if err := r.data.logs.Ship(ctx); err != nil {
+	err := r.flushMetrics(ctx)
+	if lerr := r.data.logs.Ship(ctx); lerr != nil {
 		tel.objectWrites.WithLabelValues("logs", "error").Inc()
-		r.log.Warn("store logs; will retry", "err", err)
+		r.log.Warn("store logs; will retry", "err", lerr)
+		err = errors.Join(err, lerr)
 	} else {
 		tel.objectWrites.WithLabelValues("logs", "ok").Inc()
 	}
+	switch {
+	case err == nil:
+		r.flushFails = 0
+	case ctx.Err() == nil:
+		r.flushFails++
+		if tries := r.deps.cfg.StorageTries; r.flushFails >= tries {
+			r.storage.set("the job's metrics and logs", r.flushFails, err)
+		}
+	}
 }
 
-func (r *jobRun) flushMetrics(ctx context.Context) {
+func (r *jobRun) flushMetrics(ctx context.Context) error {
 	if r.data.metrics == nil || r.data.metrics.Pending() == 0 {
-		return
+		return nil
 	}
 	if err := r.data.metrics.Flush(ctx); err != nil {
 		r.deps.tel.objectWrites.WithLabelValues("metrics", "error").Inc()
 		r.log.Warn("store metrics; will retry", "err", err)
-		return
+		return err
 	}
 	r.deps.tel.objectWrites.WithLabelValues("metrics", "ok").Inc()
+	return nil
 }
 
 // poll reads new metrics rows into the stream and the heartbeat's summary, and queues the
@@ -285,7 +300,7 @@ func (r *jobRun) poll(ctx context.Context) {
 	// A new checkpoint: store the metrics up to it first, so that a run resumed from it finds
 	// every earlier step's metrics in storage.
 	if r.data.uploader != nil && r.data.uploader.scan() {
-		r.flushMetrics(ctx)
+		_ = r.flushMetrics(ctx)
 	}
 }
 

@@ -67,6 +67,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 			r.note("checkpoint committed", "step", step)
 			r.lease.committedStep(step)
 		}, r.deps.tel)
+		up.tries, up.fault = cfg.StorageTries, r.storage
 		up.onSkip = func(step int) {
 			r.warn(fmt.Sprintf("checkpoint of step %d skipped: the trainer completes checkpoints faster than they can be stored", step))
 		}

@@ -19,6 +19,7 @@ const (
 	causeTimeLimit                  // the job's time limit passed
 	causeDrain                      // the agent is draining
 	causeLost                       // the lease is lost
+	causeStorage                    // the job's storage refuses its writes (finalize fails the job)
 )
 
 // outcome is the job's end for a run the agent ended (false for causeNone): the one place
@@ -101,7 +102,7 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 		go proc.terminate(cfg.StopGrace)
 	}
 	// A closed channel is always ready: each of these is read once, then set to nil.
-	drainCh, stopCh := drain.Done(), r.lease.stopped
+	drainCh, stopCh, storageCh := drain.Done(), r.lease.stopped, r.storage.failed()
 	for running := true; running; {
 		select {
 		case <-proc.done:
@@ -113,6 +114,9 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 		case <-stopCh:
 			stopCh = nil
 			terminate(causeStop, "stop requested")
+		case <-storageCh:
+			storageCh = nil
+			terminate(causeStorage, r.storage.get().Error())
 		case <-limit:
 			limit = nil
 			terminate(causeTimeLimit, "time limit reached")

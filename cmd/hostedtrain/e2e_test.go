@@ -93,6 +93,9 @@ func startDev(t *testing.T, stepTime string, extra ...string) *devStack {
 	d := &devStack{cmd: cmd, data: data, out: out, done: make(chan struct{})}
 	go func() { d.err = cmd.Wait(); close(d.done) }()
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("hostedtrain dev's output:\n%s", out.String())
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-d.done:

@@ -70,8 +70,10 @@ func (l *LogShipper) discover() {
 		l.follow(comp, p)
 	}
 	for _, dir := range l.dirs {
+		// prime-rl's logs/latest is a link to a run's folder beside it: followed only there,
+		// never out of the logs folder (a job's code could point it anywhere).
 		root, err := filepath.EvalSymlinks(dir)
-		if err != nil {
+		if err != nil || !strings.HasPrefix(root, filepath.Dir(dir)+"/") {
 			continue
 		}
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
