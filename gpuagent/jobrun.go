@@ -33,8 +33,8 @@ type jobRun struct {
 	// flushFails counts the flushes in a row that failed; at Config.StorageTries the job's
 	// storage is taken as refusing it.
 	flushFails int
-	lease   *leaseKeeper
-	data    *streams
+	lease      *leaseKeeper
+	data       *streams
 
 	notesMu sync.Mutex
 	notes   *os.File // agent.log: what the agent did for the job, shipped with its logs
