@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic bench-metrics bench-jobs bench-queue bench-agent bench-lambda load chaos
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic sandbox bench-metrics bench-jobs bench-queue bench-agent bench-lambda load chaos
 
 all: build
 
@@ -59,7 +59,7 @@ cfn-lint:
 	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cfn-lint >/dev/null; }; }
 
 ## demo: start the local stack, run examples/quickstart.toml to COMPLETED, stop the stack
-demo: redis-server build
+demo: redis-server sandbox build
 	./scripts/demo.sh
 
 ## test: every test, against real redis-server processes, with the race detector, and a
@@ -136,7 +136,7 @@ load: redis-server
 bench-jobs:
 	$(GO) test -run '^$$' -bench BenchmarkJobAdmission -benchmem -cpu 1 -count 5 ./api
 
-deps: redis-server spec-validator versitygw awscli moto pydantic webhook-receiver web chromium
+deps: redis-server sandbox spec-validator versitygw awscli moto pydantic webhook-receiver web chromium
 
 ## web: the dashboard's vendored libraries (uPlot, Redoc) copied from npm into api/web, where
 ## the API embeds them; and playwright-core for the browser test
@@ -198,6 +198,15 @@ redis-server:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is still missing"; exit 1; }
+
+## sandbox: bubblewrap (Debian's bubblewrap) and util-linux's setpriv, which the GPU agent runs
+## every job process in (gpuagent.Sandbox); the isolation tests run the real ones
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1 || { \
+	  echo "installing bubblewrap with apt-get"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap util-linux python3 >/dev/null; }
+	@command -v bwrap >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1 || { echo "bwrap or setpriv is still missing"; exit 1; }
 
 ## pydantic: python3 (3.11+) with pydantic 2, what the upstream conformance kit's check.py
 ## (../shared/upstream) needs to validate files with prime-rl's and verifiers' own config code.

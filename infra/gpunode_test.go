@@ -76,8 +76,13 @@ func TestCloudInitInstallsTheAgentUnit(t *testing.T) {
 			t.Errorf("the unit expands ${%s}, which agent.env does not set", m[1])
 		}
 	}
-	if len(cc.Users) == 0 || cc.Users[0].Name != unitValue(string(unit), "User") {
-		t.Errorf("cloud-init makes users %v; the unit runs as %q", cc.Users, unitValue(string(unit), "User"))
+	// The agent runs as root (it gives each job slot its own user and network) and jobs run
+	// in its sandbox, never without it.
+	if u := unitValue(string(unit), "User"); u != "root" {
+		t.Errorf("the unit runs as %q; the sandbox needs the agent to run as root", u)
+	}
+	if strings.Contains(string(unit), "unsafe-no-sandbox") {
+		t.Error("the unit turns the sandbox off")
 	}
 	last := cc.Runcmd[len(cc.Runcmd)-1]
 	if strings.Join(last, " ") != "systemctl enable --now hostedtrain-agent.service" {

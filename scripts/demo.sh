@@ -18,8 +18,14 @@ stop_stack() {
 trap 'stop_stack; exit 130' INT TERM
 trap 'stop_stack' EXIT
 
+# The agent runs every job in its sandbox (bubblewrap, a user per job slot), which needs root.
+sandbox=""
+if [ "$(id -u)" != 0 ]; then
+  echo "== not root: the demo's jobs run WITHOUT the sandbox (--unsafe-no-sandbox); run it as root to have them sandboxed"
+  sandbox="--unsafe-no-sandbox"
+fi
 echo "== starting the local stack (hostedtrain dev, data in $data)"
-bin/hostedtrain dev --addr 127.0.0.1:0 --data "$data" --agents 1 --step-time 250ms >"$data/dev.out" 2>&1 &
+bin/hostedtrain dev --addr 127.0.0.1:0 --data "$data" --agents 1 --step-time 250ms $sandbox >"$data/dev.out" 2>&1 &
 dev_pid=$!
 
 # Wait for the stack to say it is ready (it writes api.url last), or to die.
