@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
@@ -62,5 +67,72 @@ func TestStorageFullFailsTheJob(t *testing.T) {
 	done := b.waitFor(t, j.ID, "ended", terminal)
 	if done.Status != job.Failed || !strings.Contains(done.Error, "storage refused its writes") || !strings.Contains(done.Error, "StorageFull") {
 		t.Fatalf("got %s %q; want FAILED saying the storage refused the job's writes", done.Status, done.Error)
+	}
+}
+
+// What a hostile tenant did on a node (issue 14), through the whole agent: its job prints its
+// environment, lists /proc and reads every process's environment, looks for other jobs'
+// folders and the agent's configuration, and calls the API's port — while another
+// organization's job with a secret runs beside it. None of it reaches anything; what it
+// printed is in its own logs, read back through the API.
+func TestAHostileJobReachesNothingButItself(t *testing.T) {
+	b := setup(t, queue.Config{})
+	agentToken := b.stack.AgentToken("agent-h")
+	t.Setenv("HOSTEDTRAIN_AGENT_TOKEN", agentToken) // where a node's agent has it
+	api := strings.TrimPrefix(b.stack.URL, "http://")
+	host, port, _ := strings.Cut(api, ":")
+	cfg := b.agentConfig(t, "agent-h", "--emulate.step-time", "100ms")
+	cfg.Devices = gpuagent.DevicesFromSpec([]job.GPU{{Model: "H100", Count: 4}})
+	cfg.Sandbox = sandboxed(t)
+	probe := fmt.Sprintf(`if [ "$HOSTILE" = 1 ]; then
+echo "== env"; env
+echo "== pids $(ls /proc | grep -cE '^[0-9]+$')"
+echo "== environs"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
+echo "== jobs"; ls %s/jobs 2>&1
+echo "== config"; cat /etc/hostedtrain/agent.env 2>&1
+echo "== api"; /usr/bin/python3 -c 'import socket; socket.create_connection(("%s", %s), timeout=3); print("API REACHED")' 2>&1 | tail -1
+echo "== end"
+fi
+exec %s "$@"
+`, cfg.WorkDir, host, port, emulator)
+	wrapper := filepath.Join(t.TempDir(), "hostile")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\n"+probe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Pipeline = emulated(t, wrapper, "--emulate.step-time", "100ms")
+	cfg.Sandbox.ReadOnly = append(cfg.Sandbox.ReadOnly, emulator)
+	b.run(t, cfg)
+
+	twoGPUs := "num_gpus = 2\n" + withSteps(100000)
+	victim := b.submit(t, twoGPUs+"[secrets]\nVICTIM_SECRET = \"other-orgs-secret\"\n")
+	b.waitFor(t, victim.ID, "running", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 1 })
+	hostile := b.submit(t, strings.Replace(twoGPUs, "max_steps = 100000", "max_steps = 2", 1)+"[secrets]\nHOSTILE = \"1\"\n")
+	done := b.waitFor(t, hostile.ID, "ended", terminal)
+	if done.Status != job.Completed {
+		t.Fatalf("the hostile job: %s %s", done.Status, done.Error)
+	}
+	var out strings.Builder
+	testwait.Until(t, 30*time.Second, "the probe's output in the job's logs", func() bool {
+		page, err := b.user.JobLogs(context.Background(), hostile.ID, client.LogOptions{Component: "pipeline", Tail: 5000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		for _, l := range page.Items {
+			out.WriteString(l.Line + "\n")
+		}
+		return strings.Contains(out.String(), "== end")
+	})
+	logs := out.String()
+	for _, leak := range []string{agentToken, "HOSTEDTRAIN_AGENT_TOKEN", "other-orgs-secret", victim.ID, "API REACHED"} {
+		if strings.Contains(logs, leak) {
+			t.Errorf("the hostile job got %q:\n%s", leak, logs)
+		}
+	}
+	if !strings.Contains(logs, "HOSTILE=1") {
+		t.Errorf("the job's own secret is not in its environment:\n%s", logs)
 	}
 }
