@@ -227,7 +227,9 @@ func (b *box) args(argv []string) []string {
 			args = append(args, "--tmpfs", h)
 		}
 	}
-	args = append(args, "--proc", "/proc", "--dev", "/dev")
+	// /sys read-only: CUDA and NVML read the GPUs' PCI details there (Flatpak's GPU access
+	// does the same); it holds the node's hardware description, no secret.
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind-try", "/sys", "/sys")
 	for _, d := range b.devices {
 		name := "nvidia" + strconv.Itoa(d.Index)
 		args = append(args, "--dev-bind-try", filepath.Join(b.sb.DevDir, name), "/dev/"+name)
