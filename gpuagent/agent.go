@@ -129,6 +129,13 @@ func (c *Config) validate() error {
 	}
 	if c.Sandbox != nil {
 		c.Sandbox.ReadOnly = append(c.Sandbox.ReadOnly, c.Pipeline.programs()...)
+		if c.Endpoint != nil {
+			addr, err := hostPort(c.Endpoint.BaseURL)
+			if err != nil {
+				return fmt.Errorf("gpuagent: the inference endpoint: %w", err)
+			}
+			c.Sandbox.Allow = append(c.Sandbox.Allow, addr)
+		}
 		if err := c.Sandbox.check(); err != nil {
 			return fmt.Errorf("gpuagent: %w", err)
 		}

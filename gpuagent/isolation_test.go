@@ -17,6 +17,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
 	"github.com/hostedtrain/hostedtrain/queue"
@@ -134,5 +135,32 @@ exec %s "$@"
 	}
 	if !strings.Contains(logs, "HOSTILE=1") {
 		t.Errorf("the job's own secret is not in its environment:\n%s", logs)
+	}
+}
+
+// In the sandbox, a GEPA job reaches its provider and an eval job the operator's own inference
+// endpoint, both on the node's loopback (where the job's network has nothing) because the
+// operator allowed them: the endpoint's address with its key, the provider's with
+// --sandbox-allow. Nothing else of the node is forwarded.
+func TestSandboxedJobsReachTheModelsTheOperatorAllows(t *testing.T) {
+	b := setup(t, queue.Config{})
+	gemini := newFakeProvider(t, jobspectest.Secrets(t)["GEMINI_API_KEY"], "gemini-3-flash-preview", "gemini-3-exp-ultra-preview")
+	endpoint := newFakeProvider(t, "operator-endpoint-key", "Qwen/Qwen3-4B-Instruct-2507")
+	t.Setenv("ENDPOINT_KEY", "operator-endpoint-key")
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "10ms")
+	cfg.Providers = gemini.providers()
+	cfg.Endpoint = &gpuagent.Endpoint{BaseURL: endpoint.URL + "/v1", KeyVar: "ENDPOINT_KEY"}
+	cfg.Sandbox = sandboxed(t)
+	cfg.Sandbox.Allow = []string{strings.TrimPrefix(gemini.URL, "http://")}
+	b.run(t, cfg)
+	g := b.submitKind(t, string(jobspectest.Fixture(t, "gepa.toml")), "gepa")
+	e := b.submitKind(t, string(jobspectest.Fixture(t, "eval.toml")), "eval")
+	for _, id := range []string{g.ID, e.ID} {
+		if done := b.waitFor(t, id, "ended", terminal); done.Status != job.Completed {
+			t.Fatalf("%s job: %s (%s)", done.Kind, done.Status, done.Error)
+		}
+	}
+	if gemini.calls.Load() < 4 || endpoint.calls.Load() < 1 {
+		t.Errorf("calls: %d to the provider, %d to the endpoint", gemini.calls.Load(), endpoint.calls.Load())
 	}
 }

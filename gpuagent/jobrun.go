@@ -174,6 +174,13 @@ func (r *jobRun) pipelineEnv(localKey string) []string {
 		env = append(env, k+"="+r.claim.Secrets[k])
 	}
 	env = append(env, r.baseEnv()...)
+	// An operator's inference endpoint: its key, from the agent's environment, is the one
+	// variable of the agent's a pipeline gets.
+	if ep := r.deps.cfg.Endpoint; ep != nil && ep.KeyVar != "" {
+		if v, ok := os.LookupEnv(ep.KeyVar); ok {
+			env = append(env, ep.KeyVar+"="+v)
+		}
+	}
 	if localKey != "" {
 		env = append(env, LocalKeyVar+"="+localKey)
 	}

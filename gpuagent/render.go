@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/url"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -42,8 +44,8 @@ type RenderInput struct {
 // Endpoint is an OpenAI-compatible server an operator runs for open-weight models.
 type Endpoint struct {
 	BaseURL string
-	// KeyVar names the variable of the agent's environment that holds its key; the pipeline
-	// reads it from the environment it inherits from the agent.
+	// KeyVar names the variable of the agent's environment that holds its key: the one
+	// variable of the agent's that the agent passes to a pipeline.
 	KeyVar string
 }
 
@@ -367,4 +369,20 @@ func (r *Rendered) FileNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// hostPort is the host:port a URL reaches (the scheme's port when it names none).
+func hostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("%q is not a URL", raw)
+	}
+	if u.Port() != "" {
+		return u.Host, nil
+	}
+	port := "443"
+	if u.Scheme == "http" {
+		port = "80"
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
 }

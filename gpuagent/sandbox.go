@@ -4,8 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Sandbox runs every process of a job (environment installs, the preflight, the pipeline, the
@@ -53,6 +56,11 @@ type Sandbox struct {
 	DevDir string
 	// ProxyPort is the egress proxy's port inside the job's network namespace (default 3128).
 	ProxyPort int
+	// Allow are host:port addresses jobs may reach though the egress proxy would refuse them
+	// (an operator's inference endpoint in its own network). A loopback one is forwarded
+	// into the job's network at the same address, where the job's clients (which never proxy
+	// loopback) find it.
+	Allow []string
 	// Setpriv is util-linux's setpriv, which makes the job's processes the slot's user
 	// (default: setpriv on PATH).
 	Setpriv string
@@ -135,6 +143,8 @@ type box struct {
 	devices []Device
 	ns      *netns
 	proxy   *egressProxy
+	// forwards are listeners in the job's network for the allowed loopback addresses.
+	forwards []net.Listener
 	// binds are more read-write binds (host path → path inside), a job's own copy of
 	// prime-rl's Python environment among them.
 	binds [][2]string
@@ -172,11 +182,48 @@ func (s *Sandbox) openBox(dir string, devices []Device, logf func(string)) (*box
 		b.close()
 		return nil, fmt.Errorf("the job's egress proxy: %w", err)
 	}
-	b.proxy = startEgressProxy(ln, logf)
+	b.proxy = startEgressProxy(ln, s.Allow, logf)
+	for _, addr := range s.Allow {
+		if ap, err := netip.ParseAddrPort(addr); err != nil || !ap.Addr().IsLoopback() {
+			continue
+		}
+		var fl net.Listener
+		if err := ns.do(func() (err error) { fl, err = net.Listen("tcp", addr); return err }); err != nil {
+			b.close()
+			return nil, fmt.Errorf("forward %s into the job's network: %w", addr, err)
+		}
+		b.forwards = append(b.forwards, fl)
+		go forward(fl, addr)
+	}
 	return b, nil
 }
 
+// forward carries each connection accepted in the job's network to addr on the node.
+func forward(ln net.Listener, addr string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+			<-done
+		}()
+	}
+}
+
 func (b *box) close() {
+	for _, l := range b.forwards {
+		l.Close()
+	}
 	if b.proxy != nil {
 		b.proxy.close()
 	}
@@ -396,6 +443,7 @@ type SandboxFlags struct {
 	readOnly  stringList
 	path      stringList
 	uidBase   int
+	allow     stringList
 }
 
 // Register adds the flags to fs.
@@ -404,6 +452,7 @@ func (f *SandboxFlags) Register(fs *flag.FlagSet) {
 		"neighbours in reach (only for a machine that runs nobody else's code)")
 	fs.Var(&f.readOnly, "sandbox-ro", "a host folder jobs see read-only at the same place (a Python outside /usr, a conformance kit; repeatable)")
 	fs.Var(&f.path, "sandbox-path", "a folder put first on the jobs' PATH (repeatable)")
+	fs.Var(&f.allow, "sandbox-allow", "a HOST:PORT jobs may reach though it is in a private or loopback range (repeatable; --inference-endpoint's is added)")
 	fs.IntVar(&f.uidBase, "sandbox-uid-base", DefaultUIDBase, "the first job slot's user id: slot n runs as this plus n")
 }
 
@@ -412,7 +461,7 @@ func (f *SandboxFlags) Sandbox() *Sandbox {
 	if f.unsafeOff {
 		return nil
 	}
-	return &Sandbox{ReadOnly: f.readOnly, Path: f.path, UIDBase: f.uidBase}
+	return &Sandbox{ReadOnly: f.readOnly, Path: f.path, UIDBase: f.uidBase, Allow: f.allow}
 }
 
 type stringList []string
