@@ -201,6 +201,7 @@ func (k keys) delivery(id string) string { return k.p + "dl:" + id }
 func (k keys) attempts(id string) string { return k.p + "att:" + id }
 func (k keys) log(ep string) string      { return k.p + "log:" + ep }
 func (k keys) dueOrgs() string           { return k.p + "dueorgs" }
+func (k keys) testRate(ep string) string { return k.p + "rate:test:ep:" + ep }
 
 // group is the outbox's consumer group of webhook dispatchers.
 const group = "webhooks"
@@ -388,7 +389,7 @@ func (s *Service) Delete(ctx context.Context, org, id string) error {
 		return err
 	}
 	pipe := s.rdb.TxPipeline()
-	pipe.Del(ctx, s.k.endpoint(id))
+	pipe.Del(ctx, s.k.endpoint(id), s.k.testRate(id))
 	pipe.SRem(ctx, s.k.org(org), id)
 	card := pipe.SCard(ctx, s.k.org(org))
 	if _, err := pipe.Exec(ctx); err != nil {
