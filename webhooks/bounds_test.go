@@ -502,3 +502,32 @@ func TestTestDeliveriesAreRateLimited(t *testing.T) {
 		return err == nil
 	})
 }
+
+// A delivery made by the previous version (its body inline, in the single due set) is still
+// sent after an upgrade, and then settles like any other.
+func TestADeliveryFromBeforeTheUpgradeIsSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := newReceiver(t)
+	ep, _ := b.svc.Create(b.ctx, "acme", r.URL, []string{"*"}, "")
+	r.trust(ep.Secret)
+	now := ms(b.clock.Now())
+	did, body := "dlv_0123456789abcdef01234567", `{"type":"job.queued","timestamp":"2026-01-01T00:00:00Z","data":{"job_id":"j1","sequence":1}}`
+	if err := b.rdb.HSet(b.ctx, b.svc.k.delivery(did), "ep", ep.ID, "org", "acme", "msg", "msg_old", "type", "job.queued",
+		"job_id", "", "seq", "1", "body", body, "status", "pending", "attempts", "0", "created_at", now, "next_at", now).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b.rdb.ZAdd(b.ctx, b.svc.k.log(ep.ID), redis.Z{Score: float64(b.clock.Now().UnixMilli()), Member: did})
+	b.rdb.ZAdd(b.ctx, b.svc.k.p+"due", redis.Z{Score: float64(b.clock.Now().UnixMilli()), Member: did})
+	b.dispatchUntil(t, "the old delivery", func() bool { return len(r.received()) == 1 })
+	if got := r.received()[0]; got.body != body || got.id != "msg_old" {
+		t.Errorf("got %s %s", got.id, got.body)
+	}
+	d, err := b.svc.Delivery(b.ctx, "acme", ep.ID, did)
+	if err != nil || d.Status != "delivered" {
+		t.Errorf("%+v %v", d, err)
+	}
+	if n, _ := b.rdb.Exists(b.ctx, b.svc.k.p+"due").Result(); n != 0 {
+		t.Error("the old due set is still there")
+	}
+}
