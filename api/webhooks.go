@@ -33,11 +33,19 @@ func (s *Server) webhooksReady(w http.ResponseWriter, r *http.Request) bool {
 // webhookError answers a failed webhook call; it reports whether there was one.
 func (s *Server) webhookError(w http.ResponseWriter, r *http.Request, err error) bool {
 	var inv *webhook.InvalidError
+	var limit *webhook.LimitError
 	switch {
 	case err == nil:
 		return false
 	case errors.Is(err, webhook.ErrNotFound):
 		writeProblem(w, r, newProblem(http.StatusNotFound, "webhook-not-found", "no such webhook endpoint or delivery"))
+	case errors.As(err, &limit) && limit.Limit == webhook.LimitTests:
+		p := newProblem(http.StatusTooManyRequests, "limit-"+limit.Limit, limit.Error())
+		p.retryAfter = limit.RetryAfterSeconds()
+		writeProblem(w, r, p)
+	case errors.As(err, &limit):
+		// Waiting does not help, so not 429: the organization's set of endpoints is full.
+		writeProblem(w, r, newProblem(http.StatusConflict, "limit-"+limit.Limit, limit.Error()))
 	case errors.As(err, &inv):
 		p := invalidBody([]FieldError{{Pointer: inv.Field, Message: inv.Msg}})
 		if inv.Field == "cursor" {

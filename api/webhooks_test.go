@@ -2,11 +2,14 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,5 +176,149 @@ func TestWebhookRegistrationRefusesBadTargets(t *testing.T) {
 	call(t, "GET", s.URL+"/v1/webhooks", tok, "", nil).decode(t, &list)
 	if len(list.Items) != 0 {
 		t.Errorf("%d endpoints made from refused requests", len(list.Items))
+	}
+}
+
+// An organization at its number of endpoints gets 409 naming the limit, and nothing is made.
+func TestWebhookEndpointsPerOrganizationAreCapped(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Webhooks: &webhooks.Config{MaxEndpoints: 2}})
+	tok := s.Token("acme", auth.ScopeWebhooks)
+	body := []byte(`{"url": "http://127.0.0.1:9/hooks", "events": ["*"]}`)
+	for range 2 {
+		if r := call(t, "POST", s.URL+"/v1/webhooks", tok, "application/json", body); r.status != http.StatusCreated {
+			t.Fatalf("create: %d %s", r.status, r.body)
+		}
+	}
+	r := call(t, "POST", s.URL+"/v1/webhooks", tok, "application/json", body)
+	if r.status != http.StatusConflict {
+		t.Fatalf("a third endpoint: %d %s", r.status, r.body)
+	}
+	p := r.problem(t)
+	if !strings.HasSuffix(p.Type, "/limit-webhook-endpoints") || !strings.Contains(p.Detail, "2 webhook endpoints") {
+		t.Errorf("problem %+v", p)
+	}
+	var list struct{ Items []webhookReply }
+	call(t, "GET", s.URL+"/v1/webhooks", tok, "", nil).decode(t, &list)
+	if len(list.Items) != 2 {
+		t.Errorf("%d endpoints after a refused create, want 2", len(list.Items))
+	}
+}
+
+// Test deliveries past the limit are 429 with Retry-After, counted in Redis: a second API
+// instance on the same Redis refuses them too.
+func TestWebhookTestsAreRateLimited(t *testing.T) {
+	t.Parallel()
+	cfg := webhooks.Config{TestsPerEndpoint: 2, TestWindow: time.Hour}
+	s := apitest.Start(t, apitest.Options{Webhooks: &cfg})
+	other := apitest.Start(t, apitest.Options{Webhooks: &cfg, Redis: s.Redis})
+	tok := s.Token("acme", auth.ScopeWebhooks)
+	r := call(t, "POST", s.URL+"/v1/webhooks", tok, "application/json", []byte(`{"url": "http://127.0.0.1:9/hooks", "events": ["*"]}`))
+	var ep webhookReply
+	r.decode(t, &ep)
+	for range 2 {
+		if r := call(t, "POST", s.URL+"/v1/webhooks/"+ep.ID+"/test", tok, "", nil); r.status != http.StatusAccepted {
+			t.Fatalf("test: %d %s", r.status, r.body)
+		}
+	}
+	for _, st := range []*apitest.Stack{s, other} {
+		r := call(t, "POST", st.URL+"/v1/webhooks/"+ep.ID+"/test", st.Token("acme", auth.ScopeWebhooks), "", nil)
+		if r.status != http.StatusTooManyRequests {
+			t.Fatalf("a third test: %d %s", r.status, r.body)
+		}
+		p := r.problem(t)
+		ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+		if !strings.HasSuffix(p.Type, "/limit-webhook-tests") || err != nil || ra < 1 || ra > 3600 {
+			t.Errorf("problem %+v, Retry-After %q", p, r.header.Get("Retry-After"))
+		}
+	}
+	var page struct{ Items []struct{ ID string } }
+	call(t, "GET", s.URL+"/v1/webhooks/"+ep.ID+"/deliveries", tok, "", nil).decode(t, &page)
+	if len(page.Items) != 2 {
+		t.Errorf("%d test deliveries made, want 2", len(page.Items))
+	}
+}
+
+// A receiver's answer to a delivery is never shown: whatever a 500 says (it could be anything
+// the URL reaches), the delivery log holds its status and a fixed hint, and Redis holds no
+// part of it.
+func TestAFailedDeliverysAnswerIsNeverShown(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Webhooks: &webhooks.Config{Schedule: []time.Duration{time.Millisecond}}})
+	tok := s.Token("acme", auth.ScopeWebhooks)
+	const secret = "INTERNAL-ONLY-7f3a9c-aws_secret_access_key=wJalrXUtnFEMI"
+	var hits atomic.Int64
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, secret)
+	}))
+	defer recv.Close()
+	r := call(t, "POST", s.URL+"/v1/webhooks", tok, "application/json", []byte(`{"url": "`+recv.URL+`/hooks", "events": ["*"]}`))
+	var ep webhookReply
+	r.decode(t, &ep)
+	r = call(t, "POST", s.URL+"/v1/webhooks/"+ep.ID+"/test", tok, "", nil)
+	var d struct{ ID string }
+	r.decode(t, &d)
+	var page reply
+	testwait.Until(t, 10*time.Second, "both attempts to fail", func() bool {
+		if _, err := s.Webhooks.DispatchOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		page = call(t, "GET", s.URL+"/v1/webhooks/"+ep.ID+"/deliveries", tok, "", nil)
+		return hits.Load() == 2 && strings.Contains(string(page.body), `"failed"`)
+	})
+	var got struct {
+		Items []struct {
+			ResponseCode int `json:"response_code"`
+			Error        string
+			AttemptLog   []struct{ Error string } `json:"attempt_log"`
+		}
+	}
+	page.decode(t, &got)
+	if len(got.Items) != 1 || got.Items[0].ResponseCode != 500 || !strings.HasPrefix(got.Items[0].Error, "HTTP 500 (") ||
+		len(got.Items[0].AttemptLog) != 2 {
+		t.Errorf("delivery %+v", got.Items)
+	}
+	answers := []reply{page,
+		call(t, "POST", s.URL+"/v1/webhooks/"+ep.ID+"/deliveries/"+d.ID+"/redeliver", tok, "", nil),
+		call(t, "GET", s.URL+"/v1/webhooks/"+ep.ID, tok, "", nil),
+		call(t, "GET", s.URL+"/v1/webhooks", tok, "", nil),
+	}
+	for _, a := range answers {
+		if strings.Contains(string(a.body), "INTERNAL-ONLY") || strings.Contains(string(a.body), "wJalr") {
+			t.Errorf("the API shows the receiver's answer: %s", a.body)
+		}
+	}
+	ctx := context.Background()
+	keys, err := s.Redis.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		var vals []string
+		switch typ, _ := s.Redis.Type(ctx, k).Result(); typ {
+		case "hash":
+			for f, v := range s.Redis.HGetAll(ctx, k).Val() {
+				vals = append(vals, f, v)
+			}
+		case "list":
+			vals = s.Redis.LRange(ctx, k, 0, -1).Val()
+		case "set":
+			vals = s.Redis.SMembers(ctx, k).Val()
+		case "zset":
+			vals = s.Redis.ZRange(ctx, k, 0, -1).Val()
+		case "string":
+			vals = []string{s.Redis.Get(ctx, k).Val()}
+		case "stream":
+			for _, m := range s.Redis.XRange(ctx, k, "-", "+").Val() {
+				for f, v := range m.Values {
+					vals = append(vals, f, fmt.Sprint(v))
+				}
+			}
+		}
+		if all := strings.Join(vals, " "); strings.Contains(all, "INTERNAL-ONLY") || strings.Contains(all, "wJalr") {
+			t.Errorf("Redis key %s holds the receiver's answer", k)
+		}
 	}
 }

@@ -28,8 +28,9 @@ type Message struct {
 }
 
 // JobEvent is the data of a job event: the event as it happened (its per-job sequence number,
-// the job's status then, a detail), and the job as it stood when the delivery was made — never
-// with secret values, which a job never holds.
+// the job's status then, a detail), and the job as it stands when the delivery is sent —
+// never with secret values, which a job never holds. The job is read when the delivery is
+// sent rather than kept with it, so a delivery's record stays small whatever the job's size.
 type JobEvent struct {
 	JobID    string   `json:"job_id"`
 	Sequence int64    `json:"sequence"`
@@ -38,7 +39,17 @@ type JobEvent struct {
 	Job      *job.Job `json:"job,omitempty"`
 }
 
-// Stats counts what one dispatch round did.
+// event is what the outbox (or the service itself) says happened, stored once as ev:{msg}
+// for all its deliveries.
+type event struct {
+	msg, org, typ, jobID string
+	seq                  int64
+	status, detail       string
+	at                   time.Time
+	data                 []byte // an event not about a job: its data, JSON
+}
+
+// Stats counts what dispatching did.
 type Stats struct {
 	Events, Deliveries, Delivered, Failed int
 }
@@ -46,16 +57,52 @@ type Stats struct {
 // Idle reports whether the round found nothing to do.
 func (s Stats) Idle() bool { return s.Events == 0 && s.Deliveries == 0 }
 
-// Run dispatches until ctx ends, checking for work every interval when there was none.
+// tally adds up the Stats of deliveries that end on their own goroutines.
+type tally struct {
+	mu sync.Mutex
+	st Stats
+	wg sync.WaitGroup // the deliveries started and not yet ended
+}
+
+func (t *tally) add(events, deliveries int) {
+	t.mu.Lock()
+	t.st.Events += events
+	t.st.Deliveries += deliveries
+	t.mu.Unlock()
+}
+
+func (t *tally) ended(status string) {
+	t.mu.Lock()
+	switch status {
+	case "delivered":
+		t.st.Delivered++
+	case "failed":
+		t.st.Failed++
+	}
+	t.mu.Unlock()
+}
+
+func (t *tally) stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.st
+}
+
+// Run dispatches until ctx ends: it takes more due deliveries whenever a sender is free, and
+// checks for work every interval when there was none. Deliveries under way when ctx ends are
+// left to their lease, and taken again when it runs out.
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	var t tally
+	defer t.wg.Wait()
 	for ctx.Err() == nil {
-		st, err := s.DispatchOnce(ctx)
+		events, started, err := s.launch(ctx, ctx, &t)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("webhook dispatch", "err", err)
 		}
-		if st.Idle() || err != nil {
+		if (events == 0 && started == 0) || err != nil {
 			select {
 			case <-ctx.Done():
+			case <-s.freed:
 			case <-time.After(interval):
 			}
 		}
@@ -63,70 +110,84 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 }
 
 // DrainFor dispatches until there is nothing to do or budget has passed (a scheduled Lambda's
-// run).
+// run), then waits for the deliveries it started, which run under ctx, not the budget.
 func (s *Service) DrainFor(ctx context.Context, budget time.Duration) (Stats, error) {
-	ctx, cancel := context.WithTimeout(ctx, budget)
+	taking, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	var total Stats
-	for ctx.Err() == nil {
-		st, err := s.DispatchOnce(ctx)
-		total.Events += st.Events
-		total.Deliveries += st.Deliveries
-		total.Delivered += st.Delivered
-		total.Failed += st.Failed
+	var t tally
+	var err error
+	for taking.Err() == nil {
+		var events, started int
+		events, started, err = s.launch(taking, ctx, &t)
 		if err != nil {
-			if ctx.Err() != nil {
-				return total, nil
+			if taking.Err() != nil {
+				err = nil
 			}
-			return total, err
-		}
-		if st.Idle() {
 			break
 		}
+		if events == 0 && started == 0 {
+			if len(s.slots) == 0 {
+				break // nothing to take and nothing under way
+			}
+			select {
+			case <-taking.Done():
+			case <-s.freed:
+			}
+		}
 	}
-	return total, nil
+	t.wg.Wait()
+	return t.stats(), err
 }
 
 // DispatchOnce turns the outbox's new events into deliveries, then sends the deliveries that
-// are due.
+// are due and that there are free senders for, and waits for them.
 func (s *Service) DispatchOnce(ctx context.Context) (Stats, error) {
-	var st Stats
-	n, err := s.readOutbox(ctx)
-	st.Events = n
+	var t tally
+	_, _, err := s.launch(ctx, ctx, &t)
+	t.wg.Wait()
+	return t.stats(), err
+}
+
+// launch fans out the outbox's new events, takes as many due deliveries as there are free
+// senders (no more than OrgConcurrency of an organization's at once, over all dispatchers),
+// and starts sending them under sendCtx. It reports the events read and deliveries started.
+func (s *Service) launch(ctx, sendCtx context.Context, t *tally) (int, int, error) {
+	events, err := s.readOutbox(ctx)
+	t.add(events, 0)
 	if err != nil {
-		return st, err
+		return events, 0, err
 	}
-	ids, err := takeScript.Run(ctx, s.rdb, []string{s.k.due()}, s.k.p, ms(s.cfg.Now()),
-		(s.cfg.Timeout + 30*time.Second).Milliseconds(), s.cfg.Concurrency*2).StringSlice()
+	free := cap(s.slots) - len(s.slots)
+	if free == 0 {
+		return events, 0, nil
+	}
+	ids, err := takeScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()),
+		(s.cfg.Timeout + 30*time.Second).Milliseconds(), free, s.cfg.OrgConcurrency).StringSlice()
 	if err != nil {
-		return st, fmt.Errorf("webhooks: take: %w", err)
+		return events, 0, fmt.Errorf("webhooks: take: %w", err)
 	}
-	st.Deliveries = len(ids)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, s.cfg.Concurrency)
+	t.add(0, len(ids))
+	bodies := &bodies{s: s}
 	for _, id := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
+		s.slots <- struct{}{}
+		t.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			status, err := s.deliver(ctx, id)
-			if err != nil {
+			defer func() {
+				<-s.slots
+				t.wg.Done()
+				select {
+				case s.freed <- struct{}{}:
+				default:
+				}
+			}()
+			status, err := s.deliver(sendCtx, id, bodies)
+			if err != nil && sendCtx.Err() == nil {
 				s.cfg.Logger.Warn("webhook delivery bookkeeping", "delivery", id, "err", err)
 			}
-			mu.Lock()
-			switch status {
-			case "delivered":
-				st.Delivered++
-			case "failed":
-				st.Failed++
-			}
-			mu.Unlock()
+			t.ended(status)
 		}()
 	}
-	wg.Wait()
-	return st, nil
+	return events, len(ids), nil
 }
 
 // readOutbox fans out the outbox entries this consumer has not handled: ones another
@@ -180,33 +241,76 @@ func (s *Service) ensureGroup(ctx context.Context) error {
 // fanOut makes the deliveries of one outbox entry.
 func (s *Service) fanOut(ctx context.Context, m redis.XMessage) error {
 	field := func(k string) string { v, _ := m.Values[k].(string); return v }
-	org, typ, jobID := field("org"), field("type"), field("job_id")
 	seq, _ := strconv.ParseInt(field("seq"), 10, 64)
-	ev := JobEvent{JobID: jobID, Sequence: seq, Status: field("status"), Detail: field("detail")}
-	if j, err := s.cfg.Jobs.Get(ctx, jobID); err == nil {
-		ev.Job = j
-	} else if !errors.Is(err, job.ErrNotFound) {
-		return fmt.Errorf("webhooks: read job %s: %w", jobID, err)
-	}
-	body, err := json.Marshal(Message{Type: typ, Timestamp: fromMS(field("time")), Data: ev})
-	if err != nil {
-		return err
-	}
-	_, err = s.makeDeliveries(ctx, m.ID, org, typ, jobID, seq, "msg_"+m.ID, body, "", "")
+	ev := event{msg: "msg_" + m.ID, org: field("org"), typ: field("type"), jobID: field("job_id"), seq: seq,
+		status: field("status"), detail: field("detail"), at: fromMS(field("time"))}
+	_, err := s.makeDeliveries(ctx, m.ID, ev, "", "")
 	return err
 }
 
-func (s *Service) makeDeliveries(ctx context.Context, entry, org, typ, jobID string, seq int64, msgID string, body []byte, only, except string) ([]string, error) {
-	ids, err := fanoutScript.Run(ctx, s.rdb, []string{s.k.due()}, s.k.p, ms(s.cfg.Now()),
-		s.k.outbox, group, entry, org, typ, jobID, seq, msgID, body, s.cfg.Retention.Milliseconds(), only, except).StringSlice()
+func (s *Service) makeDeliveries(ctx context.Context, entry string, ev event, only, except string) ([]string, error) {
+	ids, err := fanoutScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()),
+		s.k.outbox, group, entry, ev.org, ev.typ, ev.jobID, ev.seq, ev.msg, ev.status, ev.detail, ms(ev.at), ev.data,
+		only, except, s.cfg.KeepDeliveries).StringSlice()
 	if err != nil {
-		return nil, fmt.Errorf("webhooks: fan out %s: %w", msgID, err)
+		return nil, fmt.Errorf("webhooks: fan out %s: %w", ev.msg, err)
 	}
 	return ids, nil
 }
 
+// bodies builds the bodies of the deliveries one take started, each event's once, reading
+// each job once.
+type bodies struct {
+	s    *Service
+	mu   sync.Mutex
+	msgs map[string][]byte
+	jobs map[string]*job.Job
+}
+
+// body is the body of the message msg: the event, with the job as it stands now.
+func (b *bodies) body(ctx context.Context, msg string) ([]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if body, ok := b.msgs[msg]; ok {
+		return body, nil
+	}
+	m, err := b.s.rdb.HGetAll(ctx, b.s.k.event(msg)).Result()
+	if err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	var data any = json.RawMessage(m["data"])
+	if m["data"] == "" {
+		seq, _ := strconv.ParseInt(m["seq"], 10, 64)
+		ev := JobEvent{JobID: m["job_id"], Sequence: seq, Status: m["status"], Detail: m["detail"]}
+		j, ok := b.jobs[ev.JobID]
+		if !ok {
+			if j, err = b.s.cfg.Jobs.Get(ctx, ev.JobID); err != nil && !errors.Is(err, job.ErrNotFound) {
+				return nil, fmt.Errorf("webhooks: read job %s: %w", ev.JobID, err)
+			}
+			if b.jobs == nil {
+				b.jobs = map[string]*job.Job{}
+			}
+			b.jobs[ev.JobID] = j
+		}
+		ev.Job = j
+		data = ev
+	}
+	body, err := json.Marshal(Message{Type: m["type"], Timestamp: fromMS(m["time"]), Data: data})
+	if err != nil {
+		return nil, err
+	}
+	if b.msgs == nil {
+		b.msgs = map[string][]byte{}
+	}
+	b.msgs[msg] = body
+	return body, nil
+}
+
 // deliver makes one attempt at a delivery and records it; it returns the delivery's status.
-func (s *Service) deliver(ctx context.Context, id string) (string, error) {
+func (s *Service) deliver(ctx context.Context, id string, bodies *bodies) (string, error) {
 	d, err := s.rdb.HGetAll(ctx, s.k.delivery(id)).Result()
 	if err != nil {
 		return "", err
@@ -218,18 +322,27 @@ func (s *Service) deliver(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if len(ep) == 0 || (ep["enabled"] != "1" && d["force"] != "1") {
-		why := "the endpoint was deleted"
-		if len(ep) > 0 {
-			why = "the endpoint is disabled: " + ep["disabled_reason"]
-		}
-		return s.record(ctx, id, d["org"], d["ep"], "skipped", 0, 0, why, time.Time{})
+	if len(ep) == 0 {
+		// Deleted, and the deletion stopped before it removed this: finish it.
+		return "", s.purge(ctx, d["ep"])
+	}
+	if ep["enabled"] != "1" && d["force"] != "1" {
+		return s.record(ctx, id, d["org"], d["ep"], "skipped", 0, 0, "the endpoint is disabled: "+ep["disabled_reason"], time.Time{})
 	}
 	secrets, err := s.secrets(d["ep"], ep, s.cfg.Now())
 	if err != nil {
 		return s.record(ctx, id, d["org"], d["ep"], "failed", 0, 0, err.Error(), time.Time{})
 	}
-	code, latency, retryAfter, sendErr := s.send(ctx, ep["url"], d["msg"], []byte(d["body"]), secrets)
+	body := []byte(d["body"]) // deliveries made before events were stored apart carry their body
+	if len(body) == 0 {
+		if body, err = bodies.body(ctx, d["msg"]); err != nil {
+			return "", err
+		}
+		if body == nil {
+			return s.record(ctx, id, d["org"], d["ep"], "failed", 0, 0, "the event is no longer kept", time.Time{})
+		}
+	}
+	code, latency, retryAfter, sendErr := s.send(ctx, ep["url"], d["msg"], body, secrets)
 	if ctx.Err() != nil {
 		return "", ctx.Err() // shutting down: the take's lease brings it back
 	}
@@ -254,7 +367,9 @@ func (s *Service) deliver(ctx context.Context, id string) (string, error) {
 }
 
 // send POSTs the body, signed, and reports the status code, the latency, the wait the
-// receiver asked for (Retry-After), and an error for anything but a 2xx.
+// receiver asked for (Retry-After), and an error for anything but a 2xx. The answer's body is
+// never read into the error, nor kept: it could be anything the URL reaches, and the delivery
+// log is shown to the organization. The error is the status and a fixed hint.
 func (s *Service) send(ctx context.Context, url, msgID string, body []byte, secrets []string) (int, time.Duration, time.Duration, error) {
 	h, err := webhook.Headers(msgID, s.cfg.Now(), body, secrets...)
 	if err != nil {
@@ -274,19 +389,29 @@ func (s *Service) send(ctx context.Context, url, msgID string, body []byte, secr
 		return 0, latency, 0, fmt.Errorf("no answer: %w", err)
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection can be reused
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return resp.StatusCode, latency, 0, nil
 	}
-	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
-	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		msg += " (redirects are not followed: register the final URL)"
+	return resp.StatusCode, latency, retryAfter(resp.Header.Get("Retry-After"), s.cfg.Now()), errors.New(failureHint(resp.StatusCode))
+}
+
+// failureHint is the error of a delivery answered with code: the status and what usually
+// causes it. It is all a user sees of the answer.
+func failureHint(code int) string {
+	msg := fmt.Sprintf("HTTP %d", code)
+	switch {
+	case code >= 300 && code < 400:
+		return msg + " (redirects are not followed: register the final URL)"
+	case code == http.StatusTooManyRequests:
+		return msg + " (the receiver asked for fewer deliveries; its Retry-After is honoured)"
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return msg + " (the receiver refused the delivery: check that it verifies with the endpoint's current secret)"
+	case code >= 400 && code < 500:
+		return msg + " (the receiver refused the delivery; its answer's body is not kept: see the receiver's own logs)"
+	default:
+		return msg + " (the receiver failed; its answer's body is not kept: see the receiver's own logs)"
 	}
-	if t := strings.TrimSpace(string(snippet)); t != "" {
-		msg += ": " + t
-	}
-	return resp.StatusCode, latency, retryAfter(resp.Header.Get("Retry-After"), s.cfg.Now()), errors.New(msg)
 }
 
 // retryAfter reads a Retry-After header (seconds or an HTTP date), bounded to 1 s..10 h; 0 when
@@ -325,7 +450,7 @@ func (s *Service) record(ctx context.Context, id, org, ep, outcome string, code 
 		nextMS = ms(next)
 	}
 	reason := fmt.Sprintf("every delivery failed for %s; fix the receiver, then re-enable the endpoint", human(s.cfg.DisableAfter))
-	res, err := recordScript.Run(context.WithoutCancel(ctx), s.rdb, []string{s.k.due()}, s.k.p, ms(now), id, outcome, codeText,
+	res, err := recordScript.Run(context.WithoutCancel(ctx), s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(now), id, outcome, codeText,
 		latency.Milliseconds(), errText, nextMS, line, s.cfg.DisableAfter.Milliseconds(), reason, int64(s.cfg.Retention.Seconds())).StringSlice()
 	if err != nil {
 		return "", fmt.Errorf("webhooks: record %s: %w", id, err)
@@ -346,13 +471,12 @@ func (s *Service) notifyDisabled(ctx context.Context, org, ep, reason string) er
 		return err
 	}
 	now := s.cfg.Now().UTC()
-	body, err := json.Marshal(Message{Type: webhook.EventEndpointDisabled, Timestamp: now, Data: map[string]any{
-		"webhook_id": ep, "url": m["url"], "reason": reason, "disabled_at": now,
-	}})
+	data, err := json.Marshal(map[string]any{"webhook_id": ep, "url": m["url"], "reason": reason, "disabled_at": now})
 	if err != nil {
 		return err
 	}
-	_, err = s.makeDeliveries(context.WithoutCancel(ctx), "", org, webhook.EventEndpointDisabled, "", 0, "msg_"+randomHex(12), body, "", ep)
+	ev := event{msg: "msg_" + randomHex(12), org: org, typ: webhook.EventEndpointDisabled, at: now, data: data}
+	_, err = s.makeDeliveries(context.WithoutCancel(ctx), "", ev, "", ep)
 	return err
 }
 
@@ -408,7 +532,7 @@ func (s *Service) Deliveries(ctx context.Context, org, ep, cursor string, limit 
 	return out, next, nil
 }
 
-// webhook.Delivery returns one of an endpoint's deliveries.
+// Delivery returns one of an endpoint's deliveries.
 func (s *Service) Delivery(ctx context.Context, org, ep, id string) (*webhook.Delivery, error) {
 	if _, err := s.Get(ctx, org, ep); err != nil {
 		return nil, err
@@ -460,30 +584,36 @@ func (s *Service) Redeliver(ctx context.Context, org, ep, id string) (*webhook.D
 	if _, err := s.Delivery(ctx, org, ep, id); err != nil {
 		return nil, err
 	}
-	ok, err := redeliverScript.Run(ctx, s.rdb, []string{s.k.due()}, s.k.p, ms(s.cfg.Now()), id, ep).Int()
+	ok, err := redeliverScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()), id, ep).Int()
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: redeliver: %w", err)
 	}
-	if ok == 0 {
-		return nil, webhook.ErrNotFound
+	if ok != 1 {
+		return nil, webhook.ErrNotFound // not the endpoint's, or its event is no longer kept
 	}
 	return s.Delivery(ctx, org, ep, id)
 }
 
 // Test queues a webhook.test delivery to the endpoint (sent even if the endpoint does not
-// subscribe to it, or is disabled) and returns it.
+// subscribe to it, or is disabled) and returns it. An endpoint may be tested TestsPerEndpoint
+// times, and an organization's endpoints TestsPerOrg times, in TestWindow; past that it is a
+// *webhook.LimitError.
 func (s *Service) Test(ctx context.Context, org, ep string) (*webhook.Delivery, error) {
 	if _, err := s.Get(ctx, org, ep); err != nil {
 		return nil, err
 	}
+	if err := s.countTest(ctx, org, ep); err != nil {
+		return nil, err
+	}
 	now := s.cfg.Now().UTC()
-	body, err := json.Marshal(Message{Type: webhook.EventTest, Timestamp: now, Data: map[string]any{
+	data, err := json.Marshal(map[string]any{
 		"webhook_id": ep, "message": "a test delivery from hostedtrain: if its signature verifies, the endpoint is ready",
-	}})
+	})
 	if err != nil {
 		return nil, err
 	}
-	ids, err := s.makeDeliveries(ctx, "", org, webhook.EventTest, "", 0, "msg_test_"+randomHex(10), body, ep, "")
+	ev := event{msg: "msg_test_" + randomHex(10), org: org, typ: webhook.EventTest, at: now, data: data}
+	ids, err := s.makeDeliveries(ctx, "", ev, ep, "")
 	if err != nil {
 		return nil, err
 	}
@@ -491,4 +621,22 @@ func (s *Service) Test(ctx context.Context, org, ep string) (*webhook.Delivery, 
 		return nil, fmt.Errorf("webhooks: test delivery to %s not made", ep)
 	}
 	return s.Delivery(ctx, org, ep, ids[0])
+}
+
+// countTest counts a test delivery against the endpoint's and the organization's rates.
+func (s *Service) countTest(ctx context.Context, org, ep string) error {
+	res, err := testRateScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()), ep, org,
+		s.cfg.TestsPerEndpoint, s.cfg.TestsPerOrg, s.cfg.TestWindow.Milliseconds()).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("webhooks: count a test delivery: %w", err)
+	}
+	if len(res) != 2 || res[0] == 0 {
+		return nil
+	}
+	le := &webhook.LimitError{Limit: webhook.LimitTests, Window: s.cfg.TestWindow, RetryAfter: time.Duration(res[1]) * time.Millisecond,
+		Max: s.cfg.TestsPerEndpoint, Scope: "endpoint"}
+	if res[0] == 2 {
+		le.Max, le.Scope = s.cfg.TestsPerOrg, "organization"
+	}
+	return le
 }

@@ -4,22 +4,94 @@ import "github.com/redis/go-redis/v9"
 
 // The scripts change a delivery's state in one step. Each takes the "{tag}:wh:" prefix as
 // ARGV[1] and now (ms) as ARGV[2], builds its key names from the prefix (all under one hash
-// tag, so one cluster slot), and is routed by KEYS[1], the due set.
+// tag, so one cluster slot), and is routed by KEYS[1], the set of organizations with work due.
+// Each starts with prelude, the helpers they share.
+
+// prelude keeps the due deliveries per organization: due:{org} holds an organization's
+// deliveries by when they may go, and dueorgs each organization that has any, by when its
+// earliest may go (or, while all its slots are busy, when the first lease runs out). The take
+// goes round the organizations in dueorgs, so one organization's backlog never stands in
+// front of another's. busy:{org} holds the organization's deliveries being sent, by when
+// their lease runs out.
+const prelude = `
+local P, NOW = ARGV[1], tonumber(ARGV[2])
+local DUEORGS = P .. 'dueorgs'
+local function dueset(org) return P .. 'due:' .. org end
+local function busyset(org) return P .. 'busy:' .. org end
+local function evkey(msg) return P .. 'ev:' .. msg end
+
+-- refresh scores org in dueorgs by its earliest due delivery, or removes it.
+local function refresh(org)
+  local f = redis.call('ZRANGE', dueset(org), 0, 0, 'WITHSCORES')
+  if #f == 0 then
+    redis.call('ZREM', DUEORGS, org)
+  else
+    redis.call('ZADD', DUEORGS, f[2], org)
+  end
+end
+
+local function due_at(org, did, at)
+  redis.call('ZADD', dueset(org), at, did)
+  redis.call('ZREM', busyset(org), did)
+  refresh(org)
+end
+
+local function not_due(org, did)
+  redis.call('ZREM', dueset(org), did)
+  redis.call('ZREM', busyset(org), did)
+  refresh(org)
+end
+
+-- settle is called when a delivery of msg stops being pending: once none waits, the event is
+-- kept keep seconds, as long as the deliveries that just finished.
+local function settle(msg, keep)
+  local ek = evkey(msg)
+  if redis.call('EXISTS', ek) == 1 and redis.call('HINCRBY', ek, 'pending', -1) <= 0 then
+    redis.call('EXPIRE', ek, keep)
+  end
+end
+
+-- drop removes a delivery, its attempts, its place in the log and the due sets, and its
+-- reference to its event (the event goes with its last delivery). keep is as for settle.
+local function drop(did, keep)
+  local dk = P .. 'dl:' .. did
+  local d = redis.call('HMGET', dk, 'ep', 'org', 'msg', 'status')
+  if not d[1] then
+    return
+  end
+  redis.call('DEL', dk, P .. 'att:' .. did)
+  redis.call('ZREM', P .. 'log:' .. d[1], did)
+  not_due(d[2], did)
+  local ek = evkey(d[3])
+  if redis.call('EXISTS', ek) == 1 then
+    if d[4] == 'pending' then
+      settle(d[3], keep)
+    end
+    if redis.call('HINCRBY', ek, 'refs', -1) <= 0 then
+      redis.call('DEL', ek)
+    end
+  end
+end
+`
 
 // fanoutScript makes one delivery of a message for each endpoint of the organization that
 // takes it, and acknowledges the outbox entry it came from, in one step. A delivery's id is a
 // hash of the message and the endpoint, so reading the same entry twice (a dispatcher that
 // died before its acknowledgement) makes nothing twice. A delivery about a job waits behind
-// the endpoint's earlier deliveries of that job.
+// the endpoint's earlier deliveries of that job. The event is stored once, in ev:{msg}, with
+// how many deliveries refer to it (refs) and how many of those are pending; the deliveries
+// refer to it by the message id. Each new delivery trims its endpoint's log to ARGV[17]
+// entries, dropping the oldest finished deliveries.
 // ARGV[3] outbox key  ARGV[4] group  ARGV[5] outbox entry id or ""  ARGV[6] org  ARGV[7] type
-// ARGV[8] job id or ""  ARGV[9] sequence  ARGV[10] message id  ARGV[11] body
-// ARGV[12] how long the log keeps deliveries (ms)  ARGV[13] only this endpoint (a test; it
-// need not subscribe, and is sent even if disabled) or ""  ARGV[14] not this endpoint or ""
+// ARGV[8] job id or ""  ARGV[9] sequence  ARGV[10] message id  ARGV[11] the job's status
+// ARGV[12] detail  ARGV[13] when the event happened (ms)  ARGV[14] the data of an event that
+// is not about a job (JSON) or ""  ARGV[15] only this endpoint (a test; it need not
+// subscribe, and is sent even if disabled) or ""  ARGV[16] not this endpoint or ""
+// ARGV[17] how many deliveries an endpoint's log keeps
 // Returns the ids of the deliveries made.
-var fanoutScript = redis.NewScript(`
-local P, NOW = ARGV[1], tonumber(ARGV[2])
+var fanoutScript = redis.NewScript(prelude + `
 local org, typ, jobid, msg = ARGV[6], ARGV[7], ARGV[8], ARGV[10]
-local only, except = ARGV[13], ARGV[14]
+local only, except, keepn = ARGV[15], ARGV[16], tonumber(ARGV[17])
 local function takes(csv)
   for e in string.gmatch(csv or '', '[^,]+') do
     if e == typ or e == '*' then
@@ -27,6 +99,28 @@ local function takes(csv)
     end
   end
   return false
+end
+-- trim drops the oldest finished deliveries of ep's log while it holds more than keepn, and
+-- forgets entries whose delivery has expired; it looks at a few, so each call is short.
+local function trim(ep)
+  local lk = P .. 'log:' .. ep
+  local n = redis.call('ZCARD', lk)
+  if n <= keepn then
+    return
+  end
+  for _, did in ipairs(redis.call('ZRANGE', lk, 0, 3)) do
+    if n <= keepn then
+      return
+    end
+    local st = redis.call('HGET', P .. 'dl:' .. did, 'status')
+    if not st then
+      redis.call('ZREM', lk, did)
+      n = n - 1
+    elseif st ~= 'pending' then
+      drop(did, 0)
+      n = n - 1
+    end
+  end
 end
 local eps
 if only ~= '' then
@@ -42,22 +136,30 @@ for _, ep in ipairs(eps) do
     local dk = P .. 'dl:' .. did
     if redis.call('EXISTS', dk) == 0 then
       redis.call('HSET', dk, 'ep', ep, 'org', org, 'msg', msg, 'type', typ, 'job_id', jobid, 'seq', ARGV[9],
-        'body', ARGV[11], 'status', 'pending', 'attempts', 0, 'created_at', ARGV[2], 'next_at', ARGV[2])
+        'status', 'pending', 'attempts', 0, 'created_at', ARGV[2], 'next_at', ARGV[2])
       if only ~= '' then
         redis.call('HSET', dk, 'force', '1')
       end
       redis.call('ZADD', P .. 'log:' .. ep, NOW, did)
-      redis.call('ZREMRANGEBYSCORE', P .. 'log:' .. ep, '-inf', NOW - tonumber(ARGV[12]))
+      trim(ep)
       if jobid ~= '' then
         if redis.call('RPUSH', P .. 'order:' .. ep .. ':' .. jobid, did) == 1 then
-          redis.call('ZADD', P .. 'due', NOW, did)
+          due_at(org, did, NOW)
         end
       else
-        redis.call('ZADD', P .. 'due', NOW, did)
+        due_at(org, did, NOW)
       end
       made[#made + 1] = did
     end
   end
+end
+if #made > 0 then
+  local ek = evkey(msg)
+  redis.call('HSET', ek, 'org', org, 'type', typ, 'job_id', jobid, 'seq', ARGV[9], 'status', ARGV[11],
+    'detail', ARGV[12], 'time', ARGV[13], 'data', ARGV[14])
+  redis.call('HINCRBY', ek, 'pending', #made)
+  redis.call('HINCRBY', ek, 'refs', #made)
+  redis.call('PERSIST', ek)
 end
 if ARGV[5] ~= '' then
   redis.call('XACK', ARGV[3], ARGV[4], ARGV[5])
@@ -65,15 +167,53 @@ end
 return made
 `)
 
-// takeScript hands a dispatcher up to ARGV[4] deliveries that are due, pushing each one's due
-// time ARGV[3] ms ahead: a dispatcher that dies mid-send leaves it to be taken again then.
-var takeScript = redis.NewScript(`
-local P, NOW = ARGV[1], tonumber(ARGV[2])
-local ids = redis.call('ZRANGEBYSCORE', P .. 'due', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[4]))
-for _, id in ipairs(ids) do
-  redis.call('ZADD', P .. 'due', NOW + tonumber(ARGV[3]), id)
+// takeScript hands a dispatcher up to ARGV[4] deliveries that are due, going round the
+// organizations that have any and giving each at most ARGV[5] at once: it pushes each one's
+// due time ARGV[3] ms ahead and holds a slot of its organization's for as long (a dispatcher
+// that dies mid-send leaves it to be taken again then). An organization whose slots are all
+// held is passed over until one frees. It first moves deliveries left in the single due set
+// of earlier versions into their organizations' sets.
+// Returns the ids taken.
+var takeScript = redis.NewScript(prelude + `
+local legacy = redis.call('ZRANGE', P .. 'due', 0, 99, 'WITHSCORES')
+for i = 1, #legacy, 2 do
+  local org = redis.call('HGET', P .. 'dl:' .. legacy[i], 'org')
+  if org then
+    due_at(org, legacy[i], legacy[i + 1])
+  end
+  redis.call('ZREM', P .. 'due', legacy[i])
 end
-return ids
+local want, cap, lease = tonumber(ARGV[4]), tonumber(ARGV[5]), NOW + tonumber(ARGV[3])
+local open = redis.call('ZRANGEBYSCORE', DUEORGS, '-inf', NOW, 'LIMIT', 0, want)
+for _, org in ipairs(open) do
+  redis.call('ZREMRANGEBYSCORE', busyset(org), '-inf', NOW)
+end
+local taken = {}
+while #taken < want and #open > 0 do
+  local still = {}
+  for _, org in ipairs(open) do
+    if #taken >= want then
+      break
+    end
+    local id = redis.call('ZRANGEBYSCORE', dueset(org), '-inf', NOW, 'LIMIT', 0, 1)[1]
+    if id and redis.call('ZCARD', busyset(org)) < cap then
+      redis.call('ZADD', dueset(org), lease, id)
+      redis.call('ZADD', busyset(org), lease, id)
+      taken[#taken + 1] = id
+      still[#still + 1] = org
+    elseif id then
+      local first = redis.call('ZRANGE', busyset(org), 0, 0, 'WITHSCORES')
+      redis.call('ZADD', DUEORGS, first[2], org)
+    else
+      refresh(org)
+    end
+  end
+  open = still
+end
+for _, org in ipairs(open) do
+  refresh(org)
+end
+return taken
 `)
 
 // recordScript writes down an attempt and what follows from it.
@@ -82,17 +222,18 @@ return ids
 // (ms) for retry  ARGV[9] the attempt's log line  ARGV[10] failing this long disables (ms)
 // ARGV[11] the reason given then  ARGV[12] how long finished deliveries are kept (s)
 // A delivery that is finished (delivered, failed, skipped) lets the endpoint's next delivery
-// of the same job go. An endpoint's first failure after a success starts its failing clock; a
-// success stops it; 410, or failing for ARGV[10], disables it.
+// of the same job go, and frees its organization's slot. An endpoint's first failure after a
+// success starts its failing clock; a success stops it; 410, or failing for ARGV[10],
+// disables it.
 // Returns {the delivery's status, the reason the endpoint was disabled now or ""}.
-var recordScript = redis.NewScript(`
-local P, NOW, did, outcome = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+var recordScript = redis.NewScript(prelude + `
+local did, outcome = ARGV[3], ARGV[4]
 local dk = P .. 'dl:' .. did
-local d = redis.call('HMGET', dk, 'ep', 'job_id')
+local d = redis.call('HMGET', dk, 'ep', 'job_id', 'org', 'msg', 'status')
 if not d[1] then
   return {'missing', ''}
 end
-local ep, jobid = d[1], d[2]
+local ep, jobid, org, msg, was = d[1], d[2], d[3], d[4], d[5]
 local ek = P .. 'ep:' .. ep
 local disabled = ''
 if outcome ~= 'skipped' then
@@ -126,7 +267,7 @@ if outcome ~= 'skipped' then
 end
 if outcome == 'retry' and disabled == '' then
   redis.call('HSET', dk, 'status', 'pending', 'next_at', ARGV[8])
-  redis.call('ZADD', P .. 'due', ARGV[8], did)
+  due_at(org, did, ARGV[8])
   return {'pending', ''}
 end
 local status = outcome
@@ -134,34 +275,113 @@ if outcome == 'retry' or outcome == 'gone' then
   status = 'failed'
 end
 redis.call('HSET', dk, 'status', status, 'next_at', '')
-redis.call('ZREM', P .. 'due', did)
+not_due(org, did)
 redis.call('EXPIRE', dk, ARGV[12])
 redis.call('EXPIRE', P .. 'att:' .. did, ARGV[12])
+if was == 'pending' then
+  settle(msg, ARGV[12])
+end
 if jobid ~= '' then
   local ok = P .. 'order:' .. ep .. ':' .. jobid
   if redis.call('LINDEX', ok, 0) == did then
     redis.call('LPOP', ok)
     local nxt = redis.call('LINDEX', ok, 0)
     if nxt then
-      redis.call('ZADD', P .. 'due', NOW, nxt)
+      due_at(org, nxt, NOW)
     end
   end
 end
 return {status, disabled}
 `)
 
-// redeliverScript sends a delivery again now, whatever became of it, and keeps it while it is
-// pending.
+// redeliverScript sends a delivery again now, whatever became of it, and keeps it and its
+// event while it is pending.
 // ARGV[3] delivery id  ARGV[4] endpoint id (it must be the delivery's)
-var redeliverScript = redis.NewScript(`
-local P = ARGV[1]
-local dk = P .. 'dl:' .. ARGV[3]
-if redis.call('HGET', dk, 'ep') ~= ARGV[4] then
+// Returns 1, or 0 if the delivery is not the endpoint's, or -1 if its event is no longer kept.
+var redeliverScript = redis.NewScript(prelude + `
+local did = ARGV[3]
+local dk = P .. 'dl:' .. did
+local d = redis.call('HMGET', dk, 'ep', 'org', 'msg', 'status', 'body')
+if d[1] ~= ARGV[4] then
   return 0
+end
+local ek = evkey(d[3])
+if redis.call('EXISTS', ek) == 0 and not d[5] then
+  return -1
+end
+if d[4] ~= 'pending' and not d[5] then
+  redis.call('HINCRBY', ek, 'pending', 1)
+  redis.call('PERSIST', ek)
 end
 redis.call('HSET', dk, 'status', 'pending', 'next_at', ARGV[2], 'force', '1')
 redis.call('PERSIST', dk)
-redis.call('PERSIST', P .. 'att:' .. ARGV[3])
-redis.call('ZADD', P .. 'due', ARGV[2], ARGV[3])
+redis.call('PERSIST', P .. 'att:' .. did)
+due_at(d[2], did, ARGV[2])
 return 1
+`)
+
+// purgeScript removes up to ARGV[4] of an endpoint's deliveries, with their attempts and
+// their places in line, and their references to their events; the endpoint's job lines go
+// with them. Delete calls it until nothing is left.
+// ARGV[3] endpoint id  ARGV[4] how many  ARGV[5] how long a settled event is kept (s)
+// Returns how many of the endpoint's deliveries are left.
+var purgeScript = redis.NewScript(prelude + `
+local ep = ARGV[3]
+local lk = P .. 'log:' .. ep
+for _, did in ipairs(redis.call('ZRANGE', lk, 0, tonumber(ARGV[4]) - 1)) do
+  local jobid = redis.call('HGET', P .. 'dl:' .. did, 'job_id')
+  if jobid and jobid ~= '' then
+    redis.call('DEL', P .. 'order:' .. ep .. ':' .. jobid)
+  end
+  drop(did, ARGV[5])
+  redis.call('ZREM', lk, did)
+end
+return redis.call('ZCARD', lk)
+`)
+
+// createScript registers an endpoint unless its organization already has ARGV[4].
+// ARGV[3] org  ARGV[4] how many endpoints an organization may have  ARGV[5] endpoint id
+// ARGV[6...] the endpoint's fields, name then value
+// Returns 1, or 0 when the organization is at its limit (nothing is written).
+var createScript = redis.NewScript(prelude + `
+local ok = P .. 'org:' .. ARGV[3]
+if redis.call('SCARD', ok) >= tonumber(ARGV[4]) then
+  return 0
+end
+local fields = {}
+for i = 6, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+redis.call('HSET', P .. 'ep:' .. ARGV[5], unpack(fields))
+redis.call('SADD', ok, ARGV[5])
+return 1
+`)
+
+// testRateScript counts a test delivery against its endpoint's window and its organization's
+// (fixed windows of ARGV[7] ms, counted in Redis so every API instance shares them), or
+// refuses it when either is full.
+// ARGV[3] endpoint id  ARGV[4] org  ARGV[5] tests per endpoint a window  ARGV[6] tests per
+// organization a window  ARGV[7] the window (ms)
+// Returns {0, 0} when counted, or {1 (the endpoint's) or 2 (the organization's), ms until the
+// full window ends}.
+var testRateScript = redis.NewScript(prelude + `
+local ks = {P .. 'rate:test:ep:' .. ARGV[3], P .. 'rate:test:org:' .. ARGV[4]}
+local maxes = {tonumber(ARGV[5]), tonumber(ARGV[6])}
+local window = tonumber(ARGV[7])
+for i, k in ipairs(ks) do
+  if (tonumber(redis.call('GET', k)) or 0) >= maxes[i] then
+    local ttl = redis.call('PTTL', k)
+    if ttl < 0 then
+      redis.call('PEXPIRE', k, window)
+      ttl = window
+    end
+    return {i, ttl}
+  end
+end
+for _, k in ipairs(ks) do
+  if redis.call('INCR', k) == 1 then
+    redis.call('PEXPIRE', k, window)
+  end
+end
+return {0, 0}
 `)

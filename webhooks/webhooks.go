@@ -5,13 +5,18 @@
 // state change, for organizations that have an endpoint). A dispatcher reads it through a
 // consumer group, turns each event into one delivery per subscribed endpoint, and sends the
 // deliveries: one at a time per endpoint and job, so a receiver sees a job's events in
-// sequence order even through its own outages; failures are retried on a schedule (5 s, 5 min,
+// sequence order even through its own outages, and at most a few at a time per organization,
+// so one organization's slow receivers cannot hold every sender; failures are retried on a schedule (5 s, 5 min,
 // 30 min, 2 h, 5 h, 10 h, 10 h, with jitter, or the receiver's Retry-After). A 410 disables
 // the endpoint; so do five days of nothing but failures. Every target is checked against our
 // own network when it is registered and again on the address each delivery dials.
 //
 // State lives in Redis beside the queue, under the same hash tag, changed by small Lua
-// scripts so a delivery's bookkeeping is one step.
+// scripts so a delivery's bookkeeping is one step. What one organization can store is
+// bounded: a number of endpoints, a number of deliveries kept per endpoint, each delivery a
+// few hundred bytes that refer to the event (stored once, without the job; the job is read
+// when the delivery is sent), and no answer's body. Deleting an endpoint deletes its
+// deliveries.
 package webhooks
 
 import (
@@ -73,6 +78,18 @@ type Config struct {
 	Retention time.Duration
 	// Concurrency is how many deliveries one dispatcher sends at once (default 16).
 	Concurrency int
+	// OrgConcurrency is how many deliveries of one organization are sent at once, over all
+	// dispatchers (default a quarter of Concurrency, at least 1).
+	OrgConcurrency int
+	// MaxEndpoints is how many endpoints an organization may register (default 20).
+	MaxEndpoints int
+	// KeepDeliveries is how many deliveries an endpoint's log keeps; older finished ones are
+	// removed as new ones come (default 1000).
+	KeepDeliveries int
+	// TestsPerEndpoint and TestsPerOrg are how many test deliveries an endpoint, and an
+	// organization, may ask for in TestWindow (defaults 5 and 20 a minute).
+	TestsPerEndpoint, TestsPerOrg int
+	TestWindow                    time.Duration
 	// Consumer names this dispatcher in the outbox's consumer group (default host-pid-random).
 	Consumer string
 	Now      func() time.Time
@@ -108,6 +125,19 @@ func (c *Config) defaults() error {
 	if c.Concurrency == 0 {
 		c.Concurrency = 16
 	}
+	if c.OrgConcurrency == 0 {
+		c.OrgConcurrency = max(1, c.Concurrency/4)
+	}
+	defInt := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
+	defInt(&c.MaxEndpoints, 20)
+	defInt(&c.KeepDeliveries, 1000)
+	defInt(&c.TestsPerEndpoint, 5)
+	defInt(&c.TestsPerOrg, 20)
+	def(&c.TestWindow, time.Minute)
 	if c.Consumer == "" {
 		c.Consumer = "dispatcher-" + randomHex(6)
 	}
@@ -127,7 +157,9 @@ type Service struct {
 	k    keys
 	http *http.Client
 
-	groupReady atomic.Bool // the outbox's consumer group is known to exist
+	groupReady atomic.Bool   // the outbox's consumer group is known to exist
+	slots      chan struct{} // one per delivery being sent; Concurrency of them
+	freed      chan struct{} // signalled when a delivery ends, for Run to take more
 }
 
 // New returns the service.
@@ -136,7 +168,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{rdb: rdb, cfg: cfg, k: keys{p: "{" + cfg.Prefix + "}:wh:", outbox: cfg.Hooks.OutboxKey()},
-		http: cfg.Guard.Client(cfg.Timeout)}, nil
+		http: cfg.Guard.Client(cfg.Timeout), slots: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1)}, nil
 }
 
 type keys struct {
@@ -148,18 +180,28 @@ type keys struct {
 //
 //	ep:{id}             hash: an endpoint (org, url, events, enabled, sealed secrets, ...)
 //	org:{org}           set: the organization's endpoint ids
-//	dl:{id}             hash: a delivery (endpoint, message id, type, job, sequence, body, status, ...)
+//	ev:{msg}            hash: an event, once for all its deliveries (type, job, sequence,
+//	                    status, detail, time, or the data of an event not about a job), with
+//	                    how many deliveries refer to it and how many of those are pending
+//	dl:{id}             hash: a delivery (endpoint, message id, type, job, sequence, status,
+//	                    the last attempt's code, latency and error, ...); never a body
 //	att:{id}            list: a delivery's last attempts, newest first
 //	log:{ep}            sorted set: an endpoint's deliveries by creation time
-//	due                 sorted set: deliveries to attempt, by when
+//	dueorgs             sorted set: organizations with deliveries to attempt, by when
+//	due:{org}           sorted set: an organization's deliveries to attempt, by when
+//	busy:{org}          sorted set: an organization's deliveries being sent, by lease end
 //	order:{ep}:{job}    list: an endpoint's pending deliveries of one job, in sequence order;
 //	                    only the head is due, so a job's events arrive in order
+//	rate:test:ep:{id}   counter: an endpoint's test deliveries this window
+//	rate:test:org:{org} counter: an organization's test deliveries this window
 func (k keys) endpoint(id string) string { return k.p + "ep:" + id }
 func (k keys) org(org string) string     { return k.p + "org:" + org }
+func (k keys) event(msg string) string   { return k.p + "ev:" + msg }
 func (k keys) delivery(id string) string { return k.p + "dl:" + id }
 func (k keys) attempts(id string) string { return k.p + "att:" + id }
 func (k keys) log(ep string) string      { return k.p + "log:" + ep }
-func (k keys) due() string               { return k.p + "due" }
+func (k keys) dueOrgs() string           { return k.p + "dueorgs" }
+func (k keys) testRate(ep string) string { return k.p + "rate:test:ep:" + ep }
 
 // group is the outbox's consumer group of webhook dispatchers.
 const group = "webhooks"
@@ -183,12 +225,14 @@ func (s *Service) Create(ctx context.Context, org, url string, events []string, 
 	if err != nil {
 		return nil, err
 	}
-	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, s.k.endpoint(id), "org", org, "url", url, "events", strings.Join(events, ","), "enabled", "1",
-		"description", description, "secret", sealed, "created_at", ms(now), "updated_at", ms(now))
-	pipe.SAdd(ctx, s.k.org(org), id)
-	if _, err := pipe.Exec(ctx); err != nil {
+	made, err := createScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(now), org, s.cfg.MaxEndpoints, id,
+		"org", org, "url", url, "events", strings.Join(events, ","), "enabled", "1",
+		"description", description, "secret", sealed, "created_at", ms(now), "updated_at", ms(now)).Int()
+	if err != nil {
 		return nil, fmt.Errorf("webhooks: create: %w", err)
+	}
+	if made == 0 {
+		return nil, &webhook.LimitError{Limit: webhook.LimitEndpoints, Max: s.cfg.MaxEndpoints}
 	}
 	if err := s.cfg.Hooks.SetHooked(ctx, org, true); err != nil {
 		return nil, err
@@ -339,22 +383,41 @@ func (s *Service) Update(ctx context.Context, org, id string, p webhook.Patch) (
 	return ep, nil
 }
 
-// Delete removes org's endpoint id; its pending deliveries are dropped.
+// Delete removes org's endpoint id and its deliveries, pending or finished.
 func (s *Service) Delete(ctx context.Context, org, id string) error {
 	if _, err := s.Get(ctx, org, id); err != nil {
 		return err
 	}
 	pipe := s.rdb.TxPipeline()
-	pipe.Del(ctx, s.k.endpoint(id), s.k.log(id))
+	pipe.Del(ctx, s.k.endpoint(id), s.k.testRate(id))
 	pipe.SRem(ctx, s.k.org(org), id)
 	card := pipe.SCard(ctx, s.k.org(org))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("webhooks: delete: %w", err)
 	}
+	// The endpoint is gone, so nothing new is made for it; should this stop half way, the
+	// dispatcher finishes the purge when it meets one of the deliveries left.
+	if err := s.purge(ctx, id); err != nil {
+		return err
+	}
 	if card.Val() == 0 {
 		return s.cfg.Hooks.SetHooked(ctx, org, false)
 	}
 	return nil
+}
+
+// purge removes a deleted endpoint's deliveries, a batch at a time.
+func (s *Service) purge(ctx context.Context, ep string) error {
+	for {
+		left, err := purgeScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()), ep, 200,
+			int64(s.cfg.Retention.Seconds())).Int()
+		if err != nil {
+			return fmt.Errorf("webhooks: remove the deliveries of %s: %w", ep, err)
+		}
+		if left == 0 {
+			return nil
+		}
+	}
 }
 
 // secrets opens an endpoint's signing secrets: the current one, and the replaced one while

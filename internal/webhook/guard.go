@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,11 +43,25 @@ var blocked = []struct {
 	{netip.MustParsePrefix("100::/64"), "a discard-only address"},
 }
 
-// embedded are IPv6 forms that carry an IPv4 address; the IPv4 address is what they reach.
+// embedded are IPv6 forms that carry an IPv4 address in their last 32 bits; the IPv4 address
+// is what they reach. (IPv4-mapped ::ffff:0:0/96 is unmapped before anything else.)
 var embedded = []netip.Prefix{
-	netip.MustParsePrefix("64:ff9b::/96"), // NAT64
-	netip.MustParsePrefix("::/96"),        // IPv4-compatible (deprecated)
+	netip.MustParsePrefix("64:ff9b::/96"),    // NAT64, RFC 6052
+	netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated, RFC 2765
+	netip.MustParsePrefix("::/96"),           // IPv4-compatible (deprecated)
 }
+
+var (
+	// localNAT64 is the local-use NAT64 prefix (RFC 8215): it translates to IPv4 inside
+	// someone's own network, wherever in it the operator chose to put the IPv4 address, so
+	// none of it is a public destination.
+	localNAT64 = netip.MustParsePrefix("64:ff9b:1::/48")
+	// sixToFour carries an IPv4 address in bits 16..47 (2002:V4ADDR::/48).
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	// teredo carries its server's IPv4 address in bits 32..63 and its client's, inverted,
+	// in the last 32 bits; the relay delivers to the client's.
+	teredo = netip.MustParsePrefix("2001::/32")
+)
 
 // Resolver looks names up; net.DefaultResolver is one.
 type Resolver interface {
@@ -81,16 +96,26 @@ func (g *Guard) resolver() Resolver {
 func (g *Guard) CheckAddr(a netip.Addr) error {
 	a = a.Unmap() // ::ffff:127.0.0.1 is 127.0.0.1
 	if a.Is6() {
+		b := a.As16()
 		for _, p := range embedded {
 			if p.Contains(a) && a != netip.IPv6Unspecified() && a != netip.IPv6Loopback() {
-				b := a.As16()
 				return g.CheckAddr(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
 			}
 		}
-		if a.As16()[0] == 0x20 && a.As16()[1] == 0x02 { // 6to4: 2002:V4ADDR::/48
-			b := a.As16()
-			if err := g.CheckAddr(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})); err != nil {
-				return err
+		if localNAT64.Contains(a) {
+			return &TargetError{Msg: fmt.Sprintf("%s is a local-use NAT64 address (it reaches IPv4 inside a private network); webhooks go only to public internet addresses", a)}
+		}
+		var carried []netip.Addr
+		switch {
+		case sixToFour.Contains(a):
+			carried = append(carried, netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
+		case teredo.Contains(a):
+			carried = append(carried, netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}),
+				netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}))
+		}
+		for _, v4 := range carried {
+			if err := g.CheckAddr(v4); err != nil {
+				return &TargetError{Msg: fmt.Sprintf("%s carries an IPv4 address: %s", a, err.Error())}
 			}
 		}
 	}
@@ -125,6 +150,11 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 	}
 	if u.User != nil {
 		return &TargetError{Msg: "the URL must not carry a user name or password; the signature authenticates deliveries"}
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return &TargetError{Msg: fmt.Sprintf("the port %q is not one from 1 to 65535", p)}
+		}
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		return g.CheckAddr(a)

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -28,6 +29,36 @@ type InvalidError struct {
 }
 
 func (e *InvalidError) Error() string { return e.Msg }
+
+// Limits an organization can reach, as LimitError.Limit names them.
+const (
+	LimitEndpoints = "webhook-endpoints"
+	LimitTests     = "webhook-tests"
+)
+
+// LimitError is a request past one of an organization's webhook limits: Max of them (per
+// Window, for a rate). RetryAfter, for a rate, is when the window that is full ends.
+type LimitError struct {
+	Limit      string
+	Max        int
+	Window     time.Duration
+	RetryAfter time.Duration
+	// Scope says whose rate is full: "endpoint" or "organization".
+	Scope string
+}
+
+func (e *LimitError) Error() string {
+	if e.Limit == LimitTests {
+		return fmt.Sprintf("this %s has had its %d test deliveries for this %s; try again in %d s",
+			e.Scope, e.Max, e.Window, e.RetryAfterSeconds())
+	}
+	return fmt.Sprintf("the organization has %d webhook endpoints, its limit; delete one to register another", e.Max)
+}
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, at least 1.
+func (e *LimitError) RetryAfterSeconds() int {
+	return max(1, int((e.RetryAfter+time.Second-1)/time.Second))
+}
 
 // Endpoint is a registered webhook target.
 type Endpoint struct {

@@ -96,33 +96,50 @@ func TestTargetsInsideOurNetworkAreRefused(t *testing.T) {
 	}}}
 	ctx := context.Background()
 	refused := map[string]string{
-		"http://127.0.0.1/hook":                    "loopback",
-		"http://127.1.2.3:8080/hook":               "loopback",
-		"http://[::1]/hook":                        "loopback",
-		"http://localhost:9000/hook":               "this machine",
-		"http://loop.example.com/hook":             "resolves to 127.0.0.1",
-		"http://10.0.0.8/hook":                     "private",
-		"http://172.20.1.1/hook":                   "private",
-		"http://192.168.1.10/hook":                 "private",
-		"http://169.254.169.254/latest/meta-data/": "link-local",
-		"http://metadata.example.com/":             "link-local",
-		"http://100.64.0.1/hook":                   "carrier-grade NAT",
-		"http://224.0.0.1/hook":                    "multicast",
-		"http://[ff02::1]/hook":                    "multicast",
-		"http://[fd12:3456::1]/hook":               "unique-local",
-		"http://v6private.example.com/hook":        "unique-local",
-		"http://[fe80::1]/hook":                    "link-local",
-		"http://[::ffff:127.0.0.1]/hook":           "loopback",
-		"http://[::ffff:169.254.169.254]/hook":     "link-local",
-		"http://[64:ff9b::a00:1]/hook":             "private",
-		"http://[2002:a00:1::1]/hook":              "private",
-		"http://0.0.0.0/hook":                      "this network",
-		"http://mixed.example.com/hook":            "private",
-		"ftp://hooks.example.com/hook":             "scheme",
-		"file:///etc/passwd":                       "scheme",
-		"https:///nohost":                          "no host",
-		"https://user:pw@hooks.example.com/":       "user name",
-		"https://unknown.example.com/":             "does not resolve",
+		"http://127.0.0.1/hook":                              "loopback",
+		"http://127.1.2.3:8080/hook":                         "loopback",
+		"http://[::1]/hook":                                  "loopback",
+		"http://localhost:9000/hook":                         "this machine",
+		"http://loop.example.com/hook":                       "resolves to 127.0.0.1",
+		"http://10.0.0.8/hook":                               "private",
+		"http://172.20.1.1/hook":                             "private",
+		"http://192.168.1.10/hook":                           "private",
+		"http://169.254.169.254/latest/meta-data/":           "link-local",
+		"http://metadata.example.com/":                       "link-local",
+		"http://100.64.0.1/hook":                             "carrier-grade NAT",
+		"http://224.0.0.1/hook":                              "multicast",
+		"http://[ff02::1]/hook":                              "multicast",
+		"http://[fd12:3456::1]/hook":                         "unique-local",
+		"http://v6private.example.com/hook":                  "unique-local",
+		"http://[fe80::1]/hook":                              "link-local",
+		"http://[::ffff:127.0.0.1]/hook":                     "loopback",
+		"http://[::ffff:169.254.169.254]/hook":               "link-local",
+		"http://[64:ff9b::a00:1]/hook":                       "private",
+		"http://[2002:a00:1::1]/hook":                        "private",
+		"http://[2002:a9fe:a9fe::]/hook":                     "link-local",
+		"http://[64:ff9b::7f00:1]/hook":                      "loopback",
+		"http://[64:ff9b::169.254.169.254]/hook":             "link-local",
+		"http://[64:ff9b:1::a00:1]/hook":                     "local-use NAT64",
+		"http://[64:ff9b:1:ffff::5db8:d822]/hook":            "local-use NAT64",
+		"http://[::ffff:0:7f00:1]/hook":                      "loopback",
+		"http://[::ffff:0:a9fe:a9fe]/hook":                   "link-local",
+		"http://[::ffff:0:10.1.2.3]/hook":                    "private",
+		"http://[2001:0:5db8:d822::80ff:fffe]/hook":          "loopback",   // Teredo: client 127.0.0.1, inverted
+		"http://[2001:0:5db8:d822::f5ff:fffe]/hook":          "private",    // Teredo: client 10.0.0.1
+		"http://[2001:0:a00:1::a247:2ddd]/hook":              "private",    // Teredo: server 10.0.0.1
+		"http://[2001:0:5db8:d822::5601:5656]/hook":          "link-local", // Teredo: client 169.254.169.169
+		"http://hooks.example.com:0/hook":                    "port",
+		"http://hooks.example.com:65536/hook":                "port",
+		"http://hooks.example.com:99999999999999999999/hook": "port",
+		"http://hooks.example.com:http/hook":                 "port",
+		"http://[2606:4700::1111]:0/hook":                    "port",
+		"http://0.0.0.0/hook":                                "this network",
+		"http://mixed.example.com/hook":                      "private",
+		"ftp://hooks.example.com/hook":                       "scheme",
+		"file:///etc/passwd":                                 "scheme",
+		"https:///nohost":                                    "no host",
+		"https://user:pw@hooks.example.com/":                 "user name",
+		"https://unknown.example.com/":                       "does not resolve",
 	}
 	for u, why := range refused {
 		err := g.CheckURL(ctx, u)
@@ -130,7 +147,12 @@ func TestTargetsInsideOurNetworkAreRefused(t *testing.T) {
 			t.Errorf("%s: %v; want a refusal mentioning %q", u, err, why)
 		}
 	}
-	for _, u := range []string{"https://hooks.example.com/hook", "http://93.184.216.34:8080/x", "https://[2606:4700::1111]/hook"} {
+	for _, u := range []string{"https://hooks.example.com/hook", "http://93.184.216.34:8080/x", "https://[2606:4700::1111]/hook",
+		"https://hooks.example.com:65535/hook", "https://hooks.example.com:1/hook", "https://hooks.example.com:/hook",
+		"http://[2002:5db8:d822::1]/hook",           // 6to4 of a public address
+		"http://[64:ff9b::5db8:d822]/hook",          // NAT64 of a public address
+		"http://[2001:0:5db8:d822::a247:2ddd]/hook", // Teredo: server and client public
+	} {
 		if err := g.CheckURL(ctx, u); err != nil {
 			t.Errorf("%s refused: %v", u, err)
 		}

@@ -189,5 +189,21 @@ func Webhooks(getenv Getenv, rdb redis.UniversalClient, q *queue.Client, qc queu
 		}
 		cfg.Schedule = sched
 	}
+	ints := map[string]*int{
+		"HOSTEDTRAIN_WEBHOOK_MAX_ENDPOINTS":      &cfg.MaxEndpoints,
+		"HOSTEDTRAIN_WEBHOOK_ORG_CONCURRENCY":    &cfg.OrgConcurrency,
+		"HOSTEDTRAIN_WEBHOOK_KEEP_DELIVERIES":    &cfg.KeepDeliveries,
+		"HOSTEDTRAIN_WEBHOOK_TESTS_PER_ENDPOINT": &cfg.TestsPerEndpoint,
+		"HOSTEDTRAIN_WEBHOOK_TESTS_PER_ORG":      &cfg.TestsPerOrg,
+	}
+	for name, n := range ints {
+		if v := getenv(name); v != "" {
+			i, err := strconv.Atoi(v)
+			if err != nil || i < 1 {
+				return nil, fmt.Errorf("%s: want a whole number above 0, got %q", name, v)
+			}
+			*n = i
+		}
+	}
 	return webhooks.New(rdb, cfg)
 }

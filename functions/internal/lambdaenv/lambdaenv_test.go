@@ -15,6 +15,8 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/mototest"
 	"github.com/hostedtrain/hostedtrain/internal/redisproc"
 	"github.com/hostedtrain/hostedtrain/internal/redistest"
+	"github.com/hostedtrain/hostedtrain/internal/seal"
+	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 // The keys and the Redis AUTH token come from Secrets Manager (moto's) when the function's
@@ -116,5 +118,36 @@ func TestStorageGrantsFromTheRole(t *testing.T) {
 	env["HOSTEDTRAIN_AGENT_STORAGE_DURATION"] = "12h"
 	if _, err := lambdaenv.Storage(getenv, clients.STS); err == nil {
 		t.Error("a 12h duration was accepted (STS caps a chained role at 1h)")
+	}
+}
+
+// The webhook limits come from the environment; a value that is not a positive whole number
+// is refused, naming the variable.
+func TestWebhookLimitsFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	entry, _ := seal.NewKey("k1")
+	ring, _ := seal.Parse(entry)
+	rdb := redistest.Client(t)
+	qc := queue.Config{}
+	q := queue.New(rdb, qc)
+	t.Cleanup(func() { _ = q.Close() })
+	env := map[string]string{"HOSTEDTRAIN_WEBHOOK_MAX_ENDPOINTS": "1"}
+	svc, err := lambdaenv.Webhooks(func(k string) string { return env[k] }, rdb, q, qc, ring, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := svc.Create(ctx, "acme", "https://93.184.216.34/a", []string{"*"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Create(ctx, "acme", "https://93.184.216.34/b", []string{"*"}, ""); err == nil {
+		t.Error("HOSTEDTRAIN_WEBHOOK_MAX_ENDPOINTS=1 allowed a second endpoint")
+	}
+	for _, bad := range []string{"0", "-3", "many"} {
+		env := map[string]string{"HOSTEDTRAIN_WEBHOOK_TESTS_PER_ORG": bad}
+		if _, err := lambdaenv.Webhooks(func(k string) string { return env[k] }, rdb, q, qc, ring, nil); err == nil ||
+			!strings.Contains(err.Error(), "HOSTEDTRAIN_WEBHOOK_TESTS_PER_ORG") {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 }
