@@ -89,13 +89,14 @@ func TestAHostileJobReachesNothingButItself(t *testing.T) {
 echo "== env"; env
 echo "== pids $(ls /proc | grep -cE '^[0-9]+$')"
 echo "== environs"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
-echo "== jobs"; ls %s/jobs 2>&1
+echo "== jobs"; ls %[1]s/jobs 2>&1
 echo "== config"; cat /etc/hostedtrain/agent.env 2>&1
-echo "== api"; /usr/bin/python3 -c 'import socket; socket.create_connection(("%s", %s), timeout=3); print("API REACHED")' 2>&1 | tail -1
+echo "== api"; /usr/bin/python3 -c 'import socket; socket.create_connection(("%[2]s", %[3]s), timeout=3); print("API REACHED")' 2>&1 | tail -1
+echo "== venv"; echo hijacked >> %[5]s/.venv/lib/shared.py 2>&1; echo hijacked > %[5]s/.venv/evil.py 2>&1
 echo "== end"
 fi
-exec %s "$@"
-`, cfg.WorkDir, host, port, emulator)
+exec %[4]s "$@"
+`, cfg.WorkDir, host, port, emulator, cfg.Pipeline.PrimeRL)
 	wrapper := filepath.Join(t.TempDir(), "hostile")
 	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\n"+probe), 0o755); err != nil {
 		t.Fatal(err)
@@ -103,7 +104,17 @@ exec %s "$@"
 	if err := os.Chmod(filepath.Dir(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	primeRL := cfg.Pipeline.PrimeRL
 	cfg.Pipeline = emulated(t, wrapper, "--emulate.step-time", "100ms")
+	cfg.Pipeline.PrimeRL = primeRL
+	// The node's prime-rl Python, which every job imports from.
+	shared := filepath.Join(cfg.Pipeline.PrimeRL, ".venv", "lib", "shared.py")
+	if err := os.MkdirAll(filepath.Dir(shared), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(shared, []byte("node's own\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Sandbox.ReadOnly = append(cfg.Sandbox.ReadOnly, emulator)
 	b.run(t, cfg)
 
@@ -131,6 +142,17 @@ exec %s "$@"
 	for _, leak := range []string{agentToken, "HOSTEDTRAIN_AGENT_TOKEN", "other-orgs-secret", victim.ID, "API REACHED"} {
 		if strings.Contains(logs, leak) {
 			t.Errorf("the hostile job got %q:\n%s", leak, logs)
+		}
+	}
+	// The job installed its Hub environment and tried to change prime-rl's Python: both
+	// stayed in its own copy.
+	if b, _ := os.ReadFile(shared); string(b) != "node's own\n" {
+		t.Errorf("a job changed the node's prime-rl Python: %q", b)
+	}
+	venv, _ := os.ReadDir(filepath.Join(cfg.Pipeline.PrimeRL, ".venv"))
+	for _, e := range venv {
+		if e.Name() != "lib" {
+			t.Errorf("a job left %s in the node's prime-rl Python", e.Name())
 		}
 	}
 	if !strings.Contains(logs, "HOSTILE=1") {
