@@ -78,7 +78,12 @@ var devSlots atomic.Int64
 
 func startDev(t *testing.T, stepTime string, extra ...string) *devStack {
 	t.Helper()
-	data := t.TempDir()
+	return startDevIn(t, t.TempDir(), stepTime, extra...)
+}
+
+// startDevIn is startDev on the data folder given.
+func startDevIn(t *testing.T, data, stepTime string, extra ...string) *devStack {
+	t.Helper()
 	out := &syncBuffer{}
 	// Dev stacks of tests that run at once each get their own ports for their jobs: their
 	// agents would otherwise take the same free block before either run binds it.
