@@ -141,13 +141,14 @@ func (s *Supervisor) run(srv *Server) {
 			srv, started = next, time.Now()
 			break
 		}
+		// The pid file first: whoever sees the restart counted finds the new pid in it.
+		if err := s.writePID(srv); err != nil {
+			s.o.Logger.Error("redis-server pid file", "err", err)
+		}
 		s.mu.Lock()
 		s.cur = srv
 		s.restarts++
 		s.mu.Unlock()
-		if err := s.writePID(srv); err != nil {
-			s.o.Logger.Error("redis-server pid file", "err", err)
-		}
 		s.o.Logger.Info("redis-server restarted", "pid", srv.PID(), "addr", srv.Addr)
 	}
 }

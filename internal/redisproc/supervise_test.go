@@ -71,8 +71,8 @@ func TestSupervisorRestartsAKilledServerWithItsData(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Until(t, 20*time.Second, "redis-server to answer again", func() bool {
-		return rdb.Ping(ctx).Err() == nil
+	testwait.Until(t, 20*time.Second, "redis-server to be restarted and answer", func() bool {
+		return s.Restarts() > 0 && rdb.Ping(ctx).Err() == nil
 	})
 	if got := s.Restarts(); got != 1 {
 		t.Errorf("got %d restarts, want 1", got)
