@@ -188,7 +188,10 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer rs.Stop()
+	defer func() {
+		rs.Stop()
+		logger.Info("stopped")
+	}()
 	// The rest stops in the reverse of the order it starts, within what is left.
 	stops := &stopper{logger: logger}
 	defer func() { stops.run(time.Now().Add(o.drainTimeout - redisStop)) }()
@@ -308,23 +311,27 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 
 	select {
 	case <-ctx.Done():
+		exitOnSecondSignal(out, rs)
 		fmt.Fprintln(out, "hostedtrain dev: stopping")
-		go exitOnSecondSignal(out, rs)
+		logger.Info("stopping", "drain_timeout", o.drainTimeout.String())
 		return nil
 	case err := <-srvDone:
 		return fmt.Errorf("API server: %w", err)
 	}
 }
 
-// exitOnSecondSignal waits for a second Ctrl-C or SIGTERM during the stop, and exits at
-// once: Redis is killed (it may be hung) and the pipelines die with this process.
+// exitOnSecondSignal makes a second Ctrl-C or SIGTERM during the stop exit at once: Redis
+// is killed (it may be hung) and the pipelines die with this process. It listens from the
+// moment it returns.
 func exitOnSecondSignal(out io.Writer, rs *redisproc.Supervisor) {
 	again := make(chan os.Signal, 1)
 	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-	<-again
-	fmt.Fprintln(out, "hostedtrain dev: second signal: stopping at once")
-	_ = syscall.Kill(-rs.PID(), syscall.SIGKILL)
-	os.Exit(1)
+	go func() {
+		<-again
+		fmt.Fprintln(out, "hostedtrain dev: second signal: stopping at once")
+		_ = syscall.Kill(-rs.PID(), syscall.SIGKILL)
+		os.Exit(1)
+	}()
 }
 
 // lockData takes --data for this process: two stacks on one folder would run two

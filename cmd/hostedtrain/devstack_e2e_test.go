@@ -220,3 +220,31 @@ func tail(path string, n int) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+func TestDevStopsAtOnceOnASecondSignal(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "20ms", "--drain-timeout", "5m")
+	redis := d.redisPID(t)
+	// Redis hangs, so the first SIGTERM's stop would take the whole drain timeout.
+	if err := syscall.Kill(redis, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 10*time.Second, "dev to start stopping", func() bool {
+		return strings.Contains(d.out.String(), "hostedtrain dev: stopping")
+	})
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("hostedtrain dev still runs 30 s after a second SIGTERM (drain timeout 5m):\n%s", d.out.String())
+	}
+	if !strings.Contains(d.out.String(), "second signal") || d.cmd.ProcessState.ExitCode() != 1 {
+		t.Errorf("exit %d, output:\n%s", d.cmd.ProcessState.ExitCode(), d.out.String())
+	}
+	testwait.Until(t, 10*time.Second, "the hung redis-server to be killed", func() bool { return !alive(redis) })
+}
