@@ -26,6 +26,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/httpserver"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
@@ -139,7 +140,7 @@ func run() error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", a.Handler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := httpserver.New(mux)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		logger.Info("serving metrics", "addr", ln.Addr().String())

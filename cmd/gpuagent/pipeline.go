@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
-	"github.com/joho/godotenv"
 )
 
 // pipelineOptions are the flags that choose what a job runs, shared by the agent and
@@ -175,4 +175,4 @@ func findEmulator(flagValue string) (string, error) {
 	return p, nil
 }
 
-func readDotenv(path string) (map[string]string, error) { return godotenv.Read(path) }
+func readDotenv(path string) (map[string]string, error) { return jobspec.ReadEnvFile(path) }

@@ -8,12 +8,15 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +27,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/httpserver"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/redisproc"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
@@ -47,6 +51,8 @@ type devOptions struct {
 	heartbeat time.Duration
 	gpus      string
 	queue     queue.Config
+	// drainTimeout bounds a stop, from the signal to the exit, whatever state Redis is in.
+	drainTimeout time.Duration
 
 	sandbox gpuagent.SandboxFlags
 
@@ -63,7 +69,10 @@ func newDevCmd() *cobra.Command {
 reaper, the webhook dispatcher, and --agents GPU agents that run the EMULATED prime-rl (no GPU
 needed), with object storage in --data/objects. Webhooks may reach receivers on this machine
 unless --allow-loopback-webhooks=false. It writes an admin token to --data/admin.token. GET /healthz answers
-200 once everything is up. Ctrl-C or SIGTERM stops every process it started.`,
+200 once everything is up. If redis-server dies it is started again on the same port and AOF
+(its pid is in --data/redis.pid). One dev at a time may use a --data folder (--data/dev.lock).
+Ctrl-C or SIGTERM stops every process it started, within --drain-timeout; a second one stops
+them at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), o, cmd.OutOrStdout())
@@ -91,6 +100,8 @@ unless --allow-loopback-webhooks=false. It writes an admin token to --data/admin
 	f.BoolVar(&o.allowLoopbackWebhooks, "allow-loopback-webhooks", true,
 		"let webhooks reach receivers on this machine (127.0.0.1, ::1); false refuses them as production does")
 	f.StringVar(&o.webhookSchedule, "webhook-schedule", "5s,5m,30m,2h,5h,10h,10h", "waits between a webhook delivery's retries")
+	f.DurationVar(&o.drainTimeout, "drain-timeout", 20*time.Second,
+		"how long a stop (Ctrl-C, SIGTERM) may take: agents hand their jobs back, then the API and Redis stop; what has not stopped by then is killed")
 	return c
 }
 
@@ -123,6 +134,9 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if share < upstream.PortBlockSize {
 		return fmt.Errorf("--port-range %s leaves each of %d agents fewer than %d ports", o.portRange, o.agents, upstream.PortBlockSize)
 	}
+	if o.drainTimeout < time.Second {
+		return fmt.Errorf("--drain-timeout %s: give it at least 1s", o.drainTimeout)
+	}
 	emulator, err := findEmulator(o.emulator)
 	if err != nil {
 		return err
@@ -134,6 +148,13 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return err
 	}
+	// Before anything else in the folder is touched: its api.url, its Redis and its AOF may be
+	// another stack's.
+	lock, err := lockData(data)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	logf, err := os.OpenFile(filepath.Join(data, "hostedtrain.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -162,17 +183,30 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	defer ln.Close()
 	baseURL := "http://" + ln.Addr().String()
 
-	rs, err := redisproc.Start(ctx, redisproc.Options{Dir: filepath.Join(data, "redis"), AppendOnly: true})
+	// Redis stops last, and gets a share of the drain timeout of its own: a hung server is
+	// killed when its share is up.
+	redisStop := min(o.drainTimeout/4, 5*time.Second)
+	rs, err := redisproc.Supervise(ctx, redisproc.SuperviseOptions{
+		Options: redisproc.Options{Dir: filepath.Join(data, "redis"), AppendOnly: true, StopTimeout: redisStop},
+		PIDFile: filepath.Join(data, "redis.pid"),
+		Logger:  logger.With("part", "redis"),
+	})
 	if err != nil {
 		return err
 	}
-	defer rs.Stop()
+	defer func() {
+		rs.Stop()
+		logger.Info("stopped")
+	}()
+	// The rest stops in the reverse of the order it starts, within what is left.
+	stops := &stopper{logger: logger}
+	defer func() { stops.run(time.Now().Add(o.drainTimeout - redisStop)) }()
+
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	defer rdb.Close()
 	qc := o.queue
 	qc.LeaseTTL, qc.HeartbeatInterval = o.leaseTTL, o.heartbeat
 	q := queue.New(rdb, qc)
-	defer q.Close()
+	stops.add("redis client", func(context.Context) { q.Close(); rdb.Close() })
 
 	store, err := blob.NewDir(filepath.Join(data, "objects"))
 	if err != nil {
@@ -203,30 +237,30 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New(handler)
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	stops.add("API server", func(ctx context.Context) {
+		if srv.Shutdown(ctx) != nil {
+			_ = srv.Close()
+		}
+	})
 
 	reaper := queue.NewReaper(q, time.Second, logger.With("part", "reaper"))
 	if err := reaper.Start(ctx); err != nil {
 		return err
 	}
-	defer reaper.Stop()
+	stops.add("reaper", func(context.Context) { reaper.Stop() })
 
 	hookCtx, stopHooks := context.WithCancel(ctx)
 	hooksDone := make(chan struct{})
 	go func() { defer close(hooksDone); hooks.Run(hookCtx, 200*time.Millisecond) }()
-	defer func() { stopHooks(); <-hooksDone }()
+	stops.add("webhook dispatcher", func(context.Context) { stopHooks(); <-hooksDone })
 
 	agentCtx, stopAgents := context.WithCancel(ctx)
 	var agents sync.WaitGroup
 	// Agents stop first (their pipelines with them), before the API and Redis go.
-	defer func() { stopAgents(); agents.Wait() }()
+	stops.add("agents", func(context.Context) { stopAgents(); agents.Wait() })
 	emulateFlags := []string{"--emulate.step-time", o.stepTime.String()}
 	if o.emulateCheck != "" {
 		emulateFlags = append(emulateFlags, "--emulate.check", o.emulateCheck)
@@ -245,8 +279,8 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			Pipeline: gpuagent.EmulatedPipeline(emulator, filepath.Join(data, "prime-rl"), emulateFlags...),
 			// The agents of one process take separate ranges of ports (a node has one agent).
 			PortRange:     [2]int{ports[0] + (i-1)*share, ports[0] + i*share - 1},
-			StopGrace:     10 * time.Second,
-			DrainTimeout:  30 * time.Second,
+			StopGrace:     min(10*time.Second, o.drainTimeout/4),
+			DrainTimeout:  o.drainTimeout,
 			PollInterval:  250 * time.Millisecond,
 			FlushInterval: time.Second,
 			Sandbox:       sandboxFor(o.sandbox, i),
@@ -276,20 +310,99 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		webhookNote = "may reach receivers on this machine (loopback allowed; --allow-loopback-webhooks=false refuses them as production does)"
 	}
 	// The banner comes before the url file: whoever waits for the file finds the banner too.
-	fmt.Fprintf(out, "hostedtrain dev is up\n  API          %s (health: %s/healthz)\n  admin token  %s\n  url file     %s\n  redis        %s (data in %s)\n  agents       %d emulated (prime-rl-emulator: no GPU work is done)\n  webhooks     %s\n  logs         %s\nCtrl-C stops everything.\n",
-		baseURL, baseURL, tokenPath, urlPath, rs.Addr, rs.Dir, o.agents, webhookNote, logf.Name())
+	fmt.Fprintf(out, "hostedtrain dev is up\n  API          %s (health: %s/healthz)\n  admin token  %s\n  url file     %s\n  redis        %s (data in %s; restarted if it dies; pid in %s)\n  agents       %d emulated (prime-rl-emulator: no GPU work is done)\n  webhooks     %s\n  logs         %s\nCtrl-C stops everything (within %s; a second Ctrl-C at once).\n",
+		baseURL, baseURL, tokenPath, urlPath, rs.Addr, rs.Dir, filepath.Join(data, "redis.pid"), o.agents, webhookNote, logf.Name(), o.drainTimeout)
 	if err := writeFileAtomic(urlPath, []byte(baseURL+"\n")); err != nil {
 		return err
 	}
 
 	select {
 	case <-ctx.Done():
+		exitOnSecondSignal(out, rs)
 		fmt.Fprintln(out, "hostedtrain dev: stopping")
+		logger.Info("stopping", "drain_timeout", o.drainTimeout.String())
 		return nil
-	case <-rs.Done():
-		return errors.New("redis-server exited unexpectedly; see " + filepath.Join(rs.Dir, "redis.log"))
 	case err := <-srvDone:
 		return fmt.Errorf("API server: %w", err)
+	}
+}
+
+// exitOnSecondSignal makes a second Ctrl-C or SIGTERM during the stop exit at once: Redis
+// is killed (it may be hung) and the pipelines die with this process. It listens from the
+// moment it returns.
+func exitOnSecondSignal(out io.Writer, rs *redisproc.Supervisor) {
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-again
+		fmt.Fprintln(out, "hostedtrain dev: second signal: stopping at once")
+		_ = syscall.Kill(-rs.PID(), syscall.SIGKILL)
+		os.Exit(1)
+	}()
+}
+
+// lockData takes --data for this process: two stacks on one folder would run two
+// redis-servers on one AOF and overwrite each other's api.url. The lock is the kernel's
+// (flock), so it is let go however the process ends; the file holds the owner's pid for the
+// error the next one gets.
+func lockData(data string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(data, "dev.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := io.ReadAll(io.LimitReader(f, 64))
+		f.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		owner := strings.TrimSpace(string(b))
+		if _, err := strconv.Atoi(owner); err != nil {
+			owner = "unknown"
+		}
+		return nil, fmt.Errorf("another hostedtrain dev (pid %s) is using --data %s: stop it, or give this one another --data", owner, data)
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// stopper stops the parts of the stack in the reverse of the order they were added, all
+// within one deadline: a part still stopping when the deadline comes is left behind (it ends
+// with the process; a pipeline is killed with it) and the next goes on, so that a part stuck
+// on a hung or dead Redis cannot hold up the exit.
+type stopper struct {
+	logger *slog.Logger
+	steps  []stopStep
+}
+
+type stopStep struct {
+	name string
+	stop func(ctx context.Context)
+}
+
+func (s *stopper) add(name string, stop func(ctx context.Context)) {
+	s.steps = append(s.steps, stopStep{name, stop})
+}
+
+func (s *stopper) run(deadline time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	for i := len(s.steps) - 1; i >= 0; i-- {
+		st := s.steps[i]
+		done := make(chan struct{})
+		go func() { defer close(done); st.stop(ctx) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.logger.Warn("did not stop within the drain timeout; leaving it", "part", st.name)
+		}
 	}
 }
 

@@ -78,7 +78,12 @@ var devSlots atomic.Int64
 
 func startDev(t *testing.T, stepTime string, extra ...string) *devStack {
 	t.Helper()
-	data := t.TempDir()
+	return startDevIn(t, t.TempDir(), stepTime, extra...)
+}
+
+// startDevIn is startDev on the data folder given.
+func startDevIn(t *testing.T, data, stepTime string, extra ...string) *devStack {
+	t.Helper()
 	out := &syncBuffer{}
 	// Dev stacks of tests that run at once each get their own ports for their jobs: their
 	// agents would otherwise take the same free block before either run binds it.
@@ -349,6 +354,27 @@ func TestCLISendsSecretsFromEnvFilesAndFlags(t *testing.T) {
 	out, code = d.cli(t, "train", "submit", filepath.Join(dir, "missing.toml"))
 	if code != 1 || !strings.Contains(out, `names env file "nope.env"`) {
 		t.Errorf("missing env file (%d): %s", code, out)
+	}
+
+	// An env file outside the job's folder is read only when asked for.
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "sub", "up.toml"), strings.Replace(jobFile, "keys/secrets.env", "../keys/secrets.env", 1))
+	out, code = d.cli(t, "train", "submit", filepath.Join(dir, "sub", "up.toml"), "--dry-run")
+	if code != 1 || !strings.Contains(out, "outside the job file's folder") || strings.Contains(out, "sk-from-file") {
+		t.Errorf("env file in ../ (%d): %s", code, out)
+	}
+	out, code = d.cli(t, "train", "submit", filepath.Join(dir, "sub", "up.toml"), "--dry-run", "--allow-outside-env-file")
+	if code != 0 || !strings.Contains(out, `"secrets": [`) {
+		t.Errorf("env file in ../ with --allow-outside-env-file (%d): %s", code, out)
+	}
+	// A broken env file is named with its line, and none of it is shown.
+	writeFile(t, filepath.Join(dir, "keys", "broken.env"), "OPENAI_API_KEY=sk-broken-1\nnot/a key sk-broken-2\n")
+	writeFile(t, filepath.Join(dir, "broken.toml"), strings.Replace(jobFile, "secrets.env", "broken.env", 1))
+	out, code = d.cli(t, "train", "submit", filepath.Join(dir, "broken.toml"))
+	if code != 1 || !strings.Contains(out, "line 2:") || strings.Contains(out, "sk-broken") {
+		t.Errorf("broken env file (%d): %s", code, out)
 	}
 	d.stop(t)
 }

@@ -83,6 +83,7 @@ func (o *submitOptions) register(c *cobra.Command) {
 // newFileSubmitCmd is `train submit`, `gepa submit` and `eval submit`: a job file of kind.
 func newFileSubmitCmd(kind, short string) *cobra.Command {
 	var o submitOptions
+	var allowOutside bool
 	c := &cobra.Command{
 		Use:   "submit FILE",
 		Short: short,
@@ -91,7 +92,7 @@ func newFileSubmitCmd(kind, short string) *cobra.Command {
 			if err := checkOutput(o.output); err != nil {
 				return err
 			}
-			b, err := jobspec.ReadJobFile(args[0], o.env)
+			b, err := jobspec.ReadJobFileWith(args[0], o.env, jobspec.ReadOptions{AllowOutsideEnvFile: allowOutside})
 			if err != nil {
 				return err
 			}
@@ -99,6 +100,8 @@ func newFileSubmitCmd(kind, short string) *cobra.Command {
 		},
 	}
 	o.register(c)
+	c.Flags().BoolVar(&allowOutside, "allow-outside-env-file", false,
+		"read env files the job names outside the job file's folder (by ../, an absolute path or a symbolic link); refused by default")
 	return c
 }
 

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/hostedtrain/hostedtrain/internal/httpserver"
 )
 
 // emulation are the --emulate.* flags: pace, faults, and where the emulated world is.
@@ -776,7 +778,7 @@ func serveHealth(ln net.Listener, model, key string) {
 	if ln == nil {
 		return
 	}
-	_ = http.Serve(ln, openAIHandler(model, key, nil))
+	_ = httpserver.New(openAIHandler(model, key, nil)).Serve(ln)
 }
 
 var completions sync.Mutex

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/httpserver"
 )
 
 // runServe emulates `vllm serve MODEL --host H --port P`: an OpenAI-compatible server that
@@ -47,13 +49,13 @@ func runServe(ctx context.Context, args []string, out io.Writer) int {
 	}
 	ready := time.Now().Add(em.serveDelay)
 	api := openAIHandler(model, os.Getenv("VLLM_API_KEY"), logf)
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httpserver.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if time.Now().Before(ready) {
 			http.Error(w, "loading", http.StatusServiceUnavailable)
 			return
 		}
 		api.ServeHTTP(w, r)
-	})}
+	}))
 	logf(fmt.Sprintf("Starting vLLM API server on http://%s", ln.Addr()))
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

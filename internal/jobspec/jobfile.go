@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/joho/godotenv"
 	"github.com/pelletier/go-toml/v2"
 )
 
@@ -24,9 +23,22 @@ type JobBody struct {
 
 // ReadJobFile reads a job file and gathers its secrets, as `hostedtrain train submit` (and the
 // prime CLI) do: the env files it names (`env_file`, `env_files`, resolved relative to the job
-// file) and then the -e flags (KEY=VALUE, or KEY from this environment), which win. The server
-// never opens a path; the values travel in the body's `secrets`.
+// file, and kept to the job file's folder) and then the -e flags (KEY=VALUE, or KEY from this
+// environment), which win. The server never opens a path; the values travel in the body's
+// `secrets`.
 func ReadJobFile(path string, envFlags []string) (*JobBody, error) {
+	return ReadJobFileWith(path, envFlags, ReadOptions{})
+}
+
+// ReadOptions change what ReadJobFileWith accepts.
+type ReadOptions struct {
+	// AllowOutsideEnvFile reads env files outside the job file's folder too (the CLI's
+	// --allow-outside-env-file).
+	AllowOutsideEnvFile bool
+}
+
+// ReadJobFileWith is ReadJobFile with options.
+func ReadJobFileWith(path string, envFlags []string, opts ReadOptions) (*JobBody, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -44,11 +56,11 @@ func ReadJobFile(path string, envFlags []string) (*JobBody, error) {
 	}
 	secrets := map[string]string{}
 	for _, f := range envFileNames(doc) {
-		p := f
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(filepath.Dir(path), f)
+		p, err := envFilePath(path, f, opts.AllowOutsideEnvFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s names env file %q: %w", path, f, err)
 		}
-		vals, err := godotenv.Read(p)
+		vals, err := ReadEnvFile(p)
 		if err != nil {
 			return nil, fmt.Errorf("%s names env file %q: %w", path, f, err)
 		}

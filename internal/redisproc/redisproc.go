@@ -35,6 +35,9 @@ type Options struct {
 	Binary string
 	// StartTimeout bounds the wait for "Ready to accept connections" (default 15 s).
 	StartTimeout time.Duration
+	// StopTimeout bounds Stop's wait for the server to exit after SIGTERM before it kills the
+	// server's process group (default 10 s).
+	StopTimeout time.Duration
 }
 
 // Server is a running redis-server.
@@ -43,10 +46,11 @@ type Server struct {
 	Port int
 	Dir  string
 
-	cmd      *exec.Cmd
-	done     chan struct{}
-	stopOnce sync.Once
-	waitErr  error
+	cmd         *exec.Cmd
+	stopTimeout time.Duration
+	done        chan struct{}
+	stopOnce    sync.Once
+	waitErr     error
 }
 
 // ErrNoBinary is returned when redis-server is not installed.
@@ -129,7 +133,11 @@ func start(ctx context.Context, bin string, port int, o Options) (*Server, error
 		logf.Close()
 		return nil, fmt.Errorf("redisproc: start %s: %w", bin, err)
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, Dir: dir, cmd: cmd, done: make(chan struct{})}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, Dir: dir, cmd: cmd, done: make(chan struct{}),
+		stopTimeout: o.StopTimeout}
+	if s.stopTimeout <= 0 {
+		s.stopTimeout = 10 * time.Second
+	}
 
 	ready := make(chan struct{})
 	var tail []string
@@ -187,14 +195,20 @@ func (s *Server) PID() int { return s.cmd.Process.Pid }
 // Done is closed when the process has exited.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
+// Err is how the process ended (its exit status); call it only after Done is closed.
+func (s *Server) Err() error { return s.waitErr }
+
 // Stop asks the server to shut down (SIGTERM: it finishes writing the AOF) and waits for it,
-// killing it after 10 s. Safe to call more than once.
+// killing its process group after Options.StopTimeout (a server that hangs, or was stopped
+// with SIGSTOP, ignores SIGTERM). Safe to call more than once.
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		t := time.NewTimer(s.stopTimeout)
+		defer t.Stop()
 		select {
 		case <-s.done:
-		case <-time.After(10 * time.Second):
+		case <-t.C:
 			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 			<-s.done
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/httpserver"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/redisproc"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
@@ -175,7 +176,7 @@ func serve(h http.Handler) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	s := httpserver.New(h)
 	go func() { _ = s.Serve(ln) }()
 	return "http://" + ln.Addr().String(), func() { _ = s.Close() }, nil
 }
