@@ -57,6 +57,7 @@ func render(args []string, stdout io.Writer) error {
 	var env, envFiles multiFlag
 	fs.Var(&env, "e", "a secret KEY=VALUE, or KEY from this environment (repeatable)")
 	fs.Var(&envFiles, "env-file", "a secrets file (repeatable)")
+	allowOutside := fs.Bool("allow-outside-env-file", false, "read env files the job file names outside its folder")
 	pf := pipelineFlags(fs, gpuagent.DefaultPipeline())
 	file, rest := "", args
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
@@ -81,7 +82,7 @@ func render(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	body, err := jobspec.ReadJobFile(file, append(fromFiles, env...))
+	body, err := jobspec.ReadJobFileWith(file, append(fromFiles, env...), jobspec.ReadOptions{AllowOutsideEnvFile: *allowOutside})
 	if err != nil {
 		return err
 	}
