@@ -70,14 +70,27 @@ func (n *netns) do(f func() error) error {
 
 func (n *netns) close() { n.f.Close() }
 
-// onLockedThread runs f on an OS thread of its own that is thrown away afterwards, so that
-// whatever f changes about the thread (its namespaces) never reaches another goroutine.
+// onLockedThread runs f on an OS thread of its own, then puts the thread back in the network
+// namespace it had and lets it go. The thread must not die: a child started with Pdeathsig
+// (redis-server in hostedtrain dev, every pipeline) is signalled when the *thread* that
+// forked it exits, and any goroutine may have forked from this one (golang/go#27505). Only
+// if the thread cannot be put back is it left to end with the goroutine.
 func onLockedThread(f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// No UnlockOSThread: the thread exits with the goroutine, namespaces and all.
-		errc <- f()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		err = f()
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }
