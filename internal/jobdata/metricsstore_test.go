@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,6 +288,9 @@ func TestReadMetricsSkipsBadLines(t *testing.T) {
 	if err != nil || len(rows) != 2 || rows[0].Step() != 1 || rows[1].Step() != 4 {
 		t.Fatalf("%v %v", rows, err)
 	}
+	if page.Skipped != 5 {
+		t.Errorf("%d lines passed over, want 5", page.Skipped)
+	}
 	if _, err := json.Marshal(rows); err != nil {
 		t.Errorf("the rows read do not encode: %v", err)
 	}
@@ -475,6 +481,153 @@ func TestALongHistoryReadsAFewChunks(t *testing.T) {
 				if got.allocated > 32<<20 {
 					t.Errorf("%s: allocated %d bytes reading %d; want under 32 MiB", q.name, got.allocated, got.bytes)
 				}
+			}
+		})
+	}
+}
+
+// However a job orders its rows — backwards, shuffled — each step lies in a few chunks (a
+// main chunk or two and the late ones), the chunks are about as many as the bytes need, and
+// what is refused is refused as late, after MetricsLateBytes of such rows; what was taken
+// reads back.
+func TestAnyOrderOfRowsKeepsEachStepInAFewChunks(t *testing.T) {
+	t.Parallel()
+	const steps = 20000
+	for _, order := range []string{"backwards", "shuffled"} {
+		t.Run(order, func(t *testing.T) {
+			t.Parallel()
+			st := newStore(t)
+			w := NewMetricsWriter(st, "j1", 1, 1)
+			seq := make([]int, steps)
+			for i := range seq {
+				seq[i] = steps - i
+			}
+			if order == "shuffled" {
+				rand.New(rand.NewPCG(1, 2)).Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
+			}
+			taken := map[int]bool{}
+			late := 0
+			for i, s := range seq {
+				err := w.Add(orchestratorRow(s, float64(s), 20))
+				switch {
+				case err == nil:
+					taken[s] = true
+				case errors.Is(err, ErrLate):
+					late++
+				default:
+					t.Fatalf("step %d: %v", s, err)
+				}
+				if i%500 == 0 {
+					if err := w.Flush(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := w.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			objs, err := st.List(context.Background(), MetricsPrefix("j1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stored int64
+			depth := make([]int, steps+2)
+			for _, o := range objs {
+				stored += o.Size
+				c, ok := parseChunkKey(o.Key)
+				if !ok {
+					t.Fatalf("unparsable chunk %s", o.Key)
+				}
+				hi := c.max
+				if hi < 0 {
+					hi = steps
+				}
+				for s := c.min; s <= min(hi, steps); s++ {
+					depth[s]++
+				}
+			}
+			if late == 0 || stored > MetricsChunkBytes+MetricsLateBytes+2*MetricsChunkBytes {
+				t.Errorf("%d rows refused as late, %d bytes stored; want the late rows capped near %d", late, stored, MetricsLateBytes)
+			}
+			if n := int64(len(objs)); n > stored/MetricsChunkBytes+4 {
+				t.Errorf("%d chunks for %d bytes", n, stored)
+			}
+			deepest := slices.Max(depth)
+			t.Logf("%d rows taken, %d refused as late; %d chunks, %d bytes; a step in %d chunks at most", len(taken), late, len(objs), stored, deepest)
+			if deepest > 12 {
+				t.Errorf("a step lies in %d chunks; want a few", deepest)
+			}
+			for s := range taken {
+				if s%997 != 0 {
+					continue
+				}
+				page, err := ReadMetrics(context.Background(), st, "j1", MetricsQuery{MinStep: s, MaxStep: s})
+				if err != nil || len(page.Rows) != 1 {
+					t.Fatalf("step %d: %v %v", s, page.Rows, err)
+				}
+				if v, _ := page.Rows[0].Float("train/agg/all/agent/reward/mean"); v != float64(s) {
+					t.Errorf("step %d reads %v", s, v)
+				}
+			}
+		})
+	}
+}
+
+// One step takes no more than MetricsStepBytes of rows; the rest is refused, and other steps
+// go on being taken.
+func TestAStepsRowsAreCapped(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	w := NewMetricsWriter(st, "j1", 1, 1)
+	row := Row{"step": raw(5), "x": raw(strings.Repeat("y", 100<<10))}
+	took := 0
+	var err error
+	for range 100 {
+		if err = w.Add(row); err != nil {
+			break
+		}
+		took++
+	}
+	if !errors.Is(err, ErrStepFull) || took == 0 || took*(100<<10) > MetricsStepBytes {
+		t.Fatalf("took %d rows of 100 KiB, then %v; want ErrStepFull by %d bytes", took, err, MetricsStepBytes)
+	}
+	if err := w.Add(trainerRows(6, 0.5)[0]); err != nil {
+		t.Errorf("the next step: %v", err)
+	}
+}
+
+// A line of 17 MiB already in storage (written by something other than this agent, which
+// refuses lines over MaxLineBytes) is passed over and counted, in a sealed chunk and in an
+// open one, on a folder and on S3; the rows after it are read.
+func TestAnOversizedStoredLineIsPassedOver(t *testing.T) {
+	t.Parallel()
+	s3, _ := s3test.Store(t)
+	for name, st := range map[string]blob.Store{"dir": newStore(t), "s3": s3} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			var body strings.Builder
+			body.WriteString(`{"step":1,"loss/mean":0.5}` + "\n")
+			body.WriteString(`{"step":2,"x":"` + strings.Repeat("y", 17<<20) + "\"}\n")
+			for s := 3; s <= 9; s++ {
+				fmt.Fprintf(&body, `{"step":%d,"loss/mean":0.25}`+"\n", s)
+			}
+			if err := st.Put(ctx, metricsChunkKey("j1", 1, 1, 9, 1), strings.NewReader(body.String())); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Put(ctx, metricsChunkKey("j1", 1, 10, -1, 2), strings.NewReader(strings.Replace(body.String(), `{"step":1,`, `{"step":10,`, 1))); err != nil {
+				t.Fatal(err)
+			}
+			page, err := ReadMetrics(ctx, st, "j1", MetricsQuery{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var steps []int
+			for _, r := range page.Rows {
+				steps = append(steps, r.Step())
+			}
+			if want := []int{1, 3, 4, 5, 6, 7, 8, 9, 10}; !slices.Equal(steps, want) || page.Skipped != 2 {
+				t.Errorf("steps %v, %d lines passed over; want %v and 2", steps, page.Skipped, want)
 			}
 		})
 	}
