@@ -107,9 +107,10 @@ bench-agent: versitygw
 	HOSTEDTRAIN_BENCH_TRAINER_CPU=0 taskset -c 1 $(GO) test -run '^$$' -bench BenchmarkStepTimeDuringUpload -benchtime 1x ./gpuagent
 	$(GO) test -run '^$$' -bench BenchmarkJobToJobGap -benchtime 50x ./gpuagent
 
-## bench-metrics: reading a run's metrics as GET /v1/jobs/{id}/metrics does (every step, a
-## window, one series, a limit of one) from a local folder and from S3 (versitygw): 10,000
-## steps of narrow rows, and 2,000 steps of prime-rl's real width
+## bench-metrics: reading a run's metrics as GET /v1/jobs/{id}/metrics and progress do (every
+## step, a window, one series, a limit of one, the newest 20 steps) from a local folder and
+## from S3 (versitygw): 10,000 steps of narrow rows, 2,000 steps of prime-rl's real width, and
+## 100,000 steps in order and with rows out of order, with the bytes and objects each fetches
 bench-metrics: versitygw
 	$(GO) test -run '^$$' -bench BenchmarkReadMetrics -benchtime 10x ./internal/jobdata
 

@@ -47,20 +47,26 @@ func (s *Server) getJobMetrics(w http.ResponseWriter, r *http.Request) {
 			q.Names = append(q.Names, n)
 		}
 	}
-	rows, more, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, q)
+	read, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, q)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
 	}
-	page := metricsPage{Items: rows}
-	if page.Items == nil {
-		page.Items = []jobdata.Row{}
-	}
-	if more {
-		next := rows[len(rows)-1].Step() + 1
+	s.noteSkipped(r, j.ID, read)
+	page := metricsPage{Items: read.Rows}
+	if read.More {
+		next := read.Rows[len(read.Rows)-1].Step() + 1
 		page.NextMinStep = &next
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// noteSkipped logs the stored lines a read of a job's metrics passed over: the answer holds
+// the other rows, and an operator can find what was not one.
+func (s *Server) noteSkipped(r *http.Request, jobID string, read jobdata.MetricsPage) {
+	if read.Skipped > 0 {
+		s.cfg.Logger.Warn("metrics lines passed over: not rows, or too long", "job", jobID, "lines", read.Skipped, "path", r.URL.Path)
+	}
 }
 
 type checkpointItem struct {
@@ -211,13 +217,14 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 		p.ElapsedSeconds = &e
 	}
 	if s.cfg.Store != nil && p.Step > 1 {
-		rows, _, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, jobdata.MetricsQuery{
+		read, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, jobdata.MetricsQuery{
 			MinStep: max(0, p.Step-progressWindow), Names: []string{"time"}})
 		if err != nil {
 			s.internalError(w, r, err)
 			return
 		}
-		if pace, ok := stepPace(rows); ok {
+		s.noteSkipped(r, j.ID, read)
+		if pace, ok := stepPace(read.Rows); ok {
 			p.StepSeconds = &pace
 			if j.Status == job.Running && p.MaxSteps > p.Step {
 				eta := pace * float64(p.MaxSteps-p.Step)

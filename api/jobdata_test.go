@@ -349,6 +349,46 @@ func TestCheckpointAndArtifactDownloads(t *testing.T) {
 	}
 }
 
+// A metrics line of 17 MiB in storage (the agent refuses lines over jobdata.MaxLineBytes, but
+// storage may hold one from elsewhere) does not make metrics or progress fail: both answer
+// 200 from the other rows.
+func TestMetricsAndProgressPassOverAnOversizedLine(t *testing.T) {
+	t.Parallel()
+	d := setupData(t)
+	agent := d.s.AgentToken("agent-1")
+	var cl job.Claim
+	call(t, "POST", d.s.URL+"/v1/agent/claim", agent, "application/json", []byte(`{"gpus":[{"model":"H100","count":8}]}`)).decode(t, &cl)
+	t0 := float64(time.Now().Unix())
+	var body strings.Builder
+	for step := 1; step <= 30; step++ {
+		fmt.Fprintf(&body, `{"step":%d,"time":%g,"loss/mean":0.1}`+"\n", step, t0+float64(step)*2)
+		if step == 15 || step == 28 {
+			fmt.Fprintf(&body, `{"step":%d,"x":"%s"}`+"\n", step, strings.Repeat("y", 17<<20))
+		}
+	}
+	d.put(t, "metrics/000001-00000001-00000030-0001.jsonl", body.String())
+	hb := fmt.Sprintf(`{"lease_token":%q,"running":true,"progress":{"step":30,"max_steps":100,"checkpoints":0}}`, cl.Lease.Token)
+	if r := call(t, "POST", d.s.URL+"/v1/agent/jobs/"+d.jobID+"/heartbeat", agent, "application/json", []byte(hb)); r.status != 200 {
+		t.Fatalf("heartbeat: %d %s", r.status, r.body)
+	}
+	var m struct{ Items []jobdata.Row }
+	if r := d.get(t, "/metrics", &m); r.status != 200 || len(m.Items) != 30 {
+		t.Fatalf("metrics: %d, %d rows; want 200 and 30", r.status, len(m.Items))
+	}
+	for _, row := range m.Items {
+		if _, ok := row["x"]; ok {
+			t.Errorf("step %d carries the oversized value", row.Step())
+		}
+	}
+	var p struct {
+		Step        int
+		StepSeconds float64 `json:"step_seconds"`
+	}
+	if r := d.get(t, "/progress", &p); r.status != 200 || p.Step != 30 || p.StepSeconds != 2 {
+		t.Errorf("progress: %d %+v; want 200, step 30, 2 s a step", r.status, p)
+	}
+}
+
 func TestProgressAndUsage(t *testing.T) {
 	t.Parallel()
 	d := setupData(t)

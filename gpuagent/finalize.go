@@ -31,6 +31,10 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 		return o
 	}
 	r.poll(final)
+	for r.data.tail.behind && final.Err() == nil { // much written at the end: a read at a time
+		_ = r.flushMetrics(final)
+		r.poll(final)
+	}
 	kind := r.claim.Job.Config.Kind
 	evalFailed := ""
 	if kind != jobspec.KindRL && run.started && run.code == 0 && run.cause == causeNone {

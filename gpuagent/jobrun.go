@@ -291,6 +291,10 @@ func (r *jobRun) poll(ctx context.Context) {
 		r.log.Warn("read metrics", "err", err)
 	}
 	for _, n := range bad {
+		if n.offset < 0 {
+			r.warn(fmt.Sprintf("metrics.jsonl: %v", n.err))
+			continue
+		}
 		r.warn(fmt.Sprintf("metrics.jsonl line at byte %d not stored: %v", n.offset, n.err))
 	}
 	if len(rows) > 0 {

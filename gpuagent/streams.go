@@ -19,7 +19,18 @@ type metricsTail struct {
 	partial []byte // a line whose newline has not been written yet
 	// skipping is set while the rest of an over-long line is being passed over.
 	skipping bool
+	// behind is set when a read stopped at maxTailRead before the end of the file.
+	behind bool
 }
+
+// maxTailRead is the most a read takes of metrics.jsonl: the file on disk is the buffer, so a
+// job that writes gigabytes at once does not have them held in the agent's memory.
+const maxTailRead = 4 << 20
+
+// maxNotes is how many notes on lines or rows not stored one read or one batch of rows gives
+// one by one; the rest are counted in one more, so that a job writing a million bad lines
+// does not write a million notes.
+const maxNotes = 5
 
 // tailNote is something wrong with a line, for the job's log.
 type tailNote struct {
@@ -27,10 +38,12 @@ type tailNote struct {
 	err    error
 }
 
-// read returns the rows appended since the last call, and what it could not take: a line
-// that is not a row, or one longer than jobdata.MaxLineBytes (refused: it is skipped to its
-// end, and never stored). A tail with no path reads nothing.
+// read returns the rows appended since the last call, up to maxTailRead of the file (behind
+// says whether more is there), and what it could not take: a line that is not a row, or one
+// longer than jobdata.MaxLineBytes (refused: it is skipped to its end, and never stored). A
+// tail with no path reads nothing.
 func (m *metricsTail) read() ([]jobdata.Row, []tailNote, error) {
+	m.behind = false
 	if m.path == "" {
 		return nil, nil, nil
 	}
@@ -47,20 +60,41 @@ func (m *metricsTail) read() ([]jobdata.Row, []tailNote, error) {
 	}
 	var rows []jobdata.Row
 	var notes []tailNote
+	more := 0
 	buf := make([]byte, 256<<10)
-	for {
+	for total := 0; ; {
+		if total >= maxTailRead {
+			m.behind = true
+			return rows, capNotes(notes, more), nil
+		}
 		n, err := f.Read(buf)
+		total += n
 		if n > 0 {
 			r, nt := m.take(buf[:n])
-			rows, notes = append(rows, r...), append(notes, nt...)
+			rows = append(rows, r...)
+			for _, x := range nt {
+				if len(notes) < maxNotes {
+					notes = append(notes, x)
+				} else {
+					more++
+				}
+			}
 		}
 		if err == io.EOF {
-			return rows, notes, nil
+			return rows, capNotes(notes, more), nil
 		}
 		if err != nil {
-			return rows, notes, err
+			return rows, capNotes(notes, more), err
 		}
 	}
+}
+
+// capNotes adds to notes one that counts the more not given.
+func capNotes(notes []tailNote, more int) []tailNote {
+	if more > 0 {
+		notes = append(notes, tailNote{offset: -1, err: fmt.Errorf("%d more lines not stored", more)})
+	}
+	return notes
 }
 
 func (m *metricsTail) take(data []byte) ([]jobdata.Row, []tailNote) {
@@ -113,14 +147,22 @@ type streams struct {
 }
 
 // addRows takes rows into the summary and the metrics stream; it returns notes on rows that
-// could not be stored.
+// could not be stored (at most maxNotes and a count of the rest).
 func (s *streams) addRows(rows []jobdata.Row) []string {
 	var notes []string
+	more := 0
 	for _, r := range rows {
 		s.summary.Add(r)
 		if err := s.metrics.Add(r); err != nil {
-			notes = append(notes, err.Error())
+			if len(notes) < maxNotes {
+				notes = append(notes, err.Error())
+			} else {
+				more++
+			}
 		}
+	}
+	if more > 0 {
+		notes = append(notes, fmt.Sprintf("%d more rows not stored", more))
 	}
 	return notes
 }

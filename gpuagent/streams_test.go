@@ -84,3 +84,40 @@ func TestMetricsTailTakesRowsAndRefusesOverlongLines(t *testing.T) {
 		t.Errorf("notes %v, want one over-long line", notes)
 	}
 }
+
+// A job that writes much at once is read maxTailRead at a time, every row in the end; a flood
+// of bad lines gives a few notes and a count, not a note each.
+func TestMetricsTailReadsABoundedPieceAtATime(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "metrics.jsonl")
+	var b strings.Builder
+	for range 10000 {
+		b.WriteString("not a row\n")
+	}
+	const steps = 100000
+	for s := 1; s <= steps; s++ {
+		fmt.Fprintf(&b, `{"step": %d, "loss/mean": 0.5, "pad": "%s"}`+"\n", s, strings.Repeat("p", 40))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tail := metricsTail{path: path}
+	rows, notes, err := tail.read()
+	if err != nil || !tail.behind || len(rows) == 0 || len(rows) >= steps {
+		t.Fatalf("first read: %d rows, behind %v, %v; want part of the file", len(rows), tail.behind, err)
+	}
+	if len(notes) != maxNotes+1 || !strings.Contains(notes[maxNotes].err.Error(), "9995 more lines") {
+		t.Errorf("notes %v; want %d and a count of the rest", notes, maxNotes)
+	}
+	total, reads := len(rows), 1
+	for tail.behind {
+		rows, _, err := tail.read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total, reads = total+len(rows), reads+1
+	}
+	if total != steps || reads < 2 {
+		t.Errorf("%d rows in %d reads, want %d", total, reads, steps)
+	}
+}

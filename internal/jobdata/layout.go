@@ -8,7 +8,8 @@
 //
 //	jobs/{id}/metrics/{fence:06d}-{min:08d}-{max:08d}-{n:04d}.jsonl  a sealed chunk of an attempt's
 //	                                           metrics.jsonl rows: steps min..max, chunk n
-//	jobs/{id}/metrics/{fence:06d}-{min:08d}-open-{n:04d}.jsonl     the chunk being written
+//	jobs/{id}/metrics/{fence:06d}-{min:08d}-open-{n:04d}.jsonl     a chunk being written (an
+//	                                           attempt has two: its main run's, its late rows')
 //	jobs/{id}/logs/attempt_{fence}/{component}/{offset:012d}.log   logs in chunks, by where each
 //	                                           starts in its file
 //	jobs/{id}/checkpoints/step_{n}/...         a step folder's files (trainer/, orchestrator/)

@@ -165,3 +165,60 @@ func TestParseLogLinesDatesByTheNearestDay(t *testing.T) {
 		t.Errorf("StripANSI: %q", got)
 	}
 }
+
+// A log line over MaxLogLineBytes — here 5 MiB with no newline for a while, as a progress
+// bar writes — is shipped cut at that length with a mark saying so, never whole; the lines
+// around it are shipped as written, and the chunks stay named by where they start in the file.
+func TestALongLogLineIsCut(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	path := filepath.Join(t.TempDir(), "trainer.log")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sh := NewLogShipper(store, "j1", 1)
+	sh.File("trainer", path)
+	ctx := context.Background()
+	write := func(s string) {
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := sh.Ship(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("10:00:00 INFO before\n")
+	for range 5 { // shipped while it grows
+		write(strings.Repeat("x", 1<<20))
+	}
+	write("\n10:00:01 INFO after\n")
+	for range 4 { // until storage has caught up with the file
+		if err := sh.Ship(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs, err := store.List(ctx, LogPrefix("j1", 1)+"trainer/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	for _, o := range objs {
+		rc, err := store.Get(ctx, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(rc)
+		rc.Close()
+		got.Write(data)
+	}
+	want := "10:00:00 INFO before\n" + strings.Repeat("x", MaxLogLineBytes) + logLineCut + "\n10:00:01 INFO after\n"
+	if got.String() != want {
+		t.Errorf("shipped %d bytes in %d chunks, want %d: the long line cut and marked", got.Len(), len(objs), len(want))
+	}
+	res, err := ReadLogs(ctx, store, "j1", LogQuery{})
+	if err != nil || len(res.Lines) != 3 || !strings.HasSuffix(res.Lines[1].Line, logLineCut) || res.Lines[2].Line != "10:00:01 INFO after" {
+		t.Errorf("read back %d lines (%v)", len(res.Lines), err)
+	}
+}

@@ -15,12 +15,14 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/nolink"
 )
 
-// LogChunkBytes is how large a log chunk grows before it is sealed (cut at a line end).
+// LogChunkBytes is how large a log chunk grows before it is sealed, at a line end: a line that
+// began in it may take it past by up to MaxLogLineBytes.
 const LogChunkBytes = 1 << 20
 
 // LogShipper ships a job's log files in chunks by component:
 // jobs/{id}/logs/attempt_{fence}/{component}/{offset:012d}.log, where offset is where the
-// chunk starts in the file, so the chunks in key order are the file byte for byte. The open
+// chunk starts in the file, so the chunks in key order are the file byte for byte, but for
+// lines longer than MaxLogLineBytes, which are cut (a job writes what it likes). The open
 // chunk is rewritten whole at each Ship until it is full; a reader sees each chunk as of its
 // last write, never a torn one. Components are named by the files: prime-rl's
 // logs/latest/{trainer,orchestrator,inference}.log and envs/{train,eval}/<source>.log, and
@@ -57,6 +59,8 @@ type logFile struct {
 	dirty  bool
 	key    func(off int64) string
 	sealed []sealedLog
+	// lineLen is how much of the line being read has been read (shipped or cut).
+	lineLen int
 }
 
 type sealedLog struct {
@@ -156,29 +160,62 @@ func (f *logFile) read() error {
 	}
 }
 
-// take appends data, sealing the open chunk when it fills, at its last line end if it has one.
+// MaxLogLineBytes is the longest log line shipped: the rest of a longer one (a progress bar
+// that never ends its line, a tensor printed whole) is cut, and logLineCut marks where.
+const MaxLogLineBytes = 64 << 10
+
+// logLineCut ends the part of a line shipped when the rest was cut.
+const logLineCut = " [hostedtrain: line cut at 65536 bytes]"
+
+// take appends data, cutting lines at MaxLogLineBytes, and seals the open chunk at a line end
+// once the next line would not fit.
 func (f *logFile) take(data []byte) {
 	for len(data) > 0 {
-		room := LogChunkBytes - len(f.buf)
-		part := data[:min(room, len(data))]
-		fills := len(part) == room
-		if fills {
-			if i := bytes.LastIndexByte(part, '\n'); i >= 0 {
-				part = part[:i+1]
-			}
+		piece := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			piece = data[:i+1]
 		}
-		if len(f.buf) == 0 {
-			f.start = f.offset
-		}
-		f.buf = append(f.buf, part...)
-		f.dirty = true
-		f.offset += int64(len(part))
-		data = data[len(part):]
-		if fills {
-			f.sealed = append(f.sealed, sealedLog{key: f.key(f.start), data: f.buf})
-			f.buf, f.dirty = nil, false
-		}
+		data = data[len(piece):]
+		f.put(f.cut(piece), len(piece))
 	}
+}
+
+// cut is what is shipped of piece, a part of one line (with its newline if it ends it).
+func (f *logFile) cut(piece []byte) []byte {
+	ends := piece[len(piece)-1] == '\n'
+	room := MaxLogLineBytes - f.lineLen
+	f.lineLen += len(piece)
+	if ends {
+		f.lineLen = 0
+	}
+	switch {
+	case room < 0: // already cut: only its end is shipped
+		if ends {
+			return []byte{'\n'}
+		}
+		return nil
+	case len(piece) <= room || (ends && len(piece) == room+1):
+		return piece
+	}
+	kept := append(piece[:room:room], logLineCut...)
+	if ends {
+		kept = append(kept, '\n')
+	}
+	return kept
+}
+
+// put appends kept, what is shipped of the next raw bytes of the file.
+func (f *logFile) put(kept []byte, raw int) {
+	if len(f.buf) > 0 && len(f.buf)+len(kept) > LogChunkBytes && f.buf[len(f.buf)-1] == '\n' {
+		f.sealed = append(f.sealed, sealedLog{key: f.key(f.start), data: f.buf})
+		f.buf = nil
+	}
+	if len(f.buf) == 0 {
+		f.start = f.offset
+	}
+	f.buf = append(f.buf, kept...)
+	f.offset += int64(raw)
+	f.dirty = f.dirty || len(kept) > 0
 }
 
 func (f *logFile) flush(ctx context.Context, store blob.Store) error {

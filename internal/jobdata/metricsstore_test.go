@@ -4,13 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/s3test"
 )
 
 func newStore(t testing.TB) blob.Store {
@@ -67,9 +73,10 @@ func TestReadMetricsAcrossResumedAttempts(t *testing.T) {
 	writeAttempt(t, st, 2, 41, 45, 8<<10)
 	writeAttempt(t, st, 3, 45, 70, 8<<10)
 	ctx := context.Background()
-	rows, more, err := ReadMetrics(ctx, st, "j1", MetricsQuery{})
-	if err != nil || more {
-		t.Fatal(err, more)
+	page, err := ReadMetrics(ctx, st, "j1", MetricsQuery{})
+	rows := page.Rows
+	if err != nil || page.More {
+		t.Fatal(err, page.More)
 	}
 	if len(rows) != 70 {
 		t.Fatalf("%d rows, want 70", len(rows))
@@ -94,19 +101,21 @@ func TestReadMetricsAcrossResumedAttempts(t *testing.T) {
 		}
 	}
 	// A window, some names, a limit: only what was asked, with a cursor.
-	rows, more, err = ReadMetrics(ctx, st, "j1", MetricsQuery{MinStep: 38, MaxStep: 62, Names: []string{"loss/mean"}, Limit: 10})
+	page, err = ReadMetrics(ctx, st, "j1", MetricsQuery{MinStep: 38, MaxStep: 62, Names: []string{"loss/mean"}, Limit: 10})
+	rows, more := page.Rows, page.More
 	if err != nil || !more || len(rows) != 10 || rows[0].Step() != 38 || rows[9].Step() != 47 {
 		t.Fatalf("window: %d rows more=%v %v", len(rows), more, err)
 	}
 	if _, ok := rows[0]["entropy/all/mean"]; ok || rows[0]["time"] == nil || rows[0]["loss/mean"] == nil {
 		t.Errorf("names filter: %v", rows[0])
 	}
-	rows, _, _ = ReadMetrics(ctx, st, "j1", MetricsQuery{MinStep: 65})
+	page, _ = ReadMetrics(ctx, st, "j1", MetricsQuery{MinStep: 65})
+	rows = page.Rows
 	if len(rows) != 6 || rows[0].Step() != 65 {
 		t.Errorf("from 65: %d rows", len(rows))
 	}
-	if rows, _, err := ReadMetrics(ctx, st, "none", MetricsQuery{}); err != nil || len(rows) != 0 {
-		t.Errorf("a job with no metrics: %v %v", rows, err)
+	if page, err := ReadMetrics(ctx, st, "none", MetricsQuery{}); err != nil || len(page.Rows) != 0 {
+		t.Errorf("a job with no metrics: %v %v", page.Rows, err)
 	}
 }
 
@@ -116,30 +125,51 @@ func TestALimitedReadStopsEarly(t *testing.T) {
 	st := &countingStore{Store: newStore(t)}
 	writeAttempt(t, st, 1, 1, 400, 16<<10)
 	objs, _ := st.List(context.Background(), MetricsPrefix("j1"))
-	st.gets = 0
-	rows, more, err := ReadMetrics(context.Background(), st, "j1", MetricsQuery{Limit: 1})
+	st.reset()
+	page, err := ReadMetrics(context.Background(), st, "j1", MetricsQuery{Limit: 1})
+	rows, more := page.Rows, page.More
 	if err != nil || !more || len(rows) != 1 || rows[0].Step() != 1 {
 		t.Fatalf("%v %v %v", rows, more, err)
 	}
 	if _, ok := rows[0]["loss/mean"]; !ok {
 		t.Errorf("step 1 is not whole: %v", rows[0])
 	}
-	if st.gets > 16 || st.gets >= len(objs) {
-		t.Errorf("read %d of %d chunks for one step", st.gets, len(objs))
+	if n := st.gets.Load(); n > 16 || n >= int64(len(objs)) {
+		t.Errorf("read %d of %d chunks for one step", n, len(objs))
 	}
 }
 
+// countingStore counts what is fetched from the store it wraps: objects, bytes, listings.
 type countingStore struct {
 	blob.Store
-	mu   sync.Mutex
-	gets int
+	gets, bytes, lists atomic.Int64
 }
 
 func (c *countingStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	c.mu.Lock()
-	c.gets++
-	c.mu.Unlock()
-	return c.Store.Get(ctx, key)
+	c.gets.Add(1)
+	rc, err := c.Store.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return countedReader{rc, &c.bytes}, nil
+}
+
+func (c *countingStore) List(ctx context.Context, prefix string) ([]blob.Object, error) {
+	c.lists.Add(1)
+	return c.Store.List(ctx, prefix)
+}
+
+func (c *countingStore) reset() { c.gets.Store(0); c.bytes.Store(0); c.lists.Store(0) }
+
+type countedReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (r countedReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	r.n.Add(int64(n))
+	return n, err
 }
 
 // An evaluation reports late, after later steps: its row lands in a chunk of its own, and a
@@ -160,7 +190,8 @@ func TestALateRowIsReadWithItsStep(t *testing.T) {
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rows, _, err := ReadMetrics(ctx, st, "j1", MetricsQuery{MinStep: 5, MaxStep: 5})
+	page, err := ReadMetrics(ctx, st, "j1", MetricsQuery{MinStep: 5, MaxStep: 5})
+	rows := page.Rows
 	if err != nil || len(rows) != 1 {
 		t.Fatal(rows, err)
 	}
@@ -220,7 +251,8 @@ func TestMetricsWriterSealsAndSurvivesAnOutage(t *testing.T) {
 	if open > 1 || len(objs) < 3 {
 		t.Errorf("%d chunks, %d open: %v", len(objs), open, objs)
 	}
-	rows, _, err := ReadMetrics(ctx, dir, "j1", MetricsQuery{})
+	page, err := ReadMetrics(ctx, dir, "j1", MetricsQuery{})
+	rows := page.Rows
 	if err != nil || len(rows) != 11 || rows[0].Step() != 10 {
 		t.Fatalf("%d rows, %v", len(rows), err)
 	}
@@ -251,9 +283,13 @@ func TestReadMetricsSkipsBadLines(t *testing.T) {
 	if err := st.Put(context.Background(), metricsChunkKey("j1", 1, 1, 4, 1), strings.NewReader(body)); err != nil {
 		t.Fatal(err)
 	}
-	rows, _, err := ReadMetrics(context.Background(), st, "j1", MetricsQuery{})
+	page, err := ReadMetrics(context.Background(), st, "j1", MetricsQuery{})
+	rows := page.Rows
 	if err != nil || len(rows) != 2 || rows[0].Step() != 1 || rows[1].Step() != 4 {
 		t.Fatalf("%v %v", rows, err)
+	}
+	if page.Skipped != 5 {
+		t.Errorf("%d lines passed over, want 5", page.Skipped)
 	}
 	if _, err := json.Marshal(rows); err != nil {
 		t.Errorf("the rows read do not encode: %v", err)
@@ -301,7 +337,8 @@ func TestReadMetricsFollowsAChunkSealedWhileReading(t *testing.T) {
 	if err := w.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rows, _, err := ReadMetrics(context.Background(), &seals{Store: st}, "j1", MetricsQuery{})
+	page, err := ReadMetrics(context.Background(), &seals{Store: st}, "j1", MetricsQuery{})
+	rows := page.Rows
 	if err != nil || len(rows) != 5 {
 		t.Fatalf("%d rows (%v), want the 5 of the sealed chunk", len(rows), err)
 	}
@@ -315,12 +352,14 @@ func TestANamedReadAgreesWithTheFullRead(t *testing.T) {
 	st := newStore(t)
 	writeAttempt(t, st, 1, 1, 30, 4<<10)
 	ctx := context.Background()
-	full, _, err := ReadMetrics(ctx, st, "j1", MetricsQuery{})
+	fullPage, err := ReadMetrics(ctx, st, "j1", MetricsQuery{})
+	full := fullPage.Rows
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := []string{"train/agg/all/agent/reward/mean", "time/step", "orchestrator/time/step", "loss/mean", "no/such/key"}
-	part, _, err := ReadMetrics(ctx, st, "j1", MetricsQuery{Names: names})
+	partPage, err := ReadMetrics(ctx, st, "j1", MetricsQuery{Names: names})
+	part := partPage.Rows
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,5 +378,257 @@ func TestANamedReadAgreesWithTheFullRead(t *testing.T) {
 	}
 	if v, _ := part[4].Float("orchestrator/time/step"); v == 0 {
 		t.Errorf("orchestrator/time/step is missing from a named read: %v", part[4])
+	}
+}
+
+// readCost is what one read fetched and allocated.
+type readCost struct {
+	page        MetricsPage
+	gets, bytes int64
+	lists       int64
+	allocated   uint64
+}
+
+// measure reads q once through a counting wrapper around st. The allocation figure is the
+// whole process's, so it is only meaningful in a test that does not run in parallel.
+func measure(t *testing.T, st blob.Store, q MetricsQuery) readCost {
+	t.Helper()
+	cs := &countingStore{Store: st}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	page, err := ReadMetrics(context.Background(), cs, "j1", q)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readCost{page: page, gets: cs.gets.Load(), bytes: cs.bytes.Load(), lists: cs.lists.Load(), allocated: after.TotalAlloc - before.TotalAlloc}
+}
+
+// A run of 100,000 steps, stored through MetricsWriter as the agent stores them, in order and
+// with rows out of order (an evaluation 500 steps late and a result under step 1, every 1,000
+// steps, which used to make every chunk start at step 1): the first step, a step in the
+// middle, and the newest 20 steps (what the progress endpoint reads) each fetch a few chunks
+// and allocate a few megabytes, as much as from a run of 10,000 steps, though the history is
+// some 100 MB. Not parallel: it measures the process's allocations.
+func TestALongHistoryReadsAFewChunks(t *testing.T) {
+	type shape struct {
+		name        string
+		steps, late int
+	}
+	stores := map[string]func(t *testing.T) blob.Store{
+		"dir": func(t *testing.T) blob.Store { return newStore(t) },
+		"s3": func(t *testing.T) blob.Store {
+			st, _ := s3test.Store(t)
+			return st
+		},
+	}
+	for _, c := range []struct {
+		store string
+		shape
+	}{
+		{"dir", shape{"in-order", 100000, 0}},
+		{"dir", shape{"late-rows", 10000, 1000}},
+		{"dir", shape{"late-rows", 100000, 1000}},
+		{"s3", shape{"late-rows", 100000, 1000}},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/%d", c.store, c.name, c.steps), func(t *testing.T) {
+			st := stores[c.store](t)
+			putRun(t, st, c.steps, 20, c.late)
+			objs, err := st.List(context.Background(), MetricsPrefix("j1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var history int64
+			for _, o := range objs {
+				history += o.Size
+			}
+			for _, q := range []struct {
+				name  string
+				q     MetricsQuery
+				first int
+				n     int
+			}{
+				{"limit=1", MetricsQuery{Limit: 1}, 1, 1},
+				{"middle", MetricsQuery{MinStep: c.steps / 2, Limit: 1}, c.steps / 2, 1},
+				{"newest 20", MetricsQuery{MinStep: c.steps - 19, Names: []string{"time"}}, c.steps - 19, 20},
+			} {
+				got := measure(t, st, q.q)
+				rows := got.page.Rows
+				if len(rows) != q.n || rows[0].Step() != q.first {
+					t.Fatalf("%s: %d rows from step %v, want %d from %d", q.name, len(rows), rows, q.n, q.first)
+				}
+				if q.q.Names == nil {
+					if _, ok := rows[0]["loss/mean"]; !ok {
+						t.Errorf("%s: the trainer's rows are missing: %v", q.name, rows[0])
+					}
+					if _, ok := rows[0]["train/agg/all/agent/reward/mean"]; !ok {
+						t.Errorf("%s: the orchestrator's row is missing: %v", q.name, rows[0])
+					}
+				}
+				if c.late > 0 && q.first == 1 {
+					if _, ok := rows[0]["result/score"]; !ok {
+						t.Errorf("%s: the late rows of step 1 are missing: %v", q.name, rows[0])
+					}
+				}
+				t.Logf("%s: %d of %d chunks, %d of %d bytes, %d listing, %d bytes allocated",
+					q.name, got.gets, len(objs), got.bytes, history, got.lists, got.allocated)
+				// A main chunk or two around the steps, and the late rows' chunk.
+				if got.gets > 3 || got.bytes > 3*MetricsChunkBytes || got.lists != 1 {
+					t.Errorf("%s: fetched %d objects, %d bytes, %d listings; want at most 3 chunks, 3 MiB, 1 listing",
+						q.name, got.gets, got.bytes, got.lists)
+				}
+				if got.allocated > 32<<20 {
+					t.Errorf("%s: allocated %d bytes reading %d; want under 32 MiB", q.name, got.allocated, got.bytes)
+				}
+			}
+		})
+	}
+}
+
+// However a job orders its rows — backwards, shuffled — each step lies in a few chunks (a
+// main chunk or two and the late ones), the chunks are about as many as the bytes need, and
+// what is refused is refused as late, after MetricsLateBytes of such rows; what was taken
+// reads back.
+func TestAnyOrderOfRowsKeepsEachStepInAFewChunks(t *testing.T) {
+	t.Parallel()
+	const steps = 20000
+	for _, order := range []string{"backwards", "shuffled"} {
+		t.Run(order, func(t *testing.T) {
+			t.Parallel()
+			st := newStore(t)
+			w := NewMetricsWriter(st, "j1", 1, 1)
+			seq := make([]int, steps)
+			for i := range seq {
+				seq[i] = steps - i
+			}
+			if order == "shuffled" {
+				rand.New(rand.NewPCG(1, 2)).Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
+			}
+			taken := map[int]bool{}
+			late := 0
+			for i, s := range seq {
+				err := w.Add(orchestratorRow(s, float64(s), 20))
+				switch {
+				case err == nil:
+					taken[s] = true
+				case errors.Is(err, ErrLate):
+					late++
+				default:
+					t.Fatalf("step %d: %v", s, err)
+				}
+				if i%500 == 0 {
+					if err := w.Flush(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := w.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			objs, err := st.List(context.Background(), MetricsPrefix("j1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stored int64
+			depth := make([]int, steps+2)
+			for _, o := range objs {
+				stored += o.Size
+				c, ok := parseChunkKey(o.Key)
+				if !ok {
+					t.Fatalf("unparsable chunk %s", o.Key)
+				}
+				hi := c.max
+				if hi < 0 {
+					hi = steps
+				}
+				for s := c.min; s <= min(hi, steps); s++ {
+					depth[s]++
+				}
+			}
+			if late == 0 || stored > MetricsChunkBytes+MetricsLateBytes+2*MetricsChunkBytes {
+				t.Errorf("%d rows refused as late, %d bytes stored; want the late rows capped near %d", late, stored, MetricsLateBytes)
+			}
+			if n := int64(len(objs)); n > stored/MetricsChunkBytes+4 {
+				t.Errorf("%d chunks for %d bytes", n, stored)
+			}
+			deepest := slices.Max(depth)
+			t.Logf("%d rows taken, %d refused as late; %d chunks, %d bytes; a step in %d chunks at most", len(taken), late, len(objs), stored, deepest)
+			if deepest > 12 {
+				t.Errorf("a step lies in %d chunks; want a few", deepest)
+			}
+			for s := range taken {
+				if s%997 != 0 {
+					continue
+				}
+				page, err := ReadMetrics(context.Background(), st, "j1", MetricsQuery{MinStep: s, MaxStep: s})
+				if err != nil || len(page.Rows) != 1 {
+					t.Fatalf("step %d: %v %v", s, page.Rows, err)
+				}
+				if v, _ := page.Rows[0].Float("train/agg/all/agent/reward/mean"); v != float64(s) {
+					t.Errorf("step %d reads %v", s, v)
+				}
+			}
+		})
+	}
+}
+
+// One step takes no more than MetricsStepBytes of rows; the rest is refused, and other steps
+// go on being taken.
+func TestAStepsRowsAreCapped(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	w := NewMetricsWriter(st, "j1", 1, 1)
+	row := Row{"step": raw(5), "x": raw(strings.Repeat("y", 100<<10))}
+	took := 0
+	var err error
+	for range 100 {
+		if err = w.Add(row); err != nil {
+			break
+		}
+		took++
+	}
+	if !errors.Is(err, ErrStepFull) || took == 0 || took*(100<<10) > MetricsStepBytes {
+		t.Fatalf("took %d rows of 100 KiB, then %v; want ErrStepFull by %d bytes", took, err, MetricsStepBytes)
+	}
+	if err := w.Add(trainerRows(6, 0.5)[0]); err != nil {
+		t.Errorf("the next step: %v", err)
+	}
+}
+
+// A line of 17 MiB already in storage (written by something other than this agent, which
+// refuses lines over MaxLineBytes) is passed over and counted, in a sealed chunk and in an
+// open one, on a folder and on S3; the rows after it are read.
+func TestAnOversizedStoredLineIsPassedOver(t *testing.T) {
+	t.Parallel()
+	s3, _ := s3test.Store(t)
+	for name, st := range map[string]blob.Store{"dir": newStore(t), "s3": s3} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			var body strings.Builder
+			body.WriteString(`{"step":1,"loss/mean":0.5}` + "\n")
+			body.WriteString(`{"step":2,"x":"` + strings.Repeat("y", 17<<20) + "\"}\n")
+			for s := 3; s <= 9; s++ {
+				fmt.Fprintf(&body, `{"step":%d,"loss/mean":0.25}`+"\n", s)
+			}
+			if err := st.Put(ctx, metricsChunkKey("j1", 1, 1, 9, 1), strings.NewReader(body.String())); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Put(ctx, metricsChunkKey("j1", 1, 10, -1, 2), strings.NewReader(strings.Replace(body.String(), `{"step":1,`, `{"step":10,`, 1))); err != nil {
+				t.Fatal(err)
+			}
+			page, err := ReadMetrics(ctx, st, "j1", MetricsQuery{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var steps []int
+			for _, r := range page.Rows {
+				steps = append(steps, r.Step())
+			}
+			if want := []int{1, 3, 4, 5, 6, 7, 8, 9, 10}; !slices.Equal(steps, want) || page.Skipped != 2 {
+				t.Errorf("steps %v, %d lines passed over; want %v and 2", steps, page.Skipped, want)
+			}
+		})
 	}
 }
