@@ -79,7 +79,9 @@ unless --allow-loopback-webhooks=false. It writes an admin token to --data/admin
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "how often agents heartbeat")
 	f.StringVar(&o.gpus, "gpus", "H100:8", "GPUs each emulated agent reports, MODEL:COUNT")
 	f.IntVar(&o.queue.MaxRunning, "max-running", 0, "per-organization running limit (0: none)")
-	f.IntVar(&o.queue.MaxQueued, "max-queued", 0, "per-organization queued limit (0: none)")
+	f.IntVar(&o.queue.MaxQueued, "max-queued", queue.DefaultMaxQueued, "per-organization queued limit, restarts included")
+	f.DurationVar(&o.queue.Retention, "job-retention", queue.DefaultRetention,
+		"how long a job that ended stays in Redis before it is archived to --data/objects (still readable by id, no longer listed)")
 	f.DurationVar(&o.queue.RetryBackoff, "retry-backoff", 2*time.Second, "wait before a job whose lease lapsed is retried (doubles each time)")
 	f.DurationVar(&o.queue.StopGrace, "stop-grace", 30*time.Second, "how long a stopped job's agent has to confirm")
 	f.BoolVar(&o.allowLoopbackWebhooks, "allow-loopback-webhooks", true,
@@ -163,15 +165,15 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	defer rs.Stop()
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()
-	qc := o.queue
-	qc.LeaseTTL, qc.HeartbeatInterval = o.leaseTTL, o.heartbeat
-	q := queue.New(rdb, qc)
-	defer q.Close()
-
 	store, err := blob.NewDir(filepath.Join(data, "objects"))
 	if err != nil {
 		return err
 	}
+	qc := o.queue
+	qc.LeaseTTL, qc.HeartbeatInterval, qc.Store = o.leaseTTL, o.heartbeat, store
+	q := queue.New(rdb, qc)
+	defer q.Close()
+
 	schedule, err := webhooks.ParseSchedule(o.webhookSchedule)
 	if err != nil {
 		return fmt.Errorf("--webhook-schedule: %w", err)

@@ -6,13 +6,18 @@
 -- ARGV[8] progress JSON or ""  ARGV[9] pipeline or ""  ARGV[10] "1" if emulated
 -- ARGV[11] the upstream versions the agent runs (JSON) or ""
 -- ARGV[12..] committed checkpoint steps, ascending
--- Returns {action, lease expiry ms}; error LEASE_LOST if the token is not the current one.
+-- Returns {action, lease expiry ms}; errors LEASE_LOST if the token is not the current one,
+-- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = ARGV[4]
 local key = jobkey(id)
 local cur = redis.call('HMGET', key, 'lease_token', 'status', 'stop_requested', 'org',
   'started_at', 'gpus', 'charged_until', 'time_limit_ms')
 if cur[1] ~= ARGV[5] or not is_live(cur[2]) then
   return redis.error_reply('LEASE_LOST lease token is not current')
+end
+local beyond = steps_beyond(id, 12)
+if beyond then
+  return redis.error_reply('STEP_BEYOND ' .. beyond)
 end
 local org, status = cur[4], cur[2]
 local exp = ARGV[6]
