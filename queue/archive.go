@@ -45,13 +45,24 @@ func archiveKey(id string) string { return "archive/jobs/" + id + ".json" }
 // archiveBatch bounds the jobs one Archive call moves.
 const archiveBatch = 100
 
-// Archive moves up to batch jobs that ended more than the retention ago to object storage and
-// out of Redis, and reports how many it moved and whether more are due. Without a Store it
-// does nothing: jobs then stay in Redis.
+// Archive moves up to batch jobs that ended to object storage and out of Redis — those that
+// ended more than the retention ago, then the oldest of organizations that keep more than
+// MaxEnded — and reports how many it moved and whether more are due. Without a Store it does
+// nothing: jobs then stay in Redis.
 func (c *Client) Archive(ctx context.Context, batch int) (moved int, more bool, err error) {
 	if c.cfg.Store == nil {
 		return 0, false, nil
 	}
+	moved, more, err = c.archiveDue(ctx, batch)
+	if err != nil || more {
+		return moved, more, err
+	}
+	n, more, err := c.archiveCrowded(ctx, batch-moved)
+	return moved + n, more, err
+}
+
+// archiveDue archives up to batch jobs that ended more than the retention ago.
+func (c *Client) archiveDue(ctx context.Context, batch int) (moved int, more bool, err error) {
 	now := c.cfg.Now()
 	ids, err := c.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
 		Key: c.keys.ended(), Start: "-inf", Stop: ms(now.Add(-c.cfg.Retention)), ByScore: true, Count: int64(batch),
@@ -69,6 +80,79 @@ func (c *Client) Archive(ctx context.Context, batch int) (moved int, more bool, 
 		}
 	}
 	return moved, len(ids) == batch, nil
+}
+
+// archiveCrowded archives up to batch of the oldest ended jobs of the organizations that keep
+// more than MaxEnded ended jobs in Redis. An organization's index orders its jobs by id, that
+// is by creation, so the walk from its oldest skips only the live jobs among them.
+func (c *Client) archiveCrowded(ctx context.Context, batch int) (moved int, more bool, err error) {
+	if batch <= 0 {
+		return 0, true, nil
+	}
+	orgs, err := c.rdb.SMembers(ctx, c.keys.prefix+"orgs").Result()
+	if err != nil {
+		return 0, false, fmt.Errorf("queue: archive: %w", err)
+	}
+	counts := make([]*redis.StringCmd, len(orgs))
+	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, org := range orgs {
+			counts[i] = p.HGet(ctx, c.keys.org(org), "ended")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, false, fmt.Errorf("queue: archive: %w", err)
+	}
+	now := c.cfg.Now()
+	for i, org := range orgs {
+		over, _ := counts[i].Int()
+		over -= c.cfg.MaxEnded
+		start := "-"
+		for over > 0 {
+			if moved == batch {
+				return moved, true, nil
+			}
+			ids, err := c.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
+				Key: c.keys.orgJobs(org), Start: start, Stop: "+", ByLex: true, Count: int64(min(over, batch-moved) + 20),
+			}).Result()
+			if err != nil {
+				return moved, false, fmt.Errorf("queue: archive: %w", err)
+			}
+			if len(ids) == 0 {
+				break
+			}
+			start = "(" + ids[len(ids)-1]
+			statuses := make([]*redis.StringCmd, len(ids))
+			_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for k, id := range ids {
+					statuses[k] = p.HGet(ctx, c.keys.job(id), "status")
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return moved, false, fmt.Errorf("queue: archive: %w", err)
+			}
+			for k, id := range ids {
+				if over == 0 || moved == batch {
+					break
+				}
+				switch job.Status(statuses[k].Val()) {
+				case job.Completed, job.Failed, job.Stopped:
+				default:
+					continue
+				}
+				ok, err := c.archiveOne(ctx, id, now)
+				if err != nil {
+					return moved, false, err
+				}
+				if ok {
+					moved++
+					over--
+				}
+			}
+		}
+	}
+	return moved, false, nil
 }
 
 // archiveOne writes job id's record and then removes the job from Redis if it is unchanged.

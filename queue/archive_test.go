@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/s3test"
 )
@@ -264,4 +265,49 @@ func TestArchiveNeverLosesAJob(t *testing.T) {
 			t.Errorf("a restarted job is still in the index of ended jobs")
 		}
 	})
+}
+
+// An organization that submits and cancels in a loop keeps at most MaxEnded ended jobs in
+// Redis, however short the loop: the archiver moves its oldest ones early, and they read by id.
+func TestEndedJobsPerOrganizationAreCapped(t *testing.T) {
+	t.Parallel()
+	store, err := blob.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	each(t, func(t *testing.T, b bundle) {
+		live := b.submit(t, "acme", "live") // the oldest job, and live: the walk passes it
+		var ids []string
+		for range 23 {
+			j := b.submit(t, "acme", "flood")
+			if _, err := b.q.Cancel(b.ctx, j.ID); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, j.ID)
+		}
+		other := b.submit(t, "globex", "x")
+		if _, err := b.q.Cancel(b.ctx, other.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewReaper(b.q, time.Second, nil).RunOnce(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.listIDs(t, "acme"), sorted(append([]string{live.ID}, ids[18:]...)...); !equal(got, want) {
+			t.Errorf("acme keeps %v, want the live job and its 5 newest ended ones %v", got, want)
+		}
+		for _, id := range ids[:18] {
+			if ks := b.jobKeys(t, id); len(ks) != 0 {
+				t.Fatalf("job %s past the cap still in Redis: %v", id, ks)
+			}
+			if got := b.status(t, id); got.Status != job.Stopped {
+				t.Errorf("archived job %s reads %s", id, got.Status)
+			}
+		}
+		if n, _ := b.rdb.HGet(b.ctx, b.q.keys.org("acme"), "ended").Int(); n != 5 {
+			t.Errorf("acme counts %d ended jobs, want 5", n)
+		}
+		if len(b.jobKeys(t, other.ID)) == 0 {
+			t.Error("another organization's job under the cap was archived")
+		}
+	}, func(c *Config) { c.Store, c.MaxEnded = store, 5 })
 }

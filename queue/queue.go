@@ -68,6 +68,10 @@ type Config struct {
 	// Retention is how long a job that ended stays in Redis; the archiver then moves it to
 	// Store. Default 7 days.
 	Retention time.Duration
+	// MaxEnded is how many jobs that ended within the retention an organization may keep in
+	// Redis; past it the archiver moves its oldest ones early, so no organization fills Redis
+	// by submitting and cancelling. Default 10000.
+	MaxEnded int
 	// Store is the object storage that keeps the record of each job the archiver moved out of
 	// Redis, and that Get and Events read such a job from; nil keeps every job in Redis.
 	Store blob.Store
@@ -81,6 +85,7 @@ type Config struct {
 const (
 	DefaultMaxQueued = 1000
 	DefaultRetention = 7 * 24 * time.Hour
+	DefaultMaxEnded  = 10000
 )
 
 func (c Config) withDefaults() Config {
@@ -108,6 +113,9 @@ func (c Config) withDefaults() Config {
 		c.MaxQueued = DefaultMaxQueued
 	}
 	def(&c.Retention, DefaultRetention)
+	if c.MaxEnded == 0 {
+		c.MaxEnded = DefaultMaxEnded
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -82,6 +82,7 @@ unless --allow-loopback-webhooks=false. It writes an admin token to --data/admin
 	f.IntVar(&o.queue.MaxQueued, "max-queued", queue.DefaultMaxQueued, "per-organization queued limit, restarts included")
 	f.DurationVar(&o.queue.Retention, "job-retention", queue.DefaultRetention,
 		"how long a job that ended stays in Redis before it is archived to --data/objects (still readable by id, no longer listed)")
+	f.IntVar(&o.queue.MaxEnded, "max-ended", queue.DefaultMaxEnded, "jobs that ended an organization keeps in Redis within the retention; its oldest past this are archived early")
 	f.DurationVar(&o.queue.RetryBackoff, "retry-backoff", 2*time.Second, "wait before a job whose lease lapsed is retried (doubles each time)")
 	f.DurationVar(&o.queue.StopGrace, "stop-grace", 30*time.Second, "how long a stopped job's agent has to confirm")
 	f.BoolVar(&o.allowLoopbackWebhooks, "allow-loopback-webhooks", true,

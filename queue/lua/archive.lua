@@ -8,9 +8,12 @@
 -- Returns 1 if the job was removed, 0 if it stays.
 local id = ARGV[4]
 local j = redis.call('HMGET', jobkey(id), 'status', 'finished_at', 'org')
+if not j[1] then
+  redis.call('ZREM', ENDED, id) -- gone
+  return 0
+end
 if not is_ended(j[1]) then
-  -- Gone, or queued again: it is not an ended job any more.
-  redis.call('ZREM', ENDED, id)
+  unmark_ended(id, j[3]) -- queued again: not an ended job any more
   return 0
 end
 if j[2] ~= ARGV[5] or redis.call('LLEN', evkey(id)) ~= tonumber(ARGV[6]) then
@@ -18,5 +21,5 @@ if j[2] ~= ARGV[5] or redis.call('LLEN', evkey(id)) ~= tonumber(ARGV[6]) then
 end
 redis.call('DEL', jobkey(id), cfgkey(id), seckey(id), progkey(id), evkey(id))
 redis.call('ZREM', orgkey(j[3]) .. ':jobs', id)
-redis.call('ZREM', ENDED, id)
+unmark_ended(id, j[3])
 return 1

@@ -36,6 +36,6 @@ elseif j.stop_requested == '1' then
   end
 end
 release(id, j, ended_fields(status, detail))
-mark_ended(id)
+mark_ended(id, org)
 emit(id, org, typ, status, detail, j.hooked)
 return status

@@ -290,15 +290,25 @@ local function is_ended(status)
 end
 
 -- mark_ended files a job that just reached a terminal state in the index of ended jobs, from
--- which the archiver takes it once the retention has passed.
-local function mark_ended(id)
-  redis.call('ZADD', ENDED, T, id)
+-- which the archiver takes it once the retention has passed, and counts it in its org's
+-- `ended`, which the archiver keeps below a cap.
+local function mark_ended(id, org)
+  if redis.call('ZADD', ENDED, T, id) == 1 then
+    redis.call('HINCRBY', orgkey(org), 'ended', 1)
+  end
+end
+
+-- unmark_ended takes a job out of the index of ended jobs (restarted, or archived).
+local function unmark_ended(id, org)
+  if redis.call('ZREM', ENDED, id) == 1 then
+    redis.call('HINCRBY', orgkey(org), 'ended', -1)
+  end
 end
 
 -- finish_as ends a job in a terminal state.
 local function finish_as(id, org, status, typ, detail)
   redis.call('HSET', jobkey(id), unpack(ended_fields(status, detail)))
-  mark_ended(id)
+  mark_ended(id, org)
   emit(id, org, typ, status, detail)
 end
 
@@ -330,7 +340,7 @@ local function restart_job(id, org, def)
   local rank = (100 - (tonumber(j[3]) or 0)) * RANK_BASE + NOW
   redis.call('HSET', jobkey(id), 'attempt', 1, 'rank', int(rank), 'resume_step', tonumber(j[2]) or 0)
   redis.call('HDEL', jobkey(id), 'error', 'finished_at', 'restart_requested', 'restart_limit')
-  redis.call('ZREM', ENDED, id)
+  unmark_ended(id, org)
   requeue(id, org, j[1], rank, 0)
   local detail = 'restarted'
   if tonumber(j[2]) then

@@ -15,6 +15,8 @@
 //	                           (default 1000)
 //	HOSTEDTRAIN_JOB_RETENTION  how long a job that ended stays in Redis before it is archived to
 //	                           HOSTEDTRAIN_STORE (default 168h)
+//	HOSTEDTRAIN_MAX_ENDED      jobs that ended an organization keeps in Redis within the retention;
+//	                           its oldest past this are archived early (default 10000)
 //	HOSTEDTRAIN_DEFAULT_TIME_LIMIT  time limit of a run whose job sets none (default none)
 //	HOSTEDTRAIN_USAGE_HALF_LIFE     how fast past GPU use stops counting (default 24h)
 //	HOSTEDTRAIN_STOP_GRACE     how long a stopped job's agent has to confirm (default 5m)
@@ -103,6 +105,7 @@ func Queue(getenv Getenv) (queue.Config, error) {
 		"HOSTEDTRAIN_MAX_ATTEMPTS": &c.MaxAttempts,
 		"HOSTEDTRAIN_MAX_RUNNING":  &c.MaxRunning,
 		"HOSTEDTRAIN_MAX_QUEUED":   &c.MaxQueued,
+		"HOSTEDTRAIN_MAX_ENDED":    &c.MaxEnded,
 	}
 	for name, n := range ints {
 		if v := getenv(name); v != "" {
