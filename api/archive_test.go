@@ -226,7 +226,7 @@ func TestHeartbeatCheckpointSteps(t *testing.T) {
 			checkpoints++
 		}
 	}
-	if checkpoints != queue.MaxReportedSteps {
-		t.Errorf("10,000 steps in a heartbeat made %d checkpoint events, want %d", checkpoints, queue.MaxReportedSteps)
+	if checkpoints != queue.MaxCheckpointEvents {
+		t.Errorf("10,000 steps in a heartbeat made %d checkpoint events, want %d", checkpoints, queue.MaxCheckpointEvents)
 	}
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -112,8 +113,10 @@ func (b bundle) lastDetail(t *testing.T, id string) string {
 	return evs[len(evs)-1].Detail
 }
 
-// One report adds at most MaxReportedSteps checkpoint events (and outbox entries), however many
-// steps it lists; steps are recorded ascending, once each.
+// One report emits at most MaxCheckpointEvents checkpoint events (and outbox entries), however
+// many steps it lists: the rest wait, oldest first, for the next reports (and the job's end),
+// up to MaxStepBacklog of them. The newest step is the job's checkpoint at once. Steps are
+// recorded ascending, once each.
 func TestCheckpointReportsAreBounded(t *testing.T) {
 	t.Parallel()
 	each(t, func(t *testing.T, b bundle) {
@@ -124,41 +127,85 @@ func TestCheckpointReportsAreBounded(t *testing.T) {
 		spec.MaxSteps = MaxStep
 		j := b.submitSpec(t, "acme", spec)
 		cl := b.claim(t)
-		before := len(b.events(t, j.ID))
+		b.running(t, j.ID, cl)
+		checkpointEvents := func() []string {
+			var out []string
+			for from := int64(0); ; from += 100 {
+				evs, err := b.q.Events(b.ctx, j.ID, from, 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range evs {
+					if e.Type == job.EventCheckpoint {
+						out = append(out, e.Detail)
+					}
+				}
+				if len(evs) < 100 {
+					return out
+				}
+			}
+		}
 		outboxBefore, _ := b.rdb.XLen(b.ctx, b.q.keys.outbox()).Result()
 		steps := make([]int, 10000)
 		for i := range steps {
 			steps[i] = i + 1
 		}
-		if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true, Checkpoints: steps}); err != nil {
-			t.Fatal(err)
-		}
-		evs := b.events(t, j.ID)
-		checkpoints := 0
-		for _, e := range evs[before:] {
-			if e.Type == job.EventCheckpoint {
-				checkpoints++
+		heartbeat := func(steps []int) {
+			t.Helper()
+			if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true, Checkpoints: steps}); err != nil {
+				t.Fatal(err)
 			}
 		}
-		if checkpoints != MaxReportedSteps || evs[len(evs)-1].Detail != "step 10000" {
-			t.Errorf("%d checkpoint events (last %q), want the newest %d", checkpoints, evs[len(evs)-1].Detail, MaxReportedSteps)
+		heartbeat(steps)
+		got := checkpointEvents()
+		first := 10000 - MaxStepBacklog + 1
+		if len(got) != MaxCheckpointEvents || got[0] != fmt.Sprintf("step %d", first) {
+			t.Fatalf("10,000 steps in a heartbeat: %d checkpoint events from %v, want %d from step %d", len(got), got[:min(len(got), 1)], MaxCheckpointEvents, first)
 		}
 		outbox, _ := b.rdb.XLen(b.ctx, b.q.keys.outbox()).Result()
-		// job.started and the checkpoints.
-		if outbox-outboxBefore != int64(MaxReportedSteps+1) {
-			t.Errorf("%d outbox entries, want %d", outbox-outboxBefore, MaxReportedSteps+1)
+		if outbox-outboxBefore != int64(MaxCheckpointEvents) {
+			t.Errorf("%d outbox entries, want %d", outbox-outboxBefore, MaxCheckpointEvents)
 		}
-		step, _ := b.rdb.HGet(b.ctx, b.q.keys.job(j.ID), "checkpoint_step").Int()
-		if step != 10000 {
+		if step, _ := b.rdb.HGet(b.ctx, b.q.keys.job(j.ID), "checkpoint_step").Int(); step != 10000 {
 			t.Errorf("checkpoint_step %d, want 10000", step)
 		}
+		// The next heartbeats announce the rest, a bounded number each, then nothing more.
+		for i := 2; i <= MaxStepBacklog/MaxCheckpointEvents+1; i++ {
+			heartbeat(nil)
+			if n := len(checkpointEvents()); n != min(i*MaxCheckpointEvents, MaxStepBacklog) {
+				t.Fatalf("after heartbeat %d: %d checkpoint events", i, n)
+			}
+		}
+		got = checkpointEvents()
+		for i, d := range got {
+			if d != fmt.Sprintf("step %d", first+i) {
+				t.Fatalf("event %d is %q, want step %d: %v", i, d, first+i, got)
+			}
+		}
+		if outbox, _ = b.rdb.XLen(b.ctx, b.q.keys.outbox()).Result(); outbox-outboxBefore != MaxStepBacklog {
+			t.Errorf("%d outbox entries in all, want %d", outbox-outboxBefore, MaxStepBacklog)
+		}
 		// Out of order and repeated: recorded ascending, once each, older ones ignored.
-		if _, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true, Checkpoints: []int{10002, 5, 10001, 10002}}); err != nil {
+		heartbeat([]int{10002, 5, 10001, 10002})
+		got = checkpointEvents()
+		if tail := got[len(got)-2:]; !equal(tail, []string{"step 10001", "step 10002"}) {
+			t.Errorf("last events %v", tail)
+		}
+		// At the job's end, every step waiting is announced, before the end.
+		more := make([]int, 40)
+		for i := range more {
+			more[i] = 10003 + i
+		}
+		heartbeat(more[:20])
+		if _, err := b.q.Complete(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Checkpoints: more[20:]}); err != nil {
 			t.Fatal(err)
 		}
-		evs = b.events(t, j.ID)
-		if got := []string{evs[len(evs)-2].Detail, evs[len(evs)-1].Detail}; !equal(got, []string{"step 10001", "step 10002"}) {
-			t.Errorf("last events %v", got)
+		got = checkpointEvents()
+		if tail := got[len(got)-40:]; tail[0] != "step 10003" || tail[39] != "step 10042" {
+			t.Errorf("the job ended with checkpoint events %v…%v, want steps 10003 to 10042", tail[0], tail[39])
+		}
+		if evs := b.events(t, j.ID); evs[len(evs)-1].Type != job.EventCompleted {
+			t.Errorf("the last event is %s", evs[len(evs)-1].Type)
 		}
 	})
 }

@@ -13,12 +13,16 @@ import (
 // and a delivery). What one report may add is bounded here, so an agent — honest after a long
 // outage, or not — cannot flood a job's events, the outbox or the receivers.
 
-// MaxReportedSteps is how many checkpoint steps of one report (heartbeat, completion, failure,
-// release) are recorded: the newest ones. The agent reports the steps committed since its last
-// acknowledged report, usually none or one; older ones of a longer list are acknowledged
-// without an event of their own (the newest step, the one a restart resumes from, is always
-// among those kept).
-const MaxReportedSteps = 16
+// MaxCheckpointEvents is how many job.checkpoint events one report (heartbeat, completion,
+// failure, release) emits. The agent reports the steps committed since its last acknowledged
+// report: usually none or one, more after an outage. The newest step is the job's checkpoint
+// (what a restart resumes from) at once; steps past this many wait for the next reports, oldest
+// first, and a job's end emits all that wait (prelude.lua's checkpoints).
+const MaxCheckpointEvents = 16
+
+// MaxStepBacklog is how many reported steps may wait for their event: of a longer list only
+// the newest this many get one.
+const MaxStepBacklog = 256
 
 // MaxStep bounds any checkpoint step: the largest max_steps a job may have (the schema's).
 const MaxStep = 100000
@@ -37,7 +41,7 @@ func (e *StepError) Error() string {
 }
 
 // reportedSteps checks a report's steps (each within 0..MaxStep) and returns the newest
-// MaxReportedSteps of them, ascending and each once, as script arguments. Agents send them
+// MaxStepBacklog of them, ascending and each once, as script arguments. Agents send them
 // ascending; the order is not theirs to get wrong, so it is not refused but made.
 func reportedSteps(steps []int) ([]any, error) {
 	for i, s := range steps {
@@ -46,7 +50,7 @@ func reportedSteps(steps []int) ([]any, error) {
 		}
 	}
 	steps = slices.Compact(slices.Sorted(slices.Values(steps)))
-	steps = steps[max(0, len(steps)-MaxReportedSteps):]
+	steps = steps[max(0, len(steps)-MaxStepBacklog):]
 	args := make([]any, len(steps))
 	for i, s := range steps {
 		args[i] = s

@@ -20,7 +20,7 @@ local org = j.org
 if ARGV[8] ~= '' then
   redis.call('SET', progkey(id), ARGV[8])
 end
-checkpoints(id, org, j.status, 9)
+checkpoints(id, org, j.status, 9, nil, true)
 -- What the job becomes: a stop request decides what a failure means.
 local status, typ, detail = 'FAILED', 'job.failed', ARGV[7]
 if ARGV[6] == 'completed' then

@@ -394,19 +394,55 @@ local function steps_beyond(id, first)
   return nil
 end
 
--- checkpoints records newly committed checkpoint steps (ARGV from index first on) as events.
-local function checkpoints(id, org, status, first)
-  if first > #ARGV then
+-- CHECKPOINT_EVENTS is how many job.checkpoint events one report emits (queue.MaxCheckpointEvents);
+-- STEP_BACKLOG is how many reported steps may wait for theirs (queue.MaxStepBacklog): the
+-- oldest beyond it get none.
+local CHECKPOINT_EVENTS, STEP_BACKLOG = 16, 256
+
+-- checkpoints records newly committed checkpoint steps (ARGV from index first on, ascending).
+-- The newest becomes the job's checkpoint_step at once: what a restart resumes from. Each new
+-- step gets a job.checkpoint event, oldest first, but one report emits at most
+-- CHECKPOINT_EVENTS (all, with drain: the job's end); the rest wait in the job's step_backlog
+-- for the next reports. So an agent back from an outage has every step it committed meanwhile
+-- announced, and one report — honest or not — never floods the events, the outbox or the
+-- webhook receivers. backlog is the job's step_backlog as the caller read it (false: none;
+-- nil: not read).
+local function checkpoints(id, org, status, first, backlog, drain)
+  if first > #ARGV and backlog == false then
     return
   end
-  local last = tonumber(redis.call('HGET', jobkey(id), 'checkpoint_step')) or 0
+  local h = redis.call('HMGET', jobkey(id), 'checkpoint_step', 'step_backlog')
+  local last = tonumber(h[1]) or 0
+  local waiting = {}
+  for s in string.gmatch(h[2] or '', '%d+') do
+    waiting[#waiting + 1] = s
+  end
+  local newest = last
   for i = first, #ARGV do
     local step = tonumber(ARGV[i])
-    if step > last then
-      last = step
-      redis.call('HSET', jobkey(id), 'checkpoint_step', step)
-      emit(id, org, 'job.checkpoint', status, 'step ' .. step)
+    if step > newest then
+      newest = step
+      waiting[#waiting + 1] = ARGV[i]
     end
+  end
+  if newest > last then
+    redis.call('HSET', jobkey(id), 'checkpoint_step', int(newest))
+  end
+  if #waiting == 0 then
+    return
+  end
+  local from = math.max(1, #waiting - STEP_BACKLOG + 1)
+  local to = #waiting
+  if not drain then
+    to = math.min(to, from + CHECKPOINT_EVENTS - 1)
+  end
+  for i = from, to do
+    emit(id, org, 'job.checkpoint', status, 'step ' .. waiting[i])
+  end
+  if to < #waiting then
+    redis.call('HSET', jobkey(id), 'step_backlog', table.concat(waiting, ',', to + 1, #waiting))
+  elseif h[2] then
+    redis.call('HDEL', jobkey(id), 'step_backlog')
   end
 end
 
