@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 type claimRequest struct {
@@ -140,9 +142,17 @@ func (s *Server) agentFinish(w http.ResponseWriter, r *http.Request,
 
 // agentError answers a failed agent write; it reports whether there was one.
 func (s *Server) agentError(w http.ResponseWriter, r *http.Request, err error) bool {
+	var step *queue.StepError
 	switch {
 	case err == nil:
 		return false
+	case errors.As(err, &step):
+		// Nothing of the report was recorded and the lease was not renewed: an honest agent
+		// never reports a step past its job's max_steps.
+		msg := step.Error()
+		writeProblem(w, r, &Problem{Type: problemTypeBase + "invalid-checkpoints", Title: http.StatusText(http.StatusUnprocessableEntity),
+			Status: http.StatusUnprocessableEntity, Detail: "the report's checkpoint steps are refused: " + msg,
+			Errors: []FieldError{{Pointer: "/checkpoints/" + strconv.Itoa(step.Index), Message: step.Why}}})
 	case errors.Is(err, job.ErrLeaseLost):
 		writeProblem(w, r, newProblem(http.StatusConflict, "lease-lost",
 			"this lease is no longer current (it expired, or the job was claimed again or ended); stop the pipeline"))

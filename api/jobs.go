@@ -13,6 +13,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 // admitted is a job file that passed the schema and the rules.
@@ -87,10 +88,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	var conflict *job.IdempotencyConflictError
 	switch {
 	case errors.As(err, &limit):
-		p := newProblem(http.StatusTooManyRequests, "limit-"+limit.Limit, fmt.Sprintf(
-			"organization %s already has %d jobs %s, its limit: wait for some to start, or stop some (hostedtrain train cancel)",
-			limit.Org, limit.Current, limit.Limit))
-		writeProblem(w, r, p)
+		writeProblem(w, r, limitProblem(limit))
 		return
 	case errors.As(err, &conflict):
 		writeProblem(w, r, newProblem(http.StatusConflict, "idempotency-key-reused", fmt.Sprintf(
@@ -107,6 +105,13 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, submitted{Job: j, Warnings: a.warnings})
+}
+
+// limitProblem answers a submit or restart past one of the organization's limits.
+func limitProblem(limit *job.LimitError) *Problem {
+	return newProblem(http.StatusTooManyRequests, "limit-"+limit.Limit, fmt.Sprintf(
+		"organization %s already has %d jobs %s, its limit: wait for some to start, or stop some (hostedtrain train cancel)",
+		limit.Org, limit.Current, limit.Limit))
 }
 
 // fingerprint identifies a submission's content for idempotency: its kind and its body.
@@ -237,7 +242,14 @@ func (s *Server) restartJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	after, err := s.cfg.Queue.Restart(r.Context(), j.ID)
+	var limit *job.LimitError
 	switch {
+	case errors.As(err, &limit):
+		// A restart queues the job again: it counts against the queued limit as a submit does.
+		writeProblem(w, r, limitProblem(limit))
+	case errors.Is(err, queue.ErrArchived):
+		writeProblem(w, r, newProblem(http.StatusConflict, "cannot-restart",
+			"job "+j.ID+" ended ("+string(j.Status)+") longer ago than jobs are kept ready to run, and only its record remains: submit it again"))
 	case errors.Is(err, job.ErrConflict):
 		why := "it is waiting in the queue already"
 		if j.Status == job.Completed {

@@ -45,13 +45,15 @@ var (
 	abandonLua string
 	//go:embed lua/set_org.lua
 	setOrgLua string
+	//go:embed lua/archive.lua
+	archiveLua string
 )
 
 // library is the source to load and the name its functions carry.
 var library = buildLibrary(map[string]string{
 	"submit": submitLua, "claim": claimLua, "heartbeat": heartbeatLua, "finish": finishLua,
 	"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
-	"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua,
+	"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua, "archive": archiveLua,
 })
 
 type lib struct {

@@ -23,6 +23,9 @@ func (k keys) delayed() string           { return k.prefix + "delayed" }
 func (k keys) outbox() string            { return k.prefix + "outbox" }
 func (k keys) meta() string              { return k.prefix + "meta" }
 
+// ended indexes the jobs that ended by when they did, for the archiver.
+func (k keys) ended() string { return k.prefix + "ended" }
+
 // revoked marks a revoked token by its id (jti) until the token expires.
 func (k keys) revoked(jti string) string { return k.prefix + "revoked:" + jti }
 

@@ -26,6 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
@@ -58,14 +59,34 @@ type Config struct {
 	StopGrace time.Duration
 	// DefaultTimeLimit bounds a run whose job sets no time_limit; 0 for none.
 	DefaultTimeLimit time.Duration
-	// MaxRunning and MaxQueued are the per-organization limits unless an organization has its
-	// own; 0 for none.
-	MaxRunning, MaxQueued int
+	// MaxRunning is the per-organization running limit unless an organization has its own; 0
+	// for none.
+	MaxRunning int
+	// MaxQueued is the per-organization queued limit unless an organization has its own: how
+	// many jobs may wait at once, restarted ones included. Default 1000.
+	MaxQueued int
+	// Retention is how long a job that ended stays in Redis; the archiver then moves it to
+	// Store. Default 7 days.
+	Retention time.Duration
+	// MaxEnded is how many jobs that ended within the retention an organization may keep in
+	// Redis; past it the archiver moves its oldest ones early, so no organization fills Redis
+	// by submitting and cancelling. Default 10000.
+	MaxEnded int
+	// Store is the object storage that keeps the record of each job the archiver moved out of
+	// Redis, and that Get and Events read such a job from; nil keeps every job in Redis.
+	Store blob.Store
 	// IdempotencyTTL is how long an Idempotency-Key is remembered. Default 24 h.
 	IdempotencyTTL time.Duration
 	// Now is the clock; tests replace it. Default time.Now.
 	Now func() time.Time
 }
+
+// The defaults of the limits that bound what one organization keeps in Redis.
+const (
+	DefaultMaxQueued = 1000
+	DefaultRetention = 7 * 24 * time.Hour
+	DefaultMaxEnded  = 10000
+)
 
 func (c Config) withDefaults() Config {
 	def := func(d *time.Duration, v time.Duration) {
@@ -88,6 +109,13 @@ func (c Config) withDefaults() Config {
 	def(&c.ClaimQuantum, 60*time.Second)
 	def(&c.StopGrace, 5*time.Minute)
 	def(&c.IdempotencyTTL, 24*time.Hour)
+	if c.MaxQueued == 0 {
+		c.MaxQueued = DefaultMaxQueued
+	}
+	def(&c.Retention, DefaultRetention)
+	if c.MaxEnded == 0 {
+		c.MaxEnded = DefaultMaxEnded
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -153,7 +181,7 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 	// A class queue ranks by priority, then age: (100 - priority) * 2^42 + enqueue time (ms).
 	rank := int64(100-sub.Spec.Priority)<<42 + ms(now)
 	res, err := c.callAt(ctx, now, "submit", c.keys.job(sub.ID),
-		sub.ID, sub.Org, sub.Spec.Kind, sub.Spec.Name, cfg, c.cfg.MaxAttempts, "", sub.SealedSecrets,
+		sub.ID, sub.Org, sub.Spec.Kind, sub.Spec.Name, cfg, c.cfg.MaxAttempts, sub.Spec.MaxSteps, sub.SealedSecrets,
 		sub.Spec.Priority, sub.Spec.Class(), sub.Spec.Resources.GPUs, limit.Milliseconds(), c.cfg.MaxQueued,
 		idempotencyKey, fingerprint, c.cfg.IdempotencyTTL.Milliseconds(), rank,
 	).StringSlice()
@@ -173,16 +201,25 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 }
 
 func (c *Client) submitErr(org string, err error) error {
+	if lim := limitErr(org, err); lim != nil {
+		return lim
+	}
+	msg := strings.TrimPrefix(err.Error(), "ERR ")
+	if id, ok := strings.CutPrefix(msg, "IDEMPOTENCY_CONFLICT "); ok {
+		return &job.IdempotencyConflictError{JobID: id}
+	}
+	return scriptErr("submit", err)
+}
+
+// limitErr reads a LIMIT_QUEUED error reply; nil for any other error.
+func limitErr(org string, err error) *job.LimitError {
 	msg := strings.TrimPrefix(err.Error(), "ERR ")
 	if f := strings.Fields(msg); len(f) == 3 && f[0] == "LIMIT_QUEUED" {
 		cur, _ := strconv.Atoi(f[1])
 		max, _ := strconv.Atoi(f[2])
 		return &job.LimitError{Org: org, Limit: "queued", Current: cur, Max: max}
 	}
-	if id, ok := strings.CutPrefix(msg, "IDEMPOTENCY_CONFLICT "); ok {
-		return &job.IdempotencyConflictError{JobID: id}
-	}
-	return scriptErr("submit", err)
+	return nil
 }
 
 // Get returns a job.
@@ -192,7 +229,7 @@ func (c *Client) Get(ctx context.Context, id string) (*job.Job, error) {
 		return nil, fmt.Errorf("queue: get %s: %w", id, err)
 	}
 	if len(jobs) == 0 {
-		return nil, job.ErrNotFound
+		return c.archived(ctx, id)
 	}
 	return jobs[0], nil
 }
@@ -303,10 +340,33 @@ func idPrefix(t time.Time) string {
 // Events returns the job's events with a sequence number above after, oldest first, at most
 // limit of them. A job's events are a list; an event's position in it is its sequence number.
 func (c *Client) Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error) {
-	raw, err := c.rdb.LRange(ctx, c.keys.events(id), after, after+int64(limit)-1).Result()
+	var events *redis.StringSliceCmd
+	var exists *redis.IntCmd
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		events = p.LRange(ctx, c.keys.events(id), after, after+int64(limit)-1)
+		exists = p.Exists(ctx, c.keys.job(id))
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: events %s: %w", id, err)
 	}
+	raw := events.Val()
+	if exists.Val() == 0 && c.cfg.Store != nil {
+		// An archived job's events are in its record.
+		rec, err := c.record(ctx, id)
+		if errors.Is(err, job.ErrNotFound) {
+			return []job.Event{}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		raw = rec.Events[min(after, int64(len(rec.Events))):min(after+int64(limit), int64(len(rec.Events)))]
+	}
+	return parseEvents(id, after, raw)
+}
+
+// parseEvents reads events as a job's list holds them; the first is number after + 1.
+func parseEvents(id string, after int64, raw []string) ([]job.Event, error) {
 	out := make([]job.Event, 0, len(raw))
 	for i, r := range raw {
 		// "time|type|status|detail"; the detail is last because it may hold a "|".
@@ -326,16 +386,48 @@ func (c *Client) Events(ctx context.Context, id string, after int64, limit int) 
 // Cancel stops a job: at once if it is queued, through its agent if one holds it.
 func (c *Client) Cancel(ctx context.Context, id string) (*job.Job, error) {
 	if err := c.call(ctx, "cancel", c.keys.job(id), id, c.cfg.StopGrace.Milliseconds()).Err(); err != nil {
-		return nil, scriptErr("cancel", err)
+		err = scriptErr("cancel", err)
+		if errors.Is(err, job.ErrNotFound) {
+			// An archived job ended long ago: stopping a stopped one is a no-op, as in Redis.
+			j, aerr := c.archived(ctx, id)
+			if aerr != nil {
+				return nil, aerr
+			}
+			if j.Status == job.Stopped {
+				return j, nil
+			}
+			return nil, fmt.Errorf("queue: cancel: job is %s: %w", j.Status, ErrArchived)
+		}
+		return nil, err
 	}
 	return c.Get(ctx, id)
 }
 
+// ErrArchived is a change asked of a job that was moved out of Redis to its record in object
+// storage: it ended more than the retention ago and can only be read. It is a job.ErrConflict.
+var ErrArchived = fmt.Errorf("the job ended more than the retention ago and is archived: %w", job.ErrConflict)
+
 // Restart runs a FAILED or STOPPED job again from its newest checkpoint; a RUNNING or PENDING
-// one is stopped first and then queued again.
+// one is stopped first and then queued again. A restart counts against the organization's
+// queued limit as a submit does: past it the answer is a *job.LimitError. An archived job is
+// ErrArchived.
 func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
-	if err := c.call(ctx, "restart", c.keys.job(id), id, c.cfg.StopGrace.Milliseconds()).Err(); err != nil {
-		return nil, scriptErr("restart", err)
+	err := c.call(ctx, "restart", c.keys.job(id), id, c.cfg.StopGrace.Milliseconds(), c.cfg.MaxQueued).Err()
+	if err != nil {
+		if lim := limitErr("", err); lim != nil {
+			if j, gerr := c.Get(ctx, id); gerr == nil {
+				lim.Org = j.Org
+			}
+			return nil, lim
+		}
+		err = scriptErr("restart", err)
+		if errors.Is(err, job.ErrNotFound) {
+			if _, aerr := c.archived(ctx, id); aerr != nil {
+				return nil, aerr
+			}
+			return nil, fmt.Errorf("queue: restart: %w", ErrArchived)
+		}
+		return nil, err
 	}
 	return c.Get(ctx, id)
 }
@@ -476,14 +568,16 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 			versions = string(b)
 		}
 	}
+	steps, err := reportedSteps(hb.Checkpoints)
+	if err != nil {
+		return job.HeartbeatReply{}, err
+	}
 	now := c.cfg.Now()
 	args := []any{id, hb.Token, ms(now.Add(c.cfg.LeaseTTL)), boolArg(hb.Running), progressArg(hb.Progress), pipeline, emulated, versions}
-	for _, s := range hb.Checkpoints {
-		args = append(args, s)
-	}
+	args = append(args, steps...)
 	res, err := c.callAt(ctx, now, "heartbeat", c.keys.job(id), args...).Result()
 	if err != nil {
-		return job.HeartbeatReply{}, scriptErr("heartbeat", err)
+		return job.HeartbeatReply{}, stepsErr("heartbeat", hb.Checkpoints, err)
 	}
 	arr, _ := res.([]any)
 	if len(arr) != 2 {
@@ -507,13 +601,14 @@ func (c *Client) Fail(ctx context.Context, id string, o job.Outcome) (job.Status
 }
 
 func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job.Status, error) {
-	args := []any{id, o.Token, how, o.Reason, progressArg(o.Progress)}
-	for _, s := range o.Checkpoints {
-		args = append(args, s)
+	steps, err := reportedSteps(o.Checkpoints)
+	if err != nil {
+		return "", err
 	}
+	args := append([]any{id, o.Token, how, o.Reason, progressArg(o.Progress)}, steps...)
 	st, err := c.call(ctx, "finish", c.keys.job(id), args...).Text()
 	if err != nil {
-		return "", scriptErr(how, err)
+		return "", stepsErr(how, o.Checkpoints, err)
 	}
 	return job.Status(st), nil
 }
@@ -521,13 +616,14 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 // Release hands a job back from an agent that is going away: it is queued again at once, in
 // its place, to resume elsewhere from its newest checkpoint, without spending an attempt.
 func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
-	args := []any{id, o.Token, o.Reason, progressArg(o.Progress)}
-	for _, s := range o.Checkpoints {
-		args = append(args, s)
+	steps, err := reportedSteps(o.Checkpoints)
+	if err != nil {
+		return "", err
 	}
+	args := append([]any{id, o.Token, o.Reason, progressArg(o.Progress)}, steps...)
 	st, err := c.call(ctx, "release", c.keys.job(id), args...).Text()
 	if err != nil {
-		return "", scriptErr("release", err)
+		return "", stepsErr("release", o.Checkpoints, err)
 	}
 	return job.Status(st), nil
 }

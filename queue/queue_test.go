@@ -282,14 +282,14 @@ func TestRestart(t *testing.T) {
 		// A failed job is queued again at once, from its newest checkpoint, attempts reset.
 		f := b.submit(t, "acme", "f")
 		cf := b.claim(t)
-		if _, err := b.q.Heartbeat(b.ctx, f.ID, job.Heartbeat{Token: cf.Lease.Token, Running: true, Checkpoints: []int{50}}); err != nil {
+		if _, err := b.q.Heartbeat(b.ctx, f.ID, job.Heartbeat{Token: cf.Lease.Token, Running: true, Checkpoints: []int{5}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.q.Fail(b.ctx, f.ID, job.Outcome{Token: cf.Lease.Token, Reason: "OOM"}); err != nil {
 			t.Fatal(err)
 		}
 		r, err := b.q.Restart(b.ctx, f.ID)
-		if err != nil || r.Status != job.Queued || r.ResumeStep != 50 || r.Error != "" || r.Attempt != 1 {
+		if err != nil || r.Status != job.Queued || r.ResumeStep != 5 || r.Error != "" || r.Attempt != 1 {
 			t.Fatalf("restart of a failed job: %+v %v", r, err)
 		}
 		again := b.claim(t)
@@ -345,12 +345,12 @@ func TestReleaseRequeuesWithoutSpendingAnAttempt(t *testing.T) {
 	each(t, func(t *testing.T, b bundle) {
 		j := b.submit(t, "acme", "a")
 		cl := b.claim(t)
-		st, err := b.q.Release(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "node preempted", Checkpoints: []int{20}})
+		st, err := b.q.Release(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "node preempted", Checkpoints: []int{8}})
 		if err != nil || st != job.Queued {
 			t.Fatalf("release: %s %v", st, err)
 		}
 		got := b.status(t, j.ID)
-		if got.Attempt != 1 || got.ResumeStep != 20 || got.RetryAt != nil {
+		if got.Attempt != 1 || got.ResumeStep != 8 || got.RetryAt != nil {
 			t.Errorf("released job %+v", got)
 		}
 		next := b.claimFor(t, "agent-2", h100x8)

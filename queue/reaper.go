@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// Reaper returns jobs whose lease lapsed, on an interval. The same RunOnce serves the
-// scheduled Lambda (functions/reaper) and the loop of `hostedtrain dev`.
+// Reaper does the queue's timed work on an interval: it returns jobs whose lease lapsed (and
+// the rest of Reap), and archives jobs that ended more than the retention ago (Archive). The
+// same RunOnce serves the scheduled Lambda (functions/reaper) and the loop of `hostedtrain dev`.
 type Reaper struct {
 	q        *Client
 	interval time.Duration
@@ -30,7 +31,8 @@ func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
 	return &Reaper{q: q, interval: interval, logger: logger}
 }
 
-// RunOnce handles every lapsed lease, batch by batch, and reports how many.
+// RunOnce handles every lapsed lease, batch by batch, and reports how many; then it archives
+// the jobs due for it.
 func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	total := 0
 	for {
@@ -40,7 +42,30 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 			if total > 0 {
 				r.logger.Info("reaped lapsed leases", "jobs", total)
 			}
-			return total, err
+			if err != nil {
+				return total, err
+			}
+			break
+		}
+	}
+	return total, r.archive(ctx)
+}
+
+// archive moves every job due for it out of Redis, batch by batch.
+func (r *Reaper) archive(ctx context.Context) error {
+	total := 0
+	defer func() {
+		if total > 0 {
+			r.logger.Info("archived jobs that ended before the retention", "jobs", total)
+		}
+	}()
+	for {
+		n, more, err := r.q.Archive(ctx, archiveBatch)
+		total += n
+		// A batch that moved nothing (every job in it changed while being read) ends the run:
+		// the next one tries again.
+		if err != nil || !more || n == 0 {
+			return err
 		}
 	}
 }

@@ -94,7 +94,10 @@ them at once.`,
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "how often agents heartbeat")
 	f.StringVar(&o.gpus, "gpus", "H100:8", "GPUs each emulated agent reports, MODEL:COUNT")
 	f.IntVar(&o.queue.MaxRunning, "max-running", 0, "per-organization running limit (0: none)")
-	f.IntVar(&o.queue.MaxQueued, "max-queued", 0, "per-organization queued limit (0: none)")
+	f.IntVar(&o.queue.MaxQueued, "max-queued", queue.DefaultMaxQueued, "per-organization queued limit, restarts included")
+	f.DurationVar(&o.queue.Retention, "job-retention", queue.DefaultRetention,
+		"how long a job that ended stays in Redis before it is archived to --data/objects (still readable by id, no longer listed)")
+	f.IntVar(&o.queue.MaxEnded, "max-ended", queue.DefaultMaxEnded, "jobs that ended an organization keeps in Redis within the retention; its oldest past this are archived early")
 	f.DurationVar(&o.queue.RetryBackoff, "retry-backoff", 2*time.Second, "wait before a job whose lease lapsed is retried (doubles each time)")
 	f.DurationVar(&o.queue.StopGrace, "stop-grace", 30*time.Second, "how long a stopped job's agent has to confirm")
 	f.BoolVar(&o.allowLoopbackWebhooks, "allow-loopback-webhooks", true,
@@ -203,15 +206,15 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	defer func() { stops.run(time.Now().Add(o.drainTimeout - redisStop)) }()
 
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	qc := o.queue
-	qc.LeaseTTL, qc.HeartbeatInterval = o.leaseTTL, o.heartbeat
-	q := queue.New(rdb, qc)
-	stops.add("redis client", func(context.Context) { q.Close(); rdb.Close() })
-
 	store, err := blob.NewDir(filepath.Join(data, "objects"))
 	if err != nil {
 		return err
 	}
+	qc := o.queue
+	qc.LeaseTTL, qc.HeartbeatInterval, qc.Store = o.leaseTTL, o.heartbeat, store
+	q := queue.New(rdb, qc)
+	stops.add("redis client", func(context.Context) { q.Close(); rdb.Close() })
+
 	schedule, err := webhooks.ParseSchedule(o.webhookSchedule)
 	if err != nil {
 		return fmt.Errorf("--webhook-schedule: %w", err)

@@ -36,7 +36,7 @@ func newHandler(ctx context.Context, getenv lambdaenv.Getenv, clients lambdaenv.
 	if err != nil {
 		return nil, err
 	}
-	rdb, q, qc, err := lambdaenv.Jobs(getenv)
+	rdb, q, qc, err := lambdaenv.Jobs(ctx, getenv)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 // Command reaper is a scheduled AWS Lambda function (EventBridge, every minute) that returns
-// jobs whose lease lapsed to the queue, or fails them when their attempts are spent. The same
-// loop runs inside `hostedtrain dev`.
+// jobs whose lease lapsed to the queue, or fails them when their attempts are spent, and
+// archives jobs that ended more than HOSTEDTRAIN_JOB_RETENTION ago to HOSTEDTRAIN_STORE. The
+// same loop runs inside `hostedtrain dev`.
 package main
 
 import (
@@ -22,15 +23,15 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	reaper, err := newReaper(getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	reaper, err := newReaper(ctx, getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	if err != nil {
 		log.Fatal(err)
 	}
 	lambda.Start(handler(reaper))
 }
 
-func newReaper(getenv lambdaenv.Getenv, logger *slog.Logger) (*queue.Reaper, error) {
-	_, q, _, err := lambdaenv.Jobs(getenv)
+func newReaper(ctx context.Context, getenv lambdaenv.Getenv, logger *slog.Logger) (*queue.Reaper, error) {
+	_, q, _, err := lambdaenv.Jobs(ctx, getenv)
 	if err != nil {
 		return nil, err
 	}

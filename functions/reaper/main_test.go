@@ -26,7 +26,7 @@ func TestAScheduledRunReapsALapsedLease(t *testing.T) {
 		"HOSTEDTRAIN_REDIS_URL": "redis://" + rs.Addr + "/0",
 		"HOSTEDTRAIN_LEASE_TTL": "300ms",
 	}
-	reaper, err := newReaper(func(k string) string { return env[k] }, nil)
+	reaper, err := newReaper(context.Background(), func(k string) string { return env[k] }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

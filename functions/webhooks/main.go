@@ -32,7 +32,7 @@ func main() {
 }
 
 func newService(getenv lambdaenv.Getenv, logger *slog.Logger) (*webhooks.Service, error) {
-	rdb, q, qc, err := lambdaenv.Jobs(getenv)
+	rdb, q, qc, err := lambdaenv.Jobs(context.Background(), getenv)
 	if err != nil {
 		return nil, err
 	}

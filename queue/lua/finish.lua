@@ -4,18 +4,23 @@
 -- KEYS[1] the job's hash (routes the call)
 -- ARGV[4] job id  ARGV[5] lease token  ARGV[6] "completed" | "failed"  ARGV[7] reason
 -- ARGV[8] progress JSON or ""  ARGV[9..] committed checkpoint steps, ascending
--- Returns the job's status; error LEASE_LOST if the token is not the current one.
+-- Returns the job's status; errors LEASE_LOST if the token is not the current one,
+-- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = ARGV[4]
 local j = jobfields(id, {'lease_token', 'status', 'stop_requested', 'org', 'stop_reason',
   'restart_requested', 'gpus', 'charged_until', 'time_limit_ms'})
 if j.lease_token ~= ARGV[5] or not is_live(j.status) then
   return redis.error_reply('LEASE_LOST lease token is not current')
 end
+local beyond = steps_beyond(id, 9)
+if beyond then
+  return redis.error_reply('STEP_BEYOND ' .. beyond)
+end
 local org = j.org
 if ARGV[8] ~= '' then
   redis.call('SET', progkey(id), ARGV[8])
 end
-checkpoints(id, org, j.status, 9)
+checkpoints(id, org, j.status, 9, nil, true)
 -- What the job becomes: a stop request decides what a failure means.
 local status, typ, detail = 'FAILED', 'job.failed', ARGV[7]
 if ARGV[6] == 'completed' then
@@ -23,8 +28,7 @@ if ARGV[6] == 'completed' then
 elseif j.stop_requested == '1' then
   if j.restart_requested == '1' then
     release(id, j)
-    restart_job(id, org)
-    return 'QUEUED'
+    return restart_job(id, org)
   elseif j.stop_reason == 'time_limit' then
     detail = 'stopped at its time limit'
   else
@@ -32,5 +36,6 @@ elseif j.stop_requested == '1' then
   end
 end
 release(id, j, ended_fields(status, detail))
+mark_ended(id, org)
 emit(id, org, typ, status, detail, j.hooked)
 return status

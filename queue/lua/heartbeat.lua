@@ -1,18 +1,23 @@
 -- heartbeat renews a lease (in the job's hash; see LEASES), records progress, charges the GPU time used since the last charge,
 -- moves PENDING to RUNNING when the agent says the pipeline runs (starting the time limit's
--- clock), and emits job.checkpoint for each newly committed checkpoint step.
+-- clock), and emits job.checkpoint for newly committed checkpoint steps (see checkpoints).
 -- KEYS[1] the job's hash (routes the call)
 -- ARGV[4] job id  ARGV[5] lease token  ARGV[6] the renewed lease's expiry (ms)  ARGV[7] "1" if running
 -- ARGV[8] progress JSON or ""  ARGV[9] pipeline or ""  ARGV[10] "1" if emulated
 -- ARGV[11] the upstream versions the agent runs (JSON) or ""
 -- ARGV[12..] committed checkpoint steps, ascending
--- Returns {action, lease expiry ms}; error LEASE_LOST if the token is not the current one.
+-- Returns {action, lease expiry ms}; errors LEASE_LOST if the token is not the current one,
+-- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = ARGV[4]
 local key = jobkey(id)
 local cur = redis.call('HMGET', key, 'lease_token', 'status', 'stop_requested', 'org',
-  'started_at', 'gpus', 'charged_until', 'time_limit_ms')
+  'started_at', 'gpus', 'charged_until', 'time_limit_ms', 'step_backlog')
 if cur[1] ~= ARGV[5] or not is_live(cur[2]) then
   return redis.error_reply('LEASE_LOST lease token is not current')
+end
+local beyond = steps_beyond(id, 12)
+if beyond then
+  return redis.error_reply('STEP_BEYOND ' .. beyond)
 end
 local org, status = cur[4], cur[2]
 local exp = ARGV[6]
@@ -51,7 +56,7 @@ end
 if NOW > since then
   charge(org, (tonumber(cur[6]) or 0) * (NOW - since))
 end
-checkpoints(id, org, status, 12)
+checkpoints(id, org, status, 12, cur[9])
 if cur[3] == '1' then
   return {'stop', exp}
 end

@@ -6,7 +6,7 @@
 -- KEYS[1] only routes the call on Redis Cluster: every key shares the prefix's hash tag, so
 -- the functions build the keys they need (including keys of jobs they pick) from the prefix.
 local KEYS, ARGV, PFX, NOW, T, TAU
-local OUTBOX, FAIR, LEASES, DELAYED, STOPPING, DEADLINES, AGENTS, META, WAKE
+local OUTBOX, FAIR, LEASES, DELAYED, STOPPING, DEADLINES, AGENTS, META, WAKE, ENDED
 
 -- begin takes a call's arguments; functions run one at a time, so these upvalues are the
 -- call's own until it returns.
@@ -31,6 +31,9 @@ local function begin(keys, args)
   AGENTS = PFX .. 'agents'       -- agent -> what it last said it had free
   META = PFX .. 'meta'
   WAKE = PFX .. 'wake'
+  -- jobs in a terminal state (COMPLETED, FAILED, STOPPED) by when they ended: what the
+  -- archiver moves to object storage once the retention has passed
+  ENDED = PFX .. 'ended'
 end
 
 -- RANK_BASE spaces priorities apart in a class queue's score: rank = (100 - priority) *
@@ -282,25 +285,69 @@ local function ended_fields(status, detail)
   return {'status', status, 'finished_at', T, 'updated_at', T}
 end
 
+local function is_ended(status)
+  return status == 'COMPLETED' or status == 'FAILED' or status == 'STOPPED'
+end
+
+-- mark_ended files a job that just reached a terminal state in the index of ended jobs, from
+-- which the archiver takes it once the retention has passed, and counts it in its org's
+-- `ended`, which the archiver keeps below a cap.
+local function mark_ended(id, org)
+  if redis.call('ZADD', ENDED, T, id) == 1 then
+    redis.call('HINCRBY', orgkey(org), 'ended', 1)
+  end
+end
+
+-- unmark_ended takes a job out of the index of ended jobs (restarted, or archived).
+local function unmark_ended(id, org)
+  if redis.call('ZREM', ENDED, id) == 1 then
+    redis.call('HINCRBY', orgkey(org), 'ended', -1)
+  end
+end
+
 -- finish_as ends a job in a terminal state.
 local function finish_as(id, org, status, typ, detail)
   redis.call('HSET', jobkey(id), unpack(ended_fields(status, detail)))
+  mark_ended(id, org)
   emit(id, org, typ, status, detail)
+end
+
+-- over_queued_limit returns an org's queued count and queued limit (its own, else def; 0 or
+-- nil: none) if the org has no room for one more queued job, else nil.
+local function over_queued_limit(org, def)
+  local o = redis.call('HMGET', orgkey(org), 'queued', 'max_queued')
+  local queued, limit = tonumber(o[1]) or 0, tonumber(o[2]) or tonumber(def) or 0
+  if limit > 0 and queued >= limit then
+    return queued, limit
+  end
+  return nil
 end
 
 -- restart_job queues a job that ended (or that an agent just gave up) again, as a new run
 -- from its newest committed checkpoint, with a fresh attempt budget, at the back of its queue.
-local function restart_job(id, org)
-  local j = redis.call('HMGET', jobkey(id), 'class', 'checkpoint_step', 'priority')
+-- A restart is a submit as far as the org's queued limit goes: def is the limit unless the org
+-- has its own (nil: the one the restart request recorded in the job's `restart_limit`). A job
+-- that finds no room ends STOPPED instead. It returns the job's status.
+local function restart_job(id, org, def)
+  local j = redis.call('HMGET', jobkey(id), 'class', 'checkpoint_step', 'priority', 'restart_limit')
+  local queued, limit = over_queued_limit(org, def or j[4])
+  if queued then
+    redis.call('HDEL', jobkey(id), 'restart_requested', 'restart_limit')
+    finish_as(id, org, 'STOPPED', 'job.stopped', 'stopped; not queued again: organization at its queued limit (' ..
+      queued .. ' of ' .. limit .. ' jobs queued)')
+    return 'STOPPED'
+  end
   local rank = (100 - (tonumber(j[3]) or 0)) * RANK_BASE + NOW
   redis.call('HSET', jobkey(id), 'attempt', 1, 'rank', int(rank), 'resume_step', tonumber(j[2]) or 0)
-  redis.call('HDEL', jobkey(id), 'error', 'finished_at', 'restart_requested')
+  redis.call('HDEL', jobkey(id), 'error', 'finished_at', 'restart_requested', 'restart_limit')
+  unmark_ended(id, org)
   requeue(id, org, j[1], rank, 0)
   local detail = 'restarted'
   if tonumber(j[2]) then
     detail = 'restarted from the checkpoint of step ' .. j[2]
   end
   emit(id, org, 'job.queued', 'QUEUED', detail)
+  return 'QUEUED'
 end
 
 -- RELEASE_FIELDS are the job fields hand_back needs.
@@ -316,8 +363,7 @@ local function hand_back(id, j, detail)
   release(id, j)
   if j.stop_requested == '1' then
     if j.restart_requested == '1' then
-      restart_job(id, org)
-      return 'QUEUED'
+      return restart_job(id, org)
     end
     finish_as(id, org, 'STOPPED', 'job.stopped', 'stopped on request')
     return 'STOPPED'
@@ -332,19 +378,71 @@ local function hand_back(id, j, detail)
   return 'QUEUED'
 end
 
--- checkpoints records newly committed checkpoint steps (ARGV from index first on) as events.
-local function checkpoints(id, org, status, first)
+-- steps_beyond checks the committed checkpoint steps an agent reports (ARGV from index first
+-- on, ascending: the Go side checks the order and keeps at most a few) against the job's
+-- max_steps. It returns the job's max_steps if the newest step is beyond it, else nil. A job
+-- without max_steps in its hash (submitted before it was kept there, or a kind without steps)
+-- is not checked here; the API's schema bounds every step.
+local function steps_beyond(id, first)
   if first > #ARGV then
+    return nil
+  end
+  local max = tonumber(redis.call('HGET', jobkey(id), 'max_steps'))
+  if max and tonumber(ARGV[#ARGV]) > max then
+    return max
+  end
+  return nil
+end
+
+-- CHECKPOINT_EVENTS is how many job.checkpoint events one report emits (queue.MaxCheckpointEvents);
+-- STEP_BACKLOG is how many reported steps may wait for theirs (queue.MaxStepBacklog): the
+-- oldest beyond it get none.
+local CHECKPOINT_EVENTS, STEP_BACKLOG = 16, 256
+
+-- checkpoints records newly committed checkpoint steps (ARGV from index first on, ascending).
+-- The newest becomes the job's checkpoint_step at once: what a restart resumes from. Each new
+-- step gets a job.checkpoint event, oldest first, but one report emits at most
+-- CHECKPOINT_EVENTS (all, with drain: the job's end); the rest wait in the job's step_backlog
+-- for the next reports. So an agent back from an outage has every step it committed meanwhile
+-- announced, and one report — honest or not — never floods the events, the outbox or the
+-- webhook receivers. backlog is the job's step_backlog as the caller read it (false: none;
+-- nil: not read).
+local function checkpoints(id, org, status, first, backlog, drain)
+  if first > #ARGV and backlog == false then
     return
   end
-  local last = tonumber(redis.call('HGET', jobkey(id), 'checkpoint_step')) or 0
+  local h = redis.call('HMGET', jobkey(id), 'checkpoint_step', 'step_backlog')
+  local last = tonumber(h[1]) or 0
+  local waiting = {}
+  for s in string.gmatch(h[2] or '', '%d+') do
+    waiting[#waiting + 1] = s
+  end
+  local newest = last
   for i = first, #ARGV do
     local step = tonumber(ARGV[i])
-    if step > last then
-      last = step
-      redis.call('HSET', jobkey(id), 'checkpoint_step', step)
-      emit(id, org, 'job.checkpoint', status, 'step ' .. step)
+    if step > newest then
+      newest = step
+      waiting[#waiting + 1] = ARGV[i]
     end
+  end
+  if newest > last then
+    redis.call('HSET', jobkey(id), 'checkpoint_step', int(newest))
+  end
+  if #waiting == 0 then
+    return
+  end
+  local from = math.max(1, #waiting - STEP_BACKLOG + 1)
+  local to = #waiting
+  if not drain then
+    to = math.min(to, from + CHECKPOINT_EVENTS - 1)
+  end
+  for i = from, to do
+    emit(id, org, 'job.checkpoint', status, 'step ' .. waiting[i])
+  end
+  if to < #waiting then
+    redis.call('HSET', jobkey(id), 'step_backlog', table.concat(waiting, ',', to + 1, #waiting))
+  elseif h[2] then
+    redis.call('HDEL', jobkey(id), 'step_backlog')
   end
 end
 

@@ -2,7 +2,7 @@
 -- job.queued. With an idempotency key, a repeat of the same body returns the first job.
 -- KEYS[1] the job's hash (routes the call)
 -- ARGV[4] id  ARGV[5] org  ARGV[6] kind  ARGV[7] name  ARGV[8] config JSON
--- ARGV[9] max attempts  ARGV[10] unused  ARGV[11] sealed secrets or ""
+-- ARGV[9] max attempts  ARGV[10] max_steps (0: none)  ARGV[11] sealed secrets or ""
 -- ARGV[12] priority (-100..100)  ARGV[13] GPU class ("H100:8")  ARGV[14] GPUs
 -- ARGV[15] time limit (ms; 0 for none)  ARGV[16] the org's queued limit unless it has its own (0: none)
 -- ARGV[17] idempotency key or ""  ARGV[18] body fingerprint  ARGV[19] idempotency TTL (ms)
@@ -40,6 +40,9 @@ redis.call('HSET', jobkey(id),
 redis.call('SET', cfgkey(id), ARGV[8])
 if ARGV[15] ~= '0' then
   redis.call('HSET', jobkey(id), 'time_limit_ms', ARGV[15])
+end
+if ARGV[10] ~= '0' then
+  redis.call('HSET', jobkey(id), 'max_steps', ARGV[10]) -- bounds the checkpoint steps agents report
 end
 if ARGV[11] ~= '' then
   redis.call('SET', seckey(id), ARGV[11])

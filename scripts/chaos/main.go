@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -93,7 +94,8 @@ func serveAPI(addr, redisAddr, storeDir string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: 1, DialTimeout: time.Second})
 	defer rdb.Close()
 	q := queue.New(rdb, queue.Config{Prefix: prefix, LeaseTTL: 3 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
-		MaxAttempts: 50, MaxClaimWait: 2 * time.Second, RetryBackoff: 100 * time.Millisecond})
+		MaxAttempts: 50, MaxClaimWait: 2 * time.Second, RetryBackoff: 100 * time.Millisecond,
+		MaxQueued: math.MaxInt32}) // every job is submitted first, before any runs
 	defer q.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	h, err := api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Logger: logger})

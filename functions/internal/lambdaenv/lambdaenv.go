@@ -11,7 +11,12 @@
 //	HOSTEDTRAIN_MAX_CLAIM_WAIT cap on a claim's long poll (default 20s; billed under Lambda)
 //	HOSTEDTRAIN_MAX_ATTEMPTS   leases a job may lose before it fails (default 3)
 //	HOSTEDTRAIN_MAX_RUNNING    per-organization running limit unless set per org (default none)
-//	HOSTEDTRAIN_MAX_QUEUED     per-organization queued limit unless set per org (default none)
+//	HOSTEDTRAIN_MAX_QUEUED     per-organization queued limit unless set per org, restarts included
+//	                           (default 1000)
+//	HOSTEDTRAIN_JOB_RETENTION  how long a job that ended stays in Redis before it is archived to
+//	                           HOSTEDTRAIN_STORE (default 168h)
+//	HOSTEDTRAIN_MAX_ENDED      jobs that ended an organization keeps in Redis within the retention;
+//	                           its oldest past this are archived early (default 10000)
 //	HOSTEDTRAIN_DEFAULT_TIME_LIMIT  time limit of a run whose job sets none (default none)
 //	HOSTEDTRAIN_USAGE_HALF_LIFE     how fast past GPU use stops counting (default 24h)
 //	HOSTEDTRAIN_STOP_GRACE     how long a stopped job's agent has to confirm (default 5m)
@@ -87,6 +92,7 @@ func Queue(getenv Getenv) (queue.Config, error) {
 		"HOSTEDTRAIN_DEFAULT_TIME_LIMIT": &c.DefaultTimeLimit,
 		"HOSTEDTRAIN_USAGE_HALF_LIFE":    &c.UsageHalfLife,
 		"HOSTEDTRAIN_STOP_GRACE":         &c.StopGrace,
+		"HOSTEDTRAIN_JOB_RETENTION":      &c.Retention,
 	}
 	for name, d := range durations {
 		v, err := duration(getenv, name)
@@ -99,6 +105,7 @@ func Queue(getenv Getenv) (queue.Config, error) {
 		"HOSTEDTRAIN_MAX_ATTEMPTS": &c.MaxAttempts,
 		"HOSTEDTRAIN_MAX_RUNNING":  &c.MaxRunning,
 		"HOSTEDTRAIN_MAX_QUEUED":   &c.MaxQueued,
+		"HOSTEDTRAIN_MAX_ENDED":    &c.MaxEnded,
 	}
 	for name, n := range ints {
 		if v := getenv(name); v != "" {
@@ -112,13 +119,17 @@ func Queue(getenv Getenv) (queue.Config, error) {
 	return c, nil
 }
 
-// Jobs is the queue on the configured Redis: the client, the queue and its configuration.
-func Jobs(getenv Getenv) (redis.UniversalClient, *queue.Client, queue.Config, error) {
-	rdb, err := Redis(getenv)
-	if err != nil {
-		return nil, nil, queue.Config{}, err
-	}
+// Jobs is the queue on the configured Redis, archiving to the configured store: the client,
+// the queue and its configuration.
+func Jobs(ctx context.Context, getenv Getenv) (redis.UniversalClient, *queue.Client, queue.Config, error) {
 	qc, err := Queue(getenv)
+	if err != nil {
+		return nil, nil, qc, err
+	}
+	if qc.Store, err = Store(ctx, getenv); err != nil {
+		return nil, nil, qc, err
+	}
+	rdb, err := Redis(getenv)
 	if err != nil {
 		return nil, nil, qc, err
 	}
