@@ -54,6 +54,11 @@ type uploader struct {
 	idle      *sync.Cond
 	wake      chan struct{}
 
+	// outputs is the job's outputs folder, the root of every folder the job owns: step folders
+	// are deleted through it, so that a folder the job swaps for a link (to another job's
+	// folder) is never followed. nil: nothing is deleted.
+	outputs *os.Root
+
 	// tries bounds the attempts at one step (0: no bound); fault hears when they run out.
 	tries int
 	fault *storageFault
@@ -71,11 +76,35 @@ func newUploader(store blob.Store, jobID, dir string, keep int, committed []int,
 		u.seen[s] = true
 	}
 	u.idle = sync.NewCond(&u.mu)
+	// dir is <outputs>/<run>/checkpoints; <outputs> itself lies in the agent's job folder,
+	// where the job cannot replace it.
+	if root, err := os.OpenRoot(filepath.Dir(filepath.Dir(dir))); err == nil {
+		u.outputs = root
+	} else {
+		logger.Warn("the outputs folder cannot be opened: node copies of committed checkpoints stay", "err", err)
+	}
 	return u
+}
+
+// removeLocal deletes the node's copy of a step, through the outputs root.
+func (u *uploader) removeLocal(step int) {
+	if u.outputs == nil {
+		return
+	}
+	rel, err := filepath.Rel(u.outputs.Name(), jobdata.StepDir(u.dir, step))
+	if err != nil {
+		return
+	}
+	if err := u.outputs.RemoveAll(rel); err != nil {
+		u.logger.Warn("delete the node's copy of a checkpoint", "step", step, "err", err)
+	}
 }
 
 // run uploads waiting steps, oldest first, until ctx ends.
 func (u *uploader) run(ctx context.Context) {
+	if u.outputs != nil {
+		defer u.outputs.Close()
+	}
 	for {
 		u.mu.Lock()
 		for len(u.queue) > maxBacklog {
@@ -85,7 +114,7 @@ func (u *uploader) run(ctx context.Context) {
 			if u.onSkip != nil {
 				u.onSkip(skipped)
 			}
-			_ = os.RemoveAll(jobdata.StepDir(u.dir, skipped))
+			u.removeLocal(skipped)
 		}
 		if len(u.queue) == 0 {
 			u.busy = false
@@ -119,7 +148,7 @@ func (u *uploader) run(ctx context.Context) {
 func (u *uploader) pruneLocal(step int) {
 	for _, s := range jobdata.LocalSteps(u.dir) {
 		if s < step {
-			_ = os.RemoveAll(jobdata.StepDir(u.dir, s))
+			u.removeLocal(s)
 		}
 	}
 }

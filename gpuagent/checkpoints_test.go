@@ -2,6 +2,7 @@ package gpuagent
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -99,5 +100,67 @@ func TestRestoreSkipsACheckpointThatDoesNotVerify(t *testing.T) {
 	got, _ := os.ReadFile(filepath.Join(dest, "step_10", "orchestrator", "progress.pt"))
 	if string(got) != `{"step":1}` {
 		t.Errorf("restored progress.pt %q", got)
+	}
+}
+
+// holdingStore holds the first write whose key ends with suffix until release closes.
+type holdingStore struct {
+	blob.Store
+	suffix        string
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (s *holdingStore) Put(ctx context.Context, key string, r io.Reader) error {
+	if strings.HasSuffix(key, s.suffix) {
+		s.once.Do(func() { close(s.held); <-s.release })
+	}
+	return s.Store.Put(ctx, key, r)
+}
+
+// A job owns the folders under its outputs: while a checkpoint commits, it swaps its run
+// folder for a link to another job's. The agent (root) deletes the node's older copies after
+// the commit, and must not delete the other job's through the link (issue 14's red team).
+func TestTheUploaderDeletesNothingThroughALinkTheJobPlanted(t *testing.T) {
+	t.Parallel()
+	work := t.TempDir()
+	victim := filepath.Join(work, "jobs", "victim", "outputs", "victim", "checkpoints")
+	for s := 1; s <= 4; s++ {
+		writeCheckpoint(t, victim, s, 1024)
+	}
+	run := filepath.Join(work, "jobs", "evil", "outputs", "evil")
+	local := filepath.Join(run, "checkpoints")
+	writeCheckpoint(t, local, 5, 1024)
+	dir, err := blob.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &holdingStore{Store: dir, suffix: jobdata.ManifestName, held: make(chan struct{}), release: make(chan struct{})}
+	committed := make(chan int, 1)
+	u := newUploader(store, "evil", local, -1, nil, slog.New(slog.DiscardHandler), func(s int) { committed <- s }, newTelemetry())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go u.run(ctx)
+	u.scan()
+	<-store.held // the commit is being written
+	if err := os.Rename(run, run+".real"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Dir(victim), run); err != nil {
+		t.Fatal(err)
+	}
+	close(store.release)
+	select {
+	case <-committed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("step 5 was not committed")
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	u.wait(wctx) // the prune after the commit has run
+	for s := 1; s <= 4; s++ {
+		if _, err := os.Stat(jobdata.StepDir(victim, s)); err != nil {
+			t.Errorf("the other job's step %d was deleted through the link: %v", s, err)
+		}
 	}
 }

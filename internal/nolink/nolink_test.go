@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestOpenRefusesLinks(t *testing.T) {
@@ -31,5 +32,27 @@ func TestOpenRefusesLinks(t *testing.T) {
 		if _, err := ReadFile(p); !errors.Is(err, syscall.ELOOP) {
 			t.Errorf("%s: want ELOOP, got %v", p, err)
 		}
+	}
+}
+
+// A named pipe where the agent reads a job's file would block the read for good.
+func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "metrics.jsonl")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadFile(fifo); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotRegular) {
+			t.Errorf("a named pipe: want ErrNotRegular, got %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("opening a named pipe blocked")
+	}
+	if _, err := ReadFile(dir); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("a folder: want ErrNotRegular, got %v", err)
 	}
 }
