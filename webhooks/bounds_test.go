@@ -83,6 +83,7 @@ func (b bundle) values(t *testing.T) string {
 func bigSpec(size int) jobspec.Spec {
 	s := spec()
 	s.Env = []jobspec.Env{{ID: "acme/env", Weight: 1, Args: map[string]any{"blob": "CONFIG-MARK-" + strings.Repeat("x", size)}}}
+	s.MaxSteps = 1000 // room for the checkpoints runLong reports (the queue refuses steps past max_steps)
 	return s
 }
 
