@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -26,6 +27,11 @@ type egressProxy struct {
 	tr    *http.Transport
 	logf  func(string)
 
+	// local are the node's own interface addresses: a service listening on all of them would
+	// be reached through a public one, which the guard's ranges let through.
+	local map[netip.Addr]bool
+	// conns bounds the connections the job has open through the proxy at once.
+	conns chan struct{}
 	// allow are the host:port addresses the operator lets jobs reach whatever the guard says
 	// (Sandbox.Allow: an inference endpoint of its own in its network).
 	allow map[string]bool
@@ -36,7 +42,15 @@ type egressProxy struct {
 
 func startEgressProxy(ln net.Listener, allow []string, logf func(string)) *egressProxy {
 	g := &webhook.Guard{}
-	p := &egressProxy{guard: g, logf: logf, refused: map[string]bool{}, allow: map[string]bool{}}
+	p := &egressProxy{guard: g, logf: logf, refused: map[string]bool{}, allow: map[string]bool{},
+		local: map[netip.Addr]bool{}, conns: make(chan struct{}, maxEgressConns)}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if pfx, err := netip.ParsePrefix(a.String()); err == nil {
+				p.local[pfx.Addr().Unmap()] = true
+			}
+		}
+	}
 	for _, a := range allow {
 		p.allow[a] = true
 	}
@@ -65,12 +79,45 @@ func (p *egressProxy) refuse(w http.ResponseWriter, host string, err error) {
 	http.Error(w, "hostedtrain egress proxy: "+err.Error(), http.StatusForbidden)
 }
 
-// dial reaches addr for the job: an allowed address as it is, any other through the guard.
+// maxEgressConns bounds one job's connections through its proxy at once.
+const maxEgressConns = 512
+
+// dial reaches addr for the job: an allowed address as it is, any other through the guard,
+// never one of the node's own addresses. The name is resolved once, here, and the guard
+// dials the address itself, so what was checked is what is reached.
 func (p *egressProxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if p.allow[addr] {
 		return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
 	}
-	return p.guard.DialContext(ctx, network, addr)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, err
+	}
+	var first error
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if p.local[ip] {
+			if first == nil {
+				first = &webhook.TargetError{Msg: fmt.Sprintf("refused: %s is this node's own address", ip)}
+			}
+			continue
+		}
+		c, err := p.guard.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	if first == nil {
+		first = fmt.Errorf("%s has no address", host)
+	}
+	return nil, first
 }
 
 // hopHeaders are a proxy's own, never forwarded.
@@ -78,10 +125,18 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodConnect {
-		p.connect(w, r)
+	select {
+	case p.conns <- struct{}{}:
+	default:
+		http.Error(w, fmt.Sprintf("hostedtrain egress proxy: more than %d connections at once", maxEgressConns), http.StatusTooManyRequests)
 		return
 	}
+	release := sync.OnceFunc(func() { <-p.conns })
+	if r.Method == http.MethodConnect {
+		p.connect(w, r, release) // a tunnel holds its place until it closes
+		return
+	}
+	defer release()
 	if r.URL.Scheme != "http" || r.URL.Host == "" {
 		http.Error(w, "hostedtrain egress proxy: only absolute http:// URLs and CONNECT", http.StatusBadRequest)
 		return
@@ -117,7 +172,13 @@ func (p *egressProxy) fail(w http.ResponseWriter, host string, err error) {
 	http.Error(w, "hostedtrain egress proxy: "+err.Error(), http.StatusBadGateway)
 }
 
-func (p *egressProxy) connect(w http.ResponseWriter, r *http.Request) {
+func (p *egressProxy) connect(w http.ResponseWriter, r *http.Request, release func()) {
+	tunnel := false
+	defer func() {
+		if !tunnel {
+			release()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	up, err := p.dial(ctx, "tcp", r.Host)
@@ -141,7 +202,9 @@ func (p *egressProxy) connect(w http.ResponseWriter, r *http.Request) {
 		down.Close()
 		return
 	}
+	tunnel = true
 	go func() {
+		defer release()
 		defer up.Close()
 		defer down.Close()
 		done := make(chan struct{}, 2)

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Sandbox runs every process of a job (environment installs, the preflight, the pipeline, the
@@ -61,6 +63,15 @@ type Sandbox struct {
 	// into the job's network at the same address, where the job's clients (which never proxy
 	// loopback) find it.
 	Allow []string
+	// TmpSize bounds the job's /tmp, a tmpfs in the node's memory (default 1 GiB; the job's
+	// big temporary files go to TMPDIR, in its folder). ShmSize bounds its /dev/shm (default
+	// 16 GiB: NCCL and PyTorch's data loaders use it).
+	TmpSize, ShmSize int64
+	// MaxProcs bounds the tasks (processes and threads) of one job slot's user (default 16384;
+	// RLIMIT_NPROC, which counts per user: each slot has its own).
+	MaxProcs int
+	// Prlimit is util-linux's prlimit, which sets MaxProcs (default: prlimit on PATH).
+	Prlimit string
 	// Setpriv is util-linux's setpriv, which makes the job's processes the slot's user
 	// (default: setpriv on PATH).
 	Setpriv string
@@ -92,6 +103,25 @@ func (s *Sandbox) check() error {
 	}
 	if s.Setpriv, err = exec.LookPath(s.Setpriv); err != nil {
 		return fmt.Errorf("the sandbox needs util-linux's setpriv: %w", err)
+	}
+	if s.Prlimit == "" {
+		s.Prlimit = "prlimit"
+	}
+	if s.Prlimit, err = exec.LookPath(s.Prlimit); err != nil {
+		return fmt.Errorf("the sandbox needs util-linux's prlimit: %w", err)
+	}
+	if s.TmpSize == 0 {
+		s.TmpSize = 1 << 30
+	}
+	if s.ShmSize == 0 {
+		s.ShmSize = 16 << 30
+	}
+	if s.MaxProcs == 0 {
+		s.MaxProcs = 16384
+	}
+	// Whatever the agent's own parent left open (not close-on-exec) would reach every job.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("mark inherited files close-on-exec: %w", err)
 	}
 	if s.UIDBase == 0 {
 		s.UIDBase = DefaultUIDBase
@@ -277,6 +307,11 @@ func (b *box) args(argv []string) []string {
 	// /sys read-only: CUDA and NVML read the GPUs' PCI details there (Flatpak's GPU access
 	// does the same); it holds the node's hardware description, no secret.
 	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind-try", "/sys", "/sys")
+	// /sys/fs/cgroup would show the node's cgroups, with other jobs' host PIDs.
+	if _, err := os.Stat("/sys/fs/cgroup"); err == nil {
+		args = append(args, "--tmpfs", "/sys/fs/cgroup")
+	}
+	args = append(args, "--perms", "1777", "--size", strconv.FormatInt(b.sb.ShmSize, 10), "--tmpfs", "/dev/shm")
 	for _, d := range b.devices {
 		name := "nvidia" + strconv.Itoa(d.Index)
 		args = append(args, "--dev-bind-try", filepath.Join(b.sb.DevDir, name), "/dev/"+name)
@@ -286,7 +321,7 @@ func (b *box) args(argv []string) []string {
 	}
 	// /tmp is the sandbox's own (the job's big temporary files go to TMPDIR, in its folder);
 	// it comes before the binds below, which may lie under it.
-	args = append(args, "--perms", "1777", "--tmpfs", "/tmp")
+	args = append(args, "--perms", "1777", "--size", strconv.FormatInt(b.sb.TmpSize, 10), "--tmpfs", "/tmp")
 	for _, p := range b.sb.ReadOnly {
 		args = append(args, b.reachable(p)...)
 		args = append(args, "--ro-bind-try", p, p)
@@ -303,7 +338,9 @@ func (b *box) args(argv []string) []string {
 	}
 	args = append(args, "--chdir", b.dir, "--")
 	uid := strconv.Itoa(b.uid)
-	args = append(args, b.sb.Setpriv, "--reuid="+uid, "--regid="+uid, "--clear-groups",
+	nproc := strconv.Itoa(b.sb.MaxProcs)
+	args = append(args, b.sb.Prlimit, "--nproc="+nproc+":"+nproc, "--",
+		b.sb.Setpriv, "--reuid="+uid, "--regid="+uid, "--clear-groups",
 		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--")
 	return append(args, argv...)
 }

@@ -269,3 +269,27 @@ func TestSandboxGracefulStop(t *testing.T) {
 		t.Fatalf("the pipeline did not get its SIGTERM in the sandbox before the kill: %v", err)
 	}
 }
+
+// One job cannot exhaust the node: its processes, its /tmp and /dev/shm (both in the node's
+// memory) are bounded, and the node's cgroups are not shown (red team, issue 14).
+func TestSandboxLimits(t *testing.T) {
+	sb := needSandbox(t)
+	sb.MaxProcs, sb.TmpSize, sb.ShmSize = 40, 8<<20, 8<<20
+	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
+	out := inBox(t, b, `
+		grep "Max processes" /proc/self/limits | tr -s ' ' 
+		dd if=/dev/zero of=/tmp/big bs=1M count=16 2>/dev/null && echo "tmp: 16 MiB WRITTEN"
+		dd if=/dev/zero of=/dev/shm/ok bs=1M count=1 2>/dev/null && echo "shm: 1 MiB written"
+		dd if=/dev/zero of=/dev/shm/big bs=1M count=16 2>/dev/null && echo "shm: 16 MiB WRITTEN"
+		echo "cgroups $(ls /sys/fs/cgroup | wc -l)"
+		for i in $(seq 1 100); do sleep 5 & done
+	`)
+	for _, want := range []string{"Max processes 40 40", "shm: 1 MiB written", "cgroups 0", "Cannot fork"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "WRITTEN") {
+		t.Errorf("a tmpfs took more than its size:\n%s", out)
+	}
+}

@@ -1,0 +1,34 @@
+package gpuagent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/hostedtrain/hostedtrain/internal/webhook"
+)
+
+// The node's own addresses are refused even where the guard's ranges would let them through
+// (a public address on the node's network card, where a service listens on all addresses).
+func TestTheEgressProxyRefusesTheNodesOwnAddresses(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startEgressProxy(ln, nil, nil)
+	defer p.close()
+	if len(p.local) == 0 {
+		t.Fatal("the node's addresses were not read")
+	}
+	public := netip.MustParseAddr("8.8.8.8") // as if it were this node's
+	p.local[public] = true
+	_, err = p.dial(context.Background(), "tcp", "8.8.8.8:443")
+	var te *webhook.TargetError
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "this node's own address") {
+		t.Fatalf("got %v, want a refusal naming the node's own address", err)
+	}
+}
