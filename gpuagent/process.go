@@ -57,6 +57,9 @@ func startProcess(box *box, argv []string, dir string, env []string, logPath str
 	started := make(chan error, 1)
 	run := func() error {
 		err := cmd.Start()
+		for _, f := range cmd.ExtraFiles {
+			f.Close() // the child has its own copies
+		}
 		started <- err
 		if err != nil {
 			logf.Close()

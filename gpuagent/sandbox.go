@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,6 +119,9 @@ func (s *Sandbox) check() error {
 	}
 	if s.MaxProcs == 0 {
 		s.MaxProcs = 16384
+	}
+	if _, err := seccompFilter(runtime.GOARCH); err != nil {
+		return fmt.Errorf("the sandbox: %w", err)
 	}
 	// Whatever the agent's own parent left open (not close-on-exec) would reach every job.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
@@ -386,7 +390,13 @@ func (b *box) command(argv, jobEnv []string) (*exec.Cmd, error) {
 	if err := b.own(); err != nil {
 		return nil, fmt.Errorf("sandbox: give the job's folders to its user: %w", err)
 	}
-	cmd := exec.Command(b.sb.Bwrap, b.args(argv)...)
+	filter, err := seccompFile()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	// The filter is the command's fd 3 (its first extra file).
+	cmd := exec.Command(b.sb.Bwrap, append([]string{"--seccomp", "3"}, b.args(argv)...)...)
+	cmd.ExtraFiles = []*os.File{filter}
 	cmd.Dir = "/"
 	cmd.Env = b.env(jobEnv)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

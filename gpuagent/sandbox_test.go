@@ -293,3 +293,35 @@ func TestSandboxLimits(t *testing.T) {
 		t.Errorf("a tmpfs took more than its size:\n%s", out)
 	}
 }
+
+// The seccomp filter: no user namespace of the job's own (where it would hold every
+// capability), no kernel keyring (shared with the next job of its slot's user id); threads and
+// processes as usual (red team, issue 14).
+func TestSandboxSeccomp(t *testing.T) {
+	sb := needSandbox(t)
+	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
+	out := inBox(t, b, `
+		unshare -Ur true 2>&1 && echo "userns: CREATED"
+		/usr/bin/python3 -c '
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {"x86_64": 248, "aarch64": 217}[os.uname().machine]  # add_key
+r = libc.syscall(nr, b"user", b"left-behind", b"tenant-data", 11, -4)
+print("add_key", r, os.strerror(ctypes.get_errno()))
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+pid = os.fork()
+if pid == 0: os._exit(0)
+os.waitpid(pid, 0)
+print("threads and fork: ok")
+'
+	`)
+	if strings.Contains(out, "CREATED") {
+		t.Errorf("the job made a user namespace:\n%s", out)
+	}
+	if !strings.Contains(out, "add_key -1 Operation not permitted") {
+		t.Errorf("the kernel keyring is open to the job:\n%s", out)
+	}
+	if !strings.Contains(out, "threads and fork: ok") {
+		t.Errorf("the filter stopped ordinary work:\n%s", out)
+	}
+}
