@@ -74,7 +74,10 @@ type Config struct {
 	// StreamLimit ends event and log streams after this long (0: when the job ends): under
 	// Lambda a response is buffered, so a stream must end for the client to see it.
 	StreamLimit time.Duration
-	Logger      *slog.Logger
+	// RevocationCheck is how often an open stream looks whether its token was revoked
+	// (default 5 s); a stream also ends when its token expires.
+	RevocationCheck time.Duration
+	Logger          *slog.Logger
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64
 	// Ready, if set, must return nil before /healthz answers 200 (the local stack uses it to
@@ -91,6 +94,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 1 << 20
+	}
+	if c.RevocationCheck <= 0 {
+		c.RevocationCheck = 5 * time.Second
 	}
 	return nil
 }

@@ -198,6 +198,12 @@ func TestBrokenTokensAre401(t *testing.T) {
 			c.ExpiresAt = nil
 		})),
 		"garbage": "not.a.token",
+		// issue 14: no id, so it could not be revoked; an organization whose keys would meet
+		// another's (acme's job index)
+		"without an id (jti)": sign(t, jwt.SigningMethodHS256, kid, key, claimsFor("acme", all, func(c *auth.Claims) {
+			c.ID = ""
+		})),
+		"for organization acme:jobs": sign(t, jwt.SigningMethodHS256, kid, key, claimsFor("acme:jobs", all, nil)),
 	}
 	for _, op := range scopedOperations(t) {
 		for name, tok := range broken {

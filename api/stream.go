@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/auth"
 )
 
 // Server-Sent Events for what changes while a job runs: its events and its logs.
@@ -72,12 +74,43 @@ func (s *sse) keepAlive() {
 	}
 }
 
-// streamContext bounds a stream by the deployment's StreamLimit.
+// streamContext bounds a stream by the deployment's StreamLimit and by its token: it ends
+// when the token expires (with the verifier's leeway) or is revoked, looked at every
+// RevocationCheck. A stream opened with a token must not outlive it.
 func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
+	base, cancel := context.WithCancel(r.Context())
+	ctx, stops := base, []context.CancelFunc{cancel}
+	bound := func(c context.Context, stop context.CancelFunc) { ctx, stops = c, append(stops, stop) }
 	if s.cfg.StreamLimit > 0 {
-		return context.WithTimeout(r.Context(), s.cfg.StreamLimit)
+		bound(context.WithTimeout(ctx, s.cfg.StreamLimit))
 	}
-	return context.WithCancel(r.Context())
+	p := principal(r)
+	if !p.ExpiresAt.IsZero() {
+		bound(context.WithDeadline(ctx, p.ExpiresAt.Add(auth.Leeway)))
+	}
+	if p.TokenID != "" {
+		go func() {
+			t := time.NewTicker(s.cfg.RevocationCheck)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if revoked, err := s.cfg.Queue.TokenRevoked(ctx, p.TokenID); err == nil && revoked {
+						s.cfg.Logger.Info("stream ended: its token was revoked", "jti", p.TokenID)
+						cancel() // ends ctx, derived from base
+						return
+					}
+				}
+			}
+		}()
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
 
 // streamEvents sends a job's events after `after`, then new ones as they come, until the job

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
@@ -495,7 +496,7 @@ func TestIdempotentSubmit(t *testing.T) {
 			t.Errorf("queued %d after a replay, want 1", org.Queued)
 		}
 		// Keys last 24 hours (Redis expires them in its own time; here it is the TTL we check).
-		ttl, err := b.rdb.PTTL(b.ctx, b.q.keys.prefix+"idem:acme:key-1").Result()
+		ttl, err := b.rdb.PTTL(b.ctx, b.q.keys.prefix+"idem:4:acme:key-1").Result()
 		if err != nil || ttl < 23*time.Hour || ttl > 24*time.Hour {
 			t.Errorf("key TTL %v (%v), want 24 h", ttl, err)
 		}
@@ -644,6 +645,42 @@ func TestAPreviewStandsBehindJobsOfTheSameMillisecond(t *testing.T) {
 		p, err := b.q.RunsAhead(b.ctx, "acme", jobSpec("preview", 0))
 		if err != nil || p.RunsAhead != 2 {
 			t.Errorf("runs ahead %d (%v), want 2", p.RunsAhead, err)
+		}
+	})
+}
+
+// An organization's name and idempotency key cannot spell another's (issue 14: "orgd" with
+// key "x:k1" replayed to "orgd:x" with key "k1"). The API refuses such organization names
+// too; the queue does not rely on it.
+func TestIdempotencyKeysOfTwoOrganizationsNeverMeet(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		first, _, err := b.q.Submit(b.ctx, job.Submission{Org: "orgd", Spec: jobSpec("a", 0)}, "x:k1", "fp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, replayed, err := b.q.Submit(b.ctx, job.Submission{Org: "orgd:x", Spec: jobSpec("a", 0)}, "k1", "fp")
+		if err != nil || replayed || other.ID == first.ID || other.Org != "orgd:x" {
+			t.Fatalf("orgd:x's submit: %+v replayed=%v %v; want a job of its own", other, replayed, err)
+		}
+	})
+}
+
+// A revocation lasts as long as the token would: past its expiry and the verifier's leeway,
+// with no cap (issue 14: a revoked token worked again in the leeway, and a token living
+// over 366 days came back).
+func TestARevocationOutlivesItsToken(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		for _, life := range []time.Duration{time.Second, time.Hour, 3 * 365 * 24 * time.Hour} {
+			jti := fmt.Sprintf("t-%d", life)
+			if err := b.q.RevokeToken(b.ctx, jti, time.Now().Add(life)); err != nil {
+				t.Fatal(err)
+			}
+			ttl, err := b.rdb.PTTL(b.ctx, b.q.keys.revoked(jti)).Result()
+			if err != nil || ttl < life+auth.Leeway {
+				t.Errorf("a token living %v: revocation kept %v (%v), want at least %v", life, ttl, err, life+auth.Leeway)
+			}
 		}
 	})
 }

@@ -5,23 +5,26 @@ import (
 	"errors"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/redis/go-redis/v9"
 )
 
-// maxRevocation bounds how long a revocation is kept: no token lives longer.
-const maxRevocation = 366 * 24 * time.Hour
+// revocationMargin is kept past a revoked token's expiry and the verifier's leeway, for clocks
+// that differ between the API's instances and Redis.
+const revocationMargin = time.Minute
 
-// RevokeToken refuses the token with id jti from now until until (its expiry: after it the
-// token is refused anyway, and the entry goes).
+// RevokeToken refuses the token with id jti from now until until (its expiry) and the
+// verifier's leeway after it: only then is the token refused anyway, and the entry goes.
+// However long the token lives, so does the entry.
 func (c *Client) RevokeToken(ctx context.Context, jti string, until time.Time) error {
 	if jti == "" {
 		return errors.New("queue: revoke: empty token id")
 	}
-	ttl := time.Until(until)
-	if ttl <= 0 {
+	ttl := time.Until(until) + auth.Leeway + revocationMargin
+	if ttl <= revocationMargin {
 		return nil
 	}
-	return c.rdb.Set(ctx, c.keys.revoked(jti), 1, min(ttl, maxRevocation)).Err()
+	return c.rdb.Set(ctx, c.keys.revoked(jti), 1, ttl).Err()
 }
 
 // TokenRevoked reports whether the token with id jti is revoked.

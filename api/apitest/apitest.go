@@ -82,7 +82,8 @@ func Start(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store, Storage: o.Storage, Logger: o.Logger}
+	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store, Storage: o.Storage, Logger: o.Logger,
+		RevocationCheck: 100 * time.Millisecond}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -36,6 +37,25 @@ const (
 	Issuer   = "hostedtrain"
 	Audience = "hostedtrain-api"
 )
+
+// Leeway is how far past its expiry (or before its start) a token is still taken, for clocks
+// that differ a little. A revocation must outlive the token's expiry by at least this much.
+const Leeway = 5 * time.Second
+
+// orgName is what an organization may be called: the OpenAPI document's pattern for the
+// {org} path parameter. No ':' (the queue's key separator), no braces (its hash tag), no
+// spaces; at most 64 characters.
+var orgName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidOrg says what is wrong with an organization's name, nil if nothing. Tokens are minted
+// and accepted only for valid names: an organization called "acme:jobs" would meet acme's
+// keys in Redis.
+func ValidOrg(org string) error {
+	if !orgName.MatchString(org) {
+		return fmt.Errorf("organization %q is not a valid name: 1 to 64 of A-Z a-z 0-9 _ . -, starting with a letter or digit", org)
+	}
+	return nil
+}
 
 // ErrUnauthenticated is any token that cannot be trusted: missing, malformed, expired,
 // signed with an unknown key or for another audience. The caller answers 401.
@@ -160,6 +180,9 @@ func (ks *KeySet) Issue(req TokenRequest, now time.Time) (string, error) {
 	if req.Org == "" {
 		return "", errors.New("auth: a token needs an organization")
 	}
+	if err := ValidOrg(req.Org); err != nil {
+		return "", fmt.Errorf("auth: %w", err)
+	}
 	for _, s := range req.Scopes {
 		if !slices.Contains(AllScopes, s) {
 			return "", fmt.Errorf("auth: unknown scope %q (known: %s)", s, strings.Join(AllScopes, ", "))
@@ -219,13 +242,19 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 		jwt.WithTimeFunc(v.now),
-		jwt.WithLeeway(5*time.Second),
+		jwt.WithLeeway(Leeway),
 	)
 	if err != nil {
 		return Principal{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	if c.Org == "" {
 		return Principal{}, fmt.Errorf("%w: token has no organization", ErrUnauthenticated)
+	}
+	if err := ValidOrg(c.Org); err != nil {
+		return Principal{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	if c.ID == "" {
+		return Principal{}, fmt.Errorf("%w: token has no id (jti), so it could not be revoked", ErrUnauthenticated)
 	}
 	p := Principal{Subject: c.Subject, Org: c.Org, Scopes: strings.Fields(c.Scope), TokenID: c.ID}
 	if c.ExpiresAt != nil {

@@ -62,7 +62,7 @@ func TestVerifyRefuses(t *testing.T) {
 	t.Parallel()
 	ks := mustKeys(t)
 	good := jwt.MapClaims{"iss": Issuer, "aud": Audience, "sub": "x", "org": "acme", "scope": "jobs:read",
-		"exp": now.Add(time.Hour).Unix(), "iat": now.Unix()}
+		"exp": now.Add(time.Hour).Unix(), "iat": now.Unix(), "jti": "t1"}
 	with := func(k string, v any) jwt.MapClaims {
 		c := jwt.MapClaims{}
 		for a, b := range good {
@@ -85,9 +85,14 @@ func TestVerifyRefuses(t *testing.T) {
 		"expired":         sign(t, ks, jwt.SigningMethodHS256, with("exp", now.Add(-time.Minute).Unix()), ks.Current),
 		"issued later":    sign(t, ks, jwt.SigningMethodHS256, with("iat", now.Add(time.Hour).Unix()), ks.Current),
 		"no organization": sign(t, ks, jwt.SigningMethodHS256, with("org", nil), ks.Current),
-		"unknown kid":     sign(t, ks, jwt.SigningMethodHS256, good, "nope"),
-		"other key":       sign(t, other, jwt.SigningMethodHS256, good, ks.Current),
-		"garbage":         "a.b.c",
+		// issue 14: an id that cannot be revoked; organizations that would meet others' keys
+		"no jti":               sign(t, ks, jwt.SigningMethodHS256, with("jti", nil), ks.Current),
+		"org with a separator": sign(t, ks, jwt.SigningMethodHS256, with("org", "acme:jobs"), ks.Current),
+		"org with a hash tag":  sign(t, ks, jwt.SigningMethodHS256, with("org", "{ht}"), ks.Current),
+		"org too long":         sign(t, ks, jwt.SigningMethodHS256, with("org", strings.Repeat("a", 65)), ks.Current),
+		"unknown kid":          sign(t, ks, jwt.SigningMethodHS256, good, "nope"),
+		"other key":            sign(t, other, jwt.SigningMethodHS256, good, ks.Current),
+		"garbage":              "a.b.c",
 	}
 	v := NewVerifier(ks, fixedClock)
 	if _, err := v.Verify(sign(t, ks, jwt.SigningMethodHS256, good, ks.Current)); err != nil {
@@ -138,5 +143,21 @@ func TestIssueChecksItsRequest(t *testing.T) {
 	}
 	if _, err := ParseKeySet("k1=c2hvcnQ="); err == nil {
 		t.Error("a 5-byte key was accepted")
+	}
+}
+
+// Organizations are minted only with names that cannot meet another's keys (issue 14).
+func TestIssueRefusesOrganizationsThatCollide(t *testing.T) {
+	t.Parallel()
+	ks := mustKeys(t)
+	for _, org := range []string{"orge:jobs", "orgd:x", "{ht}", "a b", "", "-lead", strings.Repeat("a", 65)} {
+		if _, err := ks.Issue(TokenRequest{Org: org, Scopes: []string{ScopeJobsRead}, TTL: time.Hour}, now); err == nil {
+			t.Errorf("a token was minted for organization %q", org)
+		}
+	}
+	for _, org := range []string{"acme", "Acme-2", "org.d", "a_b", strings.Repeat("a", 64)} {
+		if _, err := ks.Issue(TokenRequest{Org: org, Scopes: []string{ScopeJobsRead}, TTL: time.Hour}, now); err != nil {
+			t.Errorf("organization %q: %v", org, err)
+		}
 	}
 }

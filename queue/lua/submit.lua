@@ -12,7 +12,9 @@
 local id, org = ARGV[4], ARGV[5]
 local idem = ''
 if ARGV[17] ~= '' then
-  idem = PFX .. 'idem:' .. org .. ':' .. ARGV[17]
+  -- The organization's name is counted out, so that no organization's name and key can
+  -- spell another's ("orgd" + "x:k1" against "orgd:x" + "k1").
+  idem = PFX .. 'idem:' .. #org .. ':' .. org .. ':' .. ARGV[17]
   local prev = redis.call('GET', idem)
   if prev then
     local sep = string.find(prev, ' ', 1, true)
