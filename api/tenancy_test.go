@@ -1,8 +1,10 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +58,32 @@ func TestAStreamEndsWhenItsTokenExpires(t *testing.T) {
 	next(t, ch)
 	if !ended(ch, time.Second+auth.Leeway+5*time.Second) {
 		t.Fatal("the stream outlived its token's expiry")
+	}
+}
+
+// A secret may not set what the service sets for a job's processes: its GPUs, its programs,
+// where it reaches (issue 14: a 2-GPU job's CUDA_VISIBLE_DEVICES secret showed it all 8).
+// 422 naming the secret, in TOML and JSON, and nothing is stored.
+func TestReservedVariablesCannotBeSecrets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, name := range []string{"CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "PATH", "http_proxy", "PYTHONPATH", "HOSTEDTRAIN_AGENT_TOKEN", "AWS_SECRET_ACCESS_KEY"} {
+		for ct, body := range map[string]string{
+			"application/toml": "model = \"Qwen/Qwen3-4B-Instruct-2507\"\n[[env]]\nid = \"gsm8k\"\n[secrets]\n" + name + " = \"x\"\n",
+			"application/json": `{"model": "Qwen/Qwen3-4B-Instruct-2507", "env": [{"id": "gsm8k"}], "secrets": {"` + name + `": "x"}}`,
+		} {
+			r := call(t, "POST", b.s.URL+"/v1/jobs", b.writer, ct, []byte(body))
+			if r.status != http.StatusUnprocessableEntity {
+				t.Errorf("%s as a secret (%s): %d %s, want 422", name, ct, r.status, r.body)
+				continue
+			}
+			p := r.problem(t)
+			if len(p.Errors) == 0 || p.Errors[0].Pointer != "/secrets/"+name || !strings.Contains(p.Errors[0].Message, "reserved") {
+				t.Errorf("%s: problem %+v, want one naming /secrets/%s as reserved", name, p, name)
+			}
+		}
+	}
+	if n, err := b.s.Redis.DBSize(context.Background()).Result(); err != nil || n != 0 {
+		t.Errorf("Redis holds %d keys after refused submits (%v)", n, err)
 	}
 }

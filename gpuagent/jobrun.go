@@ -14,6 +14,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
@@ -171,6 +172,11 @@ func (r *jobRun) pipelineEnv(localKey string) []string {
 	// at submit), the agent's comes later and wins.
 	env := make([]string, 0, len(names)+6)
 	for _, k := range names {
+		if jobspec.ReservedEnv(k) {
+			// Refused at submit; one that got here anyway (an older service) is not used.
+			r.warn(fmt.Sprintf("secret %s not set: the name is reserved for the service", k))
+			continue
+		}
 		env = append(env, k+"="+r.claim.Secrets[k])
 	}
 	env = append(env, r.baseEnv()...)

@@ -658,11 +658,42 @@ func (n *normalizer) envID(ptr, id string) string {
 
 var secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// reservedPrefixes and reservedNames are the variables the service sets for a job's processes
+// or that change how every program of the job is loaded and where it reaches: a secret may not
+// name them. Compared without regard to case (http_proxy is HTTP_PROXY to most clients).
+var (
+	reservedPrefixes = []string{"CUDA_", "NVIDIA_", "LD_", "PYTHON", "HOSTEDTRAIN_", "AWS_", "UV_"}
+	reservedNames    = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ", "LANG", "IFS", "ENV", "BASH_ENV",
+		"GLIBC_TUNABLES", "VIRTUAL_ENV", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "VLLM_API_KEY"}
+)
+
+// ReservedEnv reports whether a variable is one the service sets for a job (CUDA_VISIBLE_DEVICES
+// names the job's GPUs, PATH and LD_* what it runs, the proxies where it reaches): not a
+// secret's name. The GPU agent sets its own after a job's, so they win there too.
+func ReservedEnv(name string) bool {
+	up := strings.ToUpper(name)
+	if slices.Contains(reservedNames, up) {
+		return true
+	}
+	for _, p := range reservedPrefixes {
+		if strings.HasPrefix(up, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func (n *normalizer) secrets(in input, s *Spec) {
 	for name := range in.Secrets {
 		if !secretName.MatchString(name) || len(name) > 128 {
 			// The name, not the value: values never appear in messages.
 			n.fail("/secrets/"+escapePointer(name), "a secret's name is an environment variable name (letters, digits and _, not starting with a digit); %q is not", name)
+			continue
+		}
+		if ReservedEnv(name) {
+			n.fail("/secrets/"+escapePointer(name), "%s is reserved: the service sets it for the job's processes (its GPUs, its programs, "+
+				"where it reaches), so it cannot be a secret; reserved are %s and names starting %s", name,
+				strings.Join(reservedNames, ", "), strings.Join(reservedPrefixes, ", "))
 			continue
 		}
 		s.Secrets = append(s.Secrets, name)
