@@ -29,6 +29,9 @@ func (e *SyntaxError) Error() string {
 // float64/int64, bools) that the OpenAPI schema validates, so TOML and JSON bodies meet the
 // same schema. TOML dates and times become RFC 3339 strings.
 func DecodeTOML(data []byte) (map[string]any, error) {
+	if err := checkTOMLDepth(data); err != nil {
+		return nil, err
+	}
 	var doc map[string]any
 	if err := toml.Unmarshal(data, &doc); err != nil {
 		var de *toml.DecodeError
