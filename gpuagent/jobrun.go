@@ -105,6 +105,9 @@ func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, st
 		deps: runDeps{cfg: &a.cfg, tel: a.tel, freeGPUs: sync.OnceFunc(func() { a.freeDevices(cl.Job.ID, len(devs) == 0) })},
 	}
 	r.lease = newLeaseKeeper(a.cfg.API, cl, a.runtime(), creds, log, a.tel)
+	// The job's GPU time ends when its GPUs go back, not when its report arrives.
+	free := r.deps.freeGPUs
+	r.deps.freeGPUs = sync.OnceFunc(func() { r.lease.gpusFreed(time.Now()); free() })
 	r.data = &streams{logs: jobdata.NewLogShipper(store, cl.Job.ID, cl.Lease.Fence)}
 	r.notes, _ = os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	r.data.logs.File("agent", filepath.Join(dir, "agent.log"))

@@ -29,8 +29,9 @@ type leaseKeeper struct {
 	committed  func() []int // the uploader's committed steps, read at each heartbeat (nil for none)
 	running    bool
 	progress   job.Progress
-	unreported []int // steps committed but not yet acknowledged by a heartbeat
-	rejected   bool  // the service refused the full heartbeat: send the minimal one
+	unreported []int      // steps committed but not yet acknowledged by a heartbeat
+	freedAt    *time.Time // when the job's GPUs went back to the node (nil: not yet)
+	rejected   bool       // the service refused the full heartbeat: send the minimal one
 
 	stopped  chan struct{} // closed when the service says stop
 	lost     chan struct{} // closed when the lease is lost
@@ -76,6 +77,15 @@ func (l *leaseKeeper) beatNow() {
 }
 
 // reportCommitted makes every later heartbeat report the steps committed() returns.
+// gpusFreed records when the job's GPUs went back to the node, for the final report.
+func (l *leaseKeeper) gpusFreed(t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.freedAt == nil {
+		l.freedAt = &t
+	}
+}
+
 func (l *leaseKeeper) reportCommitted(committed func() []int) {
 	l.mu.Lock()
 	l.committed = committed
@@ -231,6 +241,9 @@ func refused(err error) bool {
 func (l *leaseKeeper) report(ctx context.Context, how, reason string, timeout time.Duration) {
 	_, prog, fresh := l.snapshot()
 	o := job.Outcome{Token: l.token, Progress: &prog, Checkpoints: fresh, Reason: reason}
+	l.mu.Lock()
+	o.GPUsFreedAt = l.freedAt
+	l.mu.Unlock()
 	send := map[string]func(context.Context, string, job.Outcome) error{
 		"complete": l.api.Complete, "fail": l.api.Fail, "release": l.api.Release,
 	}[how]

@@ -605,12 +605,20 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 	if err != nil {
 		return "", err
 	}
-	args := append([]any{id, o.Token, how, o.Reason, progressArg(o.Progress)}, steps...)
+	args := append([]any{id, o.Token, how, o.Reason, progressArg(o.Progress), freedArg(o.GPUsFreedAt)}, steps...)
 	st, err := c.call(ctx, "finish", c.keys.job(id), args...).Text()
 	if err != nil {
 		return "", stepsErr(how, o.Checkpoints, err)
 	}
 	return job.Status(st), nil
+}
+
+// freedArg is when the job's GPUs were given back, in ms ("" when the agent does not say).
+func freedArg(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
 }
 
 // Release hands a job back from an agent that is going away: it is queued again at once, in
@@ -620,7 +628,7 @@ func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Sta
 	if err != nil {
 		return "", err
 	}
-	args := append([]any{id, o.Token, o.Reason, progressArg(o.Progress)}, steps...)
+	args := append([]any{id, o.Token, o.Reason, progressArg(o.Progress), freedArg(o.GPUsFreedAt)}, steps...)
 	st, err := c.call(ctx, "release", c.keys.job(id), args...).Text()
 	if err != nil {
 		return "", stepsErr("release", o.Checkpoints, err)

@@ -684,3 +684,34 @@ func TestARevocationOutlivesItsToken(t *testing.T) {
 		}
 	})
 }
+
+// A job's GPU time ends when its agent gave the GPUs back, not when the report arrives: the
+// uploads and retries after the pipeline (issue 14: storage full, minutes of them) are not
+// GPU time. A time before the hold began, or after the report, counts as the hold's start or
+// the report.
+func TestGPUTimeEndsWhenTheGPUsAreGivenBack(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		for _, c := range []struct {
+			name   string
+			freed  time.Duration // after the claim
+			report time.Duration // after the claim
+			want   float64       // GPU-seconds on 2 GPUs
+		}{
+			{"freed after 10 min, reported after 40", 10 * time.Minute, 40 * time.Minute, 1200},
+			{"freed before the claim", -time.Hour, 10 * time.Minute, 0},
+			{"freed after the report", 2 * time.Hour, 10 * time.Minute, 1200},
+		} {
+			j := b.submitSpec(t, "acme", jobSpec(c.name, 2))
+			cl := b.claim(t)
+			freed := b.clock.Now().Add(c.freed)
+			b.clock.Advance(c.report)
+			if _, err := b.q.Complete(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, GPUsFreedAt: &freed}); err != nil {
+				t.Fatal(err)
+			}
+			if got := b.status(t, j.ID).GPUSeconds; got != c.want {
+				t.Errorf("%s: %v GPU-seconds, want %v", c.name, got, c.want)
+			}
+		}
+	})
+}

@@ -313,6 +313,9 @@ type Outcome struct {
 	Checkpoints []int     `json:"checkpoints,omitempty"`
 	// Reason says why a job failed; empty for a completion.
 	Reason string `json:"reason,omitempty"`
+	// GPUsFreedAt is when the pipeline ended and the agent gave the job's GPUs back: its GPU
+	// time stops there, not when the report arrives.
+	GPUsFreedAt *time.Time `json:"gpus_freed_at,omitempty"`
 }
 
 // Event is one fact in a job's history, numbered per job from 1.

@@ -3,7 +3,8 @@
 -- for the stop), or queued again if the request was a restart.
 -- KEYS[1] the job's hash (routes the call)
 -- ARGV[4] job id  ARGV[5] lease token  ARGV[6] "completed" | "failed"  ARGV[7] reason
--- ARGV[8] progress JSON or ""  ARGV[9..] committed checkpoint steps, ascending
+-- ARGV[8] progress JSON or ""  ARGV[9] when the job's GPUs were given back (ms) or ""
+-- ARGV[10..] committed checkpoint steps, ascending
 -- Returns the job's status; errors LEASE_LOST if the token is not the current one,
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = ARGV[4]
@@ -12,7 +13,7 @@ local j = jobfields(id, {'lease_token', 'status', 'stop_requested', 'org', 'stop
 if j.lease_token ~= ARGV[5] or not is_live(j.status) then
   return redis.error_reply('LEASE_LOST lease token is not current')
 end
-local beyond = steps_beyond(id, 9)
+local beyond = steps_beyond(id, 10)
 if beyond then
   return redis.error_reply('STEP_BEYOND ' .. beyond)
 end
@@ -20,7 +21,8 @@ local org = j.org
 if ARGV[8] ~= '' then
   redis.call('SET', progkey(id), ARGV[8])
 end
-checkpoints(id, org, j.status, 9, nil, true)
+checkpoints(id, org, j.status, 10, nil, true)
+j.freed_at = ARGV[9]
 -- What the job becomes: a stop request decides what a failure means.
 local status, typ, detail = 'FAILED', 'job.failed', ARGV[7]
 if ARGV[6] == 'completed' then

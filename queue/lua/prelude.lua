@@ -226,7 +226,9 @@ local USAGE_EPOCH = 1735689600000
 -- of its prepaid usage and the GPU time the hold used (job and org `gpu_ms`, the raw
 -- GPU-milliseconds behind GET /v1/usage), the lease and, if the job has them, its stop and
 -- time-limit entries. j holds the job's fields as its caller read them: org, gpus,
--- charged_until, stop_requested, time_limit_ms. extra are more job fields to set.
+-- charged_until, stop_requested, time_limit_ms, and freed_at where the agent said when it gave
+-- the GPUs back (the hold's GPU time ends there, between the hold's start and now). extra
+-- are more job fields to set.
 local function release(id, j, extra)
   local gpus = tonumber(j.gpus) or 0
   local paid = tonumber(j.charged_until) or NOW
@@ -240,7 +242,12 @@ local function release(id, j, extra)
     'usage', int(usage)}
   local held_since = tonumber(redis.call('HGET', jobkey(id), 'held_since'))
   if held_since then
-    local used = gpus * (NOW - held_since)
+    local upto = NOW
+    local freed = tonumber(j.freed_at)
+    if freed and freed < NOW then
+      upto = math.max(freed, held_since)
+    end
+    local used = gpus * (upto - held_since)
     redis.call('HINCRBY', jobkey(id), 'gpu_ms', int(used))
     org_fields[#org_fields + 1] = 'gpu_ms'
     org_fields[#org_fields + 1] = int((tonumber(o[7]) or 0) + used)
