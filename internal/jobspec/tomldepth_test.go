@@ -39,8 +39,8 @@ func TestDeepTOMLIsRefusedBeforeParsing(t *testing.T) {
 	}
 	// To the limit, strings holding brackets and dots, and comments, are read as they are.
 	fine := map[string]string{
-		"64 arrays":        "a = " + strings.Repeat("[", 63) + "1" + strings.Repeat("]", 63),
-		"brackets in text": `a = "[[[[{{{{ a.b.c.d" ` + "\n" + `b = '[[[[' # [[[[[ a.b.c` + "\n" + `c = """` + "\n" + strings.Repeat("[{.", 200) + `"""`,
+		"64 arrays":         "a = " + strings.Repeat("[", 63) + "1" + strings.Repeat("]", 63),
+		"brackets in text":  `a = "[[[[{{{{ a.b.c.d" ` + "\n" + `b = '[[[[' # [[[[[ a.b.c` + "\n" + `c = """` + "\n" + strings.Repeat("[{.", 200) + `"""`,
 		"a long flat array": "a = [" + strings.Repeat("1.5, ", 100000) + "2]",
 	}
 	for name, doc := range fine {
