@@ -41,7 +41,7 @@ func (s *fullStore) Put(ctx context.Context, key string, r io.Reader) error {
 func sandboxed(t testing.TB) *gpuagent.Sandbox {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("the sandbox needs root (CI runs as root)")
+		t.Fatal("the sandbox tests need root, as the agent does on a node: run make test as root (CI does)")
 	}
 	var f gpuagent.SandboxFlags
 	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
