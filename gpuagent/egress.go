@@ -27,9 +27,6 @@ type egressProxy struct {
 	tr    *http.Transport
 	logf  func(string)
 
-	// local are the node's own interface addresses: a service listening on all of them would
-	// be reached through a public one, which the guard's ranges let through.
-	local map[netip.Addr]bool
 	// conns bounds the connections the job has open through the proxy at once.
 	conns chan struct{}
 	// allow are the host:port addresses the operator lets jobs reach whatever the guard says
@@ -41,16 +38,18 @@ type egressProxy struct {
 }
 
 func startEgressProxy(ln net.Listener, allow []string, logf func(string)) *egressProxy {
-	g := &webhook.Guard{}
-	p := &egressProxy{guard: g, logf: logf, refused: map[string]bool{}, allow: map[string]bool{},
-		local: map[netip.Addr]bool{}, conns: make(chan struct{}, maxEgressConns)}
+	// The node's own interface addresses: a service listening on all of them would be reached
+	// through a public one, which the guard's ranges let through.
+	g := &webhook.Guard{Own: map[netip.Addr]bool{}}
 	if addrs, err := net.InterfaceAddrs(); err == nil {
 		for _, a := range addrs {
 			if pfx, err := netip.ParsePrefix(a.String()); err == nil {
-				p.local[pfx.Addr().Unmap()] = true
+				g.Own[pfx.Addr().Unmap()] = true
 			}
 		}
 	}
+	p := &egressProxy{guard: g, logf: logf, refused: map[string]bool{}, allow: map[string]bool{},
+		conns: make(chan struct{}, maxEgressConns)}
 	for _, a := range allow {
 		p.allow[a] = true
 	}
@@ -83,41 +82,12 @@ func (p *egressProxy) refuse(w http.ResponseWriter, host string, err error) {
 const maxEgressConns = 512
 
 // dial reaches addr for the job: an allowed address as it is, any other through the guard,
-// never one of the node's own addresses. The name is resolved once, here, and the guard
-// dials the address itself, so what was checked is what is reached.
+// which refuses the node's own addresses too.
 func (p *egressProxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if p.allow[addr] {
 		return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
 	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return nil, err
-	}
-	var first error
-	for _, ip := range ips {
-		ip = ip.Unmap()
-		if p.local[ip] {
-			if first == nil {
-				first = &webhook.TargetError{Msg: fmt.Sprintf("refused: %s is this node's own address", ip)}
-			}
-			continue
-		}
-		c, err := p.guard.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
-		if err == nil {
-			return c, nil
-		}
-		if first == nil {
-			first = err
-		}
-	}
-	if first == nil {
-		first = fmt.Errorf("%s has no address", host)
-	}
-	return nil, first
+	return p.guard.DialContext(ctx, network, addr)
 }
 
 // hopHeaders are a proxy's own, never forwarded.

@@ -21,14 +21,14 @@ func TestTheEgressProxyRefusesTheNodesOwnAddresses(t *testing.T) {
 	}
 	p := startEgressProxy(ln, nil, nil)
 	defer p.close()
-	if len(p.local) == 0 {
+	if len(p.guard.Own) == 0 {
 		t.Fatal("the node's addresses were not read")
 	}
 	public := netip.MustParseAddr("8.8.8.8") // as if it were this node's
-	p.local[public] = true
+	p.guard.Own[public] = true
 	_, err = p.dial(context.Background(), "tcp", "8.8.8.8:443")
 	var te *webhook.TargetError
-	if !errors.As(err, &te) || !strings.Contains(err.Error(), "this node's own address") {
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "this machine's own address") {
 		t.Fatalf("got %v, want a refusal naming the node's own address", err)
 	}
 }

@@ -78,6 +78,9 @@ type Guard struct {
 	AllowLoopback bool
 	// Resolver looks names up (default net.DefaultResolver).
 	Resolver Resolver
+	// Own are more addresses refused, whatever their range: the machine's own (a public
+	// address on its network card reaches whatever listens on all of them).
+	Own map[netip.Addr]bool
 }
 
 // TargetError says why a URL or an address is refused.
@@ -95,6 +98,9 @@ func (g *Guard) resolver() Resolver {
 // CheckAddr refuses an address in our network.
 func (g *Guard) CheckAddr(a netip.Addr) error {
 	a = a.Unmap() // ::ffff:127.0.0.1 is 127.0.0.1
+	if g.Own[a] {
+		return &TargetError{Msg: fmt.Sprintf("%s is this machine's own address", a)}
+	}
 	if a.Is6() {
 		b := a.As16()
 		for _, p := range embedded {
