@@ -115,6 +115,15 @@ exec %[4]s "$@"
 	if err := os.WriteFile(shared, []byte("node's own\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A package the node's Python already has, which the job installs again: in its copy, the
+	// file is the node's (a hard link), replaced, never written into.
+	installed := filepath.Join(cfg.Pipeline.PrimeRL, ".venv", "hostedtrain-emulated-packages", "alphabet_sort")
+	if err := os.MkdirAll(filepath.Dir(installed), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(installed, []byte("node's own\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Sandbox.ReadOnly = append(cfg.Sandbox.ReadOnly, emulator)
 	b.run(t, cfg)
 
@@ -149,9 +158,12 @@ exec %[4]s "$@"
 	if b, _ := os.ReadFile(shared); string(b) != "node's own\n" {
 		t.Errorf("a job changed the node's prime-rl Python: %q", b)
 	}
+	if b, _ := os.ReadFile(installed); string(b) != "node's own\n" {
+		t.Errorf("a job's install changed the node's copy of a package: %q", b)
+	}
 	venv, _ := os.ReadDir(filepath.Join(cfg.Pipeline.PrimeRL, ".venv"))
 	for _, e := range venv {
-		if e.Name() != "lib" {
+		if e.Name() != "lib" && e.Name() != "hostedtrain-emulated-packages" {
 			t.Errorf("a job left %s in the node's prime-rl Python", e.Name())
 		}
 	}

@@ -89,10 +89,34 @@ func runInstall(ctx context.Context, args []string, out io.Writer) int {
 		if err := os.MkdirAll(installedDir(python), 0o755); err != nil {
 			return fail(out, 1, "error: %v", err)
 		}
-		if err := os.WriteFile(filepath.Join(installedDir(python), moduleName(id)), []byte(id+"\n"), 0o644); err != nil {
+		// As uv and pip install a file: a new one written beside, then renamed over the old
+		// (never written in place: in a sandboxed job, the old one may be the node's, hard-linked).
+		if err := replaceFile(filepath.Join(installedDir(python), moduleName(id)), []byte(id+"\n")); err != nil {
 			return fail(out, 1, "error: %v", err)
 		}
 		fmt.Fprintf(out, "✓ Installed %s into %s (EMULATED: nothing was downloaded)\n", id, python)
 	}
 	return 0
+}
+
+// replaceFile writes data to a new file beside path and renames it over path.
+func replaceFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".install-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
