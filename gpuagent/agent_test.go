@@ -137,6 +137,9 @@ func (b bundle) agentConfig(t testing.TB, name string, emulatorFlags ...string) 
 		StopGrace:     5 * time.Second,
 		PollInterval:  50 * time.Millisecond,
 		FlushInterval: 100 * time.Millisecond,
+		// A test that fails with the API out must not wait the default 15 minutes in its
+		// cleanup for the final report.
+		ReportTimeout: 30 * time.Second,
 	}
 }
 

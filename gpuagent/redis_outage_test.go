@@ -34,19 +34,21 @@ func TestAgentTrainsThroughARedisOutage(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{Queue: queue.Config{LeaseTTL: time.Minute}, Store: store, Redis: rs.Client})
 	b := bundle{stack: s, user: client.New(s.URL, s.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite)), store: store}
 	a, _ := b.run(t, b.agentConfig(t, "agent-r", "--emulate.step-time", "50ms"))
+	// Whatever wait fails, the agent's final report finds Redis up: cleanups run last first.
+	t.Cleanup(func() { rs.Restore(t) })
 
 	j := b.submit(t, withSteps(60))
 	before := b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 2 })
 	rs.Stop()
-	testwait.Until(t, time.Minute, "heartbeats refused while Redis is down", func() bool {
+	testwait.Until(t, 2*time.Minute, "a heartbeat refused while Redis is down", func() bool {
 		m := heartbeatFailures.FindStringSubmatch(scrape(t, a))
 		n := 0
 		if m != nil {
 			n, _ = strconv.Atoi(m[1])
 		}
-		return n >= 3
+		return n >= 1
 	})
-	testwait.Until(t, time.Minute, "checkpoints committed while Redis is down", func() bool {
+	testwait.Until(t, 2*time.Minute, "checkpoints committed while Redis is down", func() bool {
 		cps, err := jobdata.ListCheckpoints(ctx, store, j.ID)
 		return err == nil && len(cps) > 0 && cps[len(cps)-1].Step >= before.Progress.Step+6
 	})

@@ -44,9 +44,10 @@ func Client(t testing.TB) *redis.Client {
 // Restartable is a private redis-server (AOF on) that a test stops and starts again on the same
 // port and data, with a client that fails fast while it is down.
 type Restartable struct {
-	Client *redis.Client
-	opts   redisproc.Options
-	srv    *redisproc.Server
+	Client  *redis.Client
+	opts    redisproc.Options
+	srv     *redisproc.Server
+	stopped bool
 }
 
 // StartRestartable starts one for the rest of t.
@@ -67,7 +68,15 @@ func StartRestartable(t testing.TB) *Restartable {
 }
 
 // Stop stops redis-server as a clean shutdown does (SIGTERM: the AOF is flushed).
-func (r *Restartable) Stop() { r.srv.Stop() }
+func (r *Restartable) Stop() { r.srv.Stop(); r.stopped = true }
+
+// Restore starts it again if it is stopped: for a cleanup that must find Redis up (an agent's
+// final report) whatever point the test failed at.
+func (r *Restartable) Restore(t testing.TB) {
+	if r.stopped {
+		r.Start(t)
+	}
+}
 
 // Start starts it (again) from its data.
 func (r *Restartable) Start(t testing.TB) {
@@ -76,5 +85,5 @@ func (r *Restartable) Start(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.srv = srv
+	r.srv, r.stopped = srv, false
 }
