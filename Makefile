@@ -8,7 +8,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic sandbox bench-metrics bench-jobs bench-queue bench-agent bench-lambda load chaos
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-agent bench-lambda load chaos
 
 all: build
 
@@ -74,6 +74,7 @@ test: deps deploy-check
 	$(GO) test -run '^$$' -fuzz '^FuzzJobAdmission$$' -fuzztime 5000x ./api
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime 20000x ./internal/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckURL$$' -fuzztime 20000x ./internal/webhook
+	$(MAKE) --no-print-directory bench-smoke
 
 ## fuzz: every fuzz target for at least FUZZ_SECONDS (default 60) each: the job decoder
 ## (TOML and JSON), the token verifier and the webhook target guard. Run as rounds of a fixed
@@ -96,6 +97,12 @@ fuzz:
 BENCH_QUEUE_ARGS ?= -n 20000 -c 16
 bench-queue: redis-server
 	cd bench && $(GO) run ./cmd/queuebench $(BENCH_QUEUE_ARGS)
+
+## bench-smoke: bench/ (its own module, beside asynq) vetted, tested and run for a few seconds
+## on small numbers, so that a change that breaks it fails make test instead of rotting unseen
+bench-smoke: redis-server
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./... && \
+	  $(GO) run ./cmd/queuebench -n 200 -big 2000 -samples 50
 
 ## bench-agent: the GPU agent's figures (docs/performance.md): a 2 GiB checkpoint's upload
 ## against a plain PUT to the same S3 server; the emulated trainer's step time alone and during
