@@ -4,6 +4,10 @@
 GO      ?= go
 BIN     := bin
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# apt waits up to five minutes for another apt (unattended upgrades on a fresh machine) to
+# let go of the dpkg lock, instead of failing at once
+APT_UPDATE  := $(SUDO) apt-get -o DPkg::Lock::Timeout=300 update -qq
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
@@ -56,7 +60,7 @@ cfn-lint:
 	@command -v cfn-lint >/dev/null 2>&1 || { \
 	  echo "installing cfn-lint"; \
 	  python3 -m pip install --quiet cfn-lint || \
-	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cfn-lint >/dev/null; }; }
+	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq cfn-lint >/dev/null; }; }
 
 ## demo: start the local stack, run examples/quickstart.toml to COMPLETED, stop the stack
 demo: redis-server sandbox build
@@ -168,8 +172,8 @@ web:
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing chromium with apt-get"; \
-	  $(SUDO) apt-get update -qq && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+	  $(APT_UPDATE) && \
+	  $(APT_INSTALL) -y -qq --no-install-recommends chromium >/dev/null; }
 	@command -v chromium >/dev/null 2>&1 || { echo "chromium is still missing"; exit 1; }
 
 ## webhook-receiver: the standardwebhooks npm package the end-to-end webhook test verifies with
@@ -184,7 +188,7 @@ moto:
 	@python3 -c 'import moto.server' 2>/dev/null || { \
 	  echo "installing moto"; \
 	  python3 -m pip install --quiet 'moto[server]' || \
-	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-moto python3-flask python3-flask-cors >/dev/null; }; }
+	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq python3-moto python3-flask python3-flask-cors >/dev/null; }; }
 	@python3 -c 'import moto.server' || { echo "moto is still missing"; exit 1; }
 
 ## awscli: a client that is not ours, to read back what the S3 backend wrote
@@ -192,7 +196,7 @@ awscli:
 	@command -v aws >/dev/null 2>&1 || { \
 	  echo "installing awscli"; \
 	  python3 -m pip install --quiet awscli || \
-	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq awscli >/dev/null; }; }
+	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq awscli >/dev/null; }; }
 
 ## versitygw: the S3-compatible server the object-storage tests run against
 versitygw:
@@ -203,8 +207,8 @@ versitygw:
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server with apt-get"; \
-	  $(SUDO) apt-get update -qq && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
+	  $(APT_UPDATE) && \
+	  $(APT_INSTALL) -y -qq --no-install-recommends redis-server >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is still missing"; exit 1; }
 
 ## sandbox: bubblewrap (Debian's bubblewrap) and util-linux's setpriv, which the GPU agent runs
@@ -212,8 +216,8 @@ redis-server:
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1 || { \
 	  echo "installing bubblewrap with apt-get"; \
-	  $(SUDO) apt-get update -qq && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap util-linux python3 >/dev/null; }
+	  $(APT_UPDATE) && \
+	  $(APT_INSTALL) -y -qq --no-install-recommends bubblewrap util-linux python3 >/dev/null; }
 	@command -v bwrap >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1 || { echo "bwrap or setpriv is still missing"; exit 1; }
 
 ## pydantic: python3 (3.11+) with pydantic 2, what the upstream conformance kit's check.py
@@ -222,12 +226,12 @@ sandbox:
 pydantic:
 	@command -v python3 >/dev/null 2>&1 || { \
 	  echo "installing python3 with apt-get"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-pip >/dev/null; }
+	  $(APT_UPDATE) && $(APT_INSTALL) -y -qq python3 python3-pip >/dev/null; }
 	@python3 -c 'import sys, pydantic; sys.exit(0 if sys.version_info >= (3, 11) and pydantic.VERSION.startswith("2") else 1)' 2>/dev/null || { \
 	  echo "installing pydantic 2"; \
 	  python3 -m pip install --quiet 'pydantic>=2,<3' 2>/dev/null || \
 	  python3 -m pip install --quiet --break-system-packages 'pydantic>=2,<3' 2>/dev/null || \
-	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pydantic >/dev/null; }; }
+	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq python3-pydantic >/dev/null; }; }
 	@python3 -c 'import sys, pydantic; sys.exit(0 if sys.version_info >= (3, 11) and pydantic.VERSION.startswith("2") else 1)' || { \
 	  echo "the upstream kit needs python3 3.11+ with pydantic 2 (pip install 'pydantic>=2,<3')"; exit 1; }
 
@@ -243,7 +247,7 @@ spec-validator:
 	@python3 -c 'import openapi_spec_validator' 2>/dev/null || { \
 	  echo "installing openapi-spec-validator"; \
 	  python3 -m pip install --quiet openapi-spec-validator || \
-	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-openapi-spec-validator >/dev/null; }; }
+	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq python3-openapi-spec-validator >/dev/null; }; }
 
 ## lint: gofmt, go vet and staticcheck
 lint:
