@@ -18,6 +18,7 @@ all: build
 
 ## build: the CLI (hostedtrain), the agent (gpuagent) and the emulated pipeline into bin/
 build:
+	@echo "building bin/hostedtrain, bin/gpuagent and bin/prime-rl-emulator (a first build downloads the modules and compiles them: a few minutes)"
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
 ## lambda: one zip per folder of functions/, each holding the function's `bootstrap` for the
