@@ -8,6 +8,10 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # let go of the dpkg lock, instead of failing at once
 APT_UPDATE  := $(SUDO) apt-get -o DPkg::Lock::Timeout=300 update -qq
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install
+# npm, from Debian's nodejs and npm (Node 18 on Debian 12) where the machine has none
+NEED_NPM    := command -v npm >/dev/null 2>&1 || { echo "installing nodejs and npm with apt-get"; \
+  $(APT_UPDATE) && $(APT_INSTALL) -y -qq --no-install-recommends nodejs npm >/dev/null; } && \
+  command -v npm >/dev/null 2>&1 || { echo "npm is needed (Node 18 or later)"; exit 1; }
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
@@ -52,7 +56,7 @@ deploy-check: lambda osls cfn-lint
 ## osls: the Serverless Framework v3 fork, from npm, as deploy/package-lock.json pins it
 osls:
 	@test -x deploy/node_modules/.bin/osls || { \
-	  command -v npm >/dev/null 2>&1 || { echo "npm is needed (Node 18 or later)"; exit 1; }; \
+	  $(NEED_NPM); \
 	  echo "installing osls"; \
 	  cd deploy && npm ci --silent --no-audit --no-fund; }
 
@@ -156,7 +160,7 @@ deps: redis-server sandbox spec-validator versitygw awscli moto pydantic webhook
 WEB_VENDOR := api/web/static/vendor
 web:
 	@test -d web/node_modules/uplot -a -d web/node_modules/redoc -a -d web/node_modules/playwright-core || { \
-	  command -v npm >/dev/null 2>&1 || { echo "npm is needed (Node 18 or later)"; exit 1; }; \
+	  $(NEED_NPM); \
 	  echo "installing the dashboard's npm packages"; \
 	  cd web && npm ci --silent --no-audit --no-fund; }
 	@mkdir -p $(WEB_VENDOR)
@@ -180,7 +184,7 @@ chromium:
 ## webhook-receiver: the standardwebhooks npm package the end-to-end webhook test verifies with
 webhook-receiver:
 	@test -d testdata/webhook-receiver/node_modules/standardwebhooks || { \
-	  command -v npm >/dev/null 2>&1 || { echo "npm is needed (Node 18 or later)"; exit 1; }; \
+	  $(NEED_NPM); \
 	  echo "installing the webhook receiver's npm packages"; \
 	  cd testdata/webhook-receiver && npm ci --silent --no-audit --no-fund; }
 
