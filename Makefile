@@ -8,6 +8,18 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # let go of the dpkg lock, instead of failing at once
 APT_UPDATE  := $(SUDO) apt-get -o DPkg::Lock::Timeout=300 update -qq
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install
+# Python tools go where python3's own pip puts them, or, where the system's Python refuses
+# (Debian 12: an externally managed environment), into the project's virtual environment
+# bin/pytools, which sees what the system already has; it is first on PATH for every recipe
+# (and the tests they run), so python3 there is the one that has them.
+PYTOOLS := $(CURDIR)/bin/pytools
+PYDANTIC := pydantic>=2,<3
+export PATH := $(PYTOOLS)/bin:$(PATH)
+pip_install = python3 -m pip install --quiet $(1) 2>/dev/null || { \
+  { [ -x $(PYTOOLS)/bin/python3 ] || python3 -m venv --system-site-packages $(PYTOOLS) 2>/dev/null || \
+    { $(APT_UPDATE) && $(APT_INSTALL) -y -qq --no-install-recommends python3-venv >/dev/null && \
+      python3 -m venv --system-site-packages $(PYTOOLS); }; } && \
+  echo "(into $(PYTOOLS): this python3 refuses pip)" && $(PYTOOLS)/bin/python3 -m pip install --quiet $(1); }
 # npm, from Debian's nodejs and npm (Node 18 on Debian 12) where the machine has none
 NEED_NPM    := command -v npm >/dev/null 2>&1 || { echo "installing nodejs and npm with apt-get"; \
   $(APT_UPDATE) && $(APT_INSTALL) -y -qq --no-install-recommends nodejs npm >/dev/null; } && \
@@ -64,7 +76,7 @@ osls:
 cfn-lint:
 	@command -v cfn-lint >/dev/null 2>&1 || { \
 	  echo "installing cfn-lint"; \
-	  python3 -m pip install --quiet cfn-lint || \
+	  $(call pip_install,cfn-lint) || \
 	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq cfn-lint >/dev/null; }; }
 
 ## demo: start the local stack, run examples/quickstart.toml to COMPLETED, stop the stack
@@ -192,7 +204,7 @@ webhook-receiver:
 moto:
 	@python3 -c 'import moto.server' 2>/dev/null || { \
 	  echo "installing moto"; \
-	  python3 -m pip install --quiet 'moto[server]' || \
+	  $(call pip_install,'moto[server]') || \
 	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq python3-moto python3-flask python3-flask-cors >/dev/null; }; }
 	@python3 -c 'import moto.server' || { echo "moto is still missing"; exit 1; }
 
@@ -200,7 +212,7 @@ moto:
 awscli:
 	@command -v aws >/dev/null 2>&1 || { \
 	  echo "installing awscli"; \
-	  python3 -m pip install --quiet awscli || \
+	  $(call pip_install,awscli) || \
 	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq awscli >/dev/null; }; }
 
 ## versitygw: the S3-compatible server the object-storage tests run against
@@ -231,12 +243,10 @@ sandbox:
 pydantic:
 	@command -v python3 >/dev/null 2>&1 || { \
 	  echo "installing python3 with apt-get"; \
-	  $(APT_UPDATE) && $(APT_INSTALL) -y -qq python3 python3-pip >/dev/null; }
+	  $(APT_UPDATE) && $(APT_INSTALL) -y -qq python3 python3-pip python3-venv >/dev/null; }
 	@python3 -c 'import sys, pydantic; sys.exit(0 if sys.version_info >= (3, 11) and pydantic.VERSION.startswith("2") else 1)' 2>/dev/null || { \
 	  echo "installing pydantic 2"; \
-	  python3 -m pip install --quiet 'pydantic>=2,<3' 2>/dev/null || \
-	  python3 -m pip install --quiet --break-system-packages 'pydantic>=2,<3' 2>/dev/null || \
-	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq python3-pydantic >/dev/null; }; }
+	  $(call pip_install,'$(PYDANTIC)'); }
 	@python3 -c 'import sys, pydantic; sys.exit(0 if sys.version_info >= (3, 11) and pydantic.VERSION.startswith("2") else 1)' || { \
 	  echo "the upstream kit needs python3 3.11+ with pydantic 2 (pip install 'pydantic>=2,<3')"; exit 1; }
 
@@ -251,7 +261,7 @@ conformance: pydantic
 spec-validator:
 	@python3 -c 'import openapi_spec_validator' 2>/dev/null || { \
 	  echo "installing openapi-spec-validator"; \
-	  python3 -m pip install --quiet openapi-spec-validator || \
+	  $(call pip_install,openapi-spec-validator) || \
 	  { $(APT_UPDATE) && $(APT_INSTALL) -y -qq python3-openapi-spec-validator >/dev/null; }; }
 
 ## lint: gofmt, go vet and staticcheck
