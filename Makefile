@@ -129,7 +129,7 @@ bench-smoke: redis-server
 ## against a plain PUT to the same S3 server; the emulated trainer's step time alone and during
 ## an upload (unpinned, then the trainer pinned to CPU 0 and the rest to CPU 1); the idle gap
 ## between one job's end and the next one's start
-bench-agent: versitygw
+bench-agent: versitygw awscli
 	$(GO) test -run '^$$' -bench BenchmarkCheckpointUpload -benchtime 3x ./gpuagent
 	$(GO) test -run '^$$' -bench BenchmarkStepTimeDuringUpload -benchtime 1x ./gpuagent
 	HOSTEDTRAIN_BENCH_TRAINER_CPU=0 taskset -c 1 $(GO) test -run '^$$' -bench BenchmarkStepTimeDuringUpload -benchtime 1x ./gpuagent
