@@ -83,13 +83,14 @@ cfn-lint:
 demo: redis-server sandbox build
 	./scripts/demo.sh
 
-## test: every test, against real redis-server processes, with the race detector, and a
-## short run of each fuzz target (a count of executions; see fuzz below for why a count)
+## test: gofmt, go vet and staticcheck (lint); every test, against real redis-server processes,
+## with the race detector; a short run of each fuzz target (a count of executions; see fuzz
+## below for why a count); bench/ built and run briefly (bench-smoke)
 test: deps deploy-check
 	@# The dashboard embeds what `make web` vendors from npm: it must be what is committed.
 	@! git rev-parse --git-dir >/dev/null 2>&1 || git diff --quiet HEAD -- api/web/static/vendor || \
 	  { echo "api/web/static/vendor differs from web/package-lock.json's packages: commit what make web wrote"; exit 1; }
-	$(GO) vet ./...
+	$(MAKE) --no-print-directory lint
 	python3 -m openapi_spec_validator openapi/openapi.yaml
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzJobAdmission$$' -fuzztime 5000x ./api
