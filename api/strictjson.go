@@ -22,7 +22,7 @@ func (e *strictError) Error() string { return e.msg }
 func checkJSON(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	err := walkJSON(dec, "", 0)
+	err := walkJSON(dec, nil, 0)
 	if err == nil {
 		if _, err = dec.Token(); errors.Is(err, io.EOF) {
 			return nil
@@ -40,9 +40,31 @@ func checkJSON(body []byte) error {
 // job's environment arguments not much more.
 const maxJSONDepth = 64
 
-func walkJSON(dec *json.Decoder, pointer string, depth int) error {
+// jsonPath is where walkJSON is, built as it descends and written out as a JSON pointer only
+// for an error: most bodies have none, and a pointer string per key is most of what a check
+// would allocate.
+type jsonPath struct {
+	parent *jsonPath
+	key    string
+	index  int // for an array element; key is "" then
+	inArr  bool
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+func (p *jsonPath) String() string {
+	if p == nil {
+		return ""
+	}
+	if p.inArr {
+		return p.parent.String() + "/" + strconv.Itoa(p.index)
+	}
+	return p.parent.String() + "/" + pointerEscaper.Replace(p.key)
+}
+
+func walkJSON(dec *json.Decoder, at *jsonPath, depth int) error {
 	if depth > maxJSONDepth {
-		return &strictError{fmt.Sprintf("%s: nested deeper than %d levels", pointer, maxJSONDepth)}
+		return &strictError{fmt.Sprintf("%s: nested deeper than %d levels", at, maxJSONDepth)}
 	}
 	tok, err := dec.Token()
 	if err != nil {
@@ -50,19 +72,22 @@ func walkJSON(dec *json.Decoder, pointer string, depth int) error {
 	}
 	switch tok {
 	case json.Delim('{'):
-		seen := map[string]bool{}
+		var seen map[string]bool
 		for dec.More() {
 			kt, err := dec.Token()
 			if err != nil {
 				return err
 			}
 			key, _ := kt.(string)
-			at := pointer + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+			child := &jsonPath{parent: at, key: key}
 			if seen[key] {
-				return &strictError{fmt.Sprintf("%s: the key %q appears twice", at, key)}
+				return &strictError{fmt.Sprintf("%s: the key %q appears twice", child, key)}
+			}
+			if seen == nil {
+				seen = make(map[string]bool, 8)
 			}
 			seen[key] = true
-			if err := walkJSON(dec, at, depth+1); err != nil {
+			if err := walkJSON(dec, child, depth+1); err != nil {
 				return err
 			}
 		}
@@ -70,7 +95,7 @@ func walkJSON(dec *json.Decoder, pointer string, depth int) error {
 		return err
 	case json.Delim('['):
 		for i := 0; dec.More(); i++ {
-			if err := walkJSON(dec, pointer+"/"+strconv.Itoa(i), depth+1); err != nil {
+			if err := walkJSON(dec, &jsonPath{parent: at, index: i, inArr: true}, depth+1); err != nil {
 				return err
 			}
 		}

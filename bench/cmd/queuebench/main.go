@@ -20,6 +20,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,7 @@ func main() {
 	big := flag.Int("big", 1000000, "queued jobs for the large claim-latency case")
 	samples := flag.Int("samples", 2000, "operations timed for each latency figure")
 	redisArgs := flag.String("redis-args", "", "extra redis-server arguments, the same for both queues")
+	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison, with the Redis commands each side ran`)
 	flag.Parse()
 
 	dir, err := os.MkdirTemp("", "queuebench")
@@ -62,6 +64,11 @@ func main() {
 	fmt.Fprintln(b.out, "measure\tvalue\tnote")
 	theirs := b.asynqLifecycle(*n, *c)
 	ours := b.ourLifecycle(*n, *c)
+	if *only == "lifecycle" {
+		b.out.Flush()
+		fmt.Printf("\nqueue lifecycle ratio hostedtrain/asynq: %.2f\n", ours/theirs)
+		return
+	}
 	b.claimLatency(1000, *samples)
 	b.claimLatency(*big, *samples)
 	b.completeLatency(100, *samples)
@@ -105,6 +112,24 @@ func trimCR(s string) string {
 		return s[:len(s)-1]
 	}
 	return s
+}
+
+// redisCPU is the CPU time redis-server has used so far (user and system, all its threads).
+func (b *bench) redisCPU() time.Duration {
+	info, err := b.rdb.Info(b.ctx, "cpu").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var total float64
+	for _, line := range splitLines(info) {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 func (b *bench) flush() {
@@ -161,6 +186,7 @@ func (b *bench) asynqLifecycle(n, c int) float64 {
 	opt := asynq.RedisClientOpt{Addr: b.addr, PoolSize: 4 * c}
 	cl := asynq.NewClient(opt)
 	defer cl.Close()
+	cpu0 := b.redisCPU()
 	start := time.Now()
 	parallel(n, c, func(_, i int) {
 		if _, err := cl.Enqueue(asynq.NewTask("noop", []byte(fmt.Sprintf(`{"i":%d}`, i))), asynq.MaxRetry(0)); err != nil {
@@ -193,9 +219,10 @@ func (b *bench) asynqLifecycle(n, c int) float64 {
 		time.Sleep(200 * time.Microsecond)
 	}
 	total := time.Since(start)
+	cpu := b.redisCPU() - cpu0
 	srv.Shutdown()
 	rate := float64(n) / total.Seconds()
-	b.row("asynq lifecycle", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("enqueue %v, all done %v", enqueued.Round(time.Millisecond), total.Round(time.Millisecond)))
+	b.row("asynq lifecycle", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("enqueue %v, all done %v; Redis CPU %v/job", enqueued.Round(time.Millisecond), total.Round(time.Millisecond), perJob(cpu, n)))
 	return rate
 }
 
@@ -206,6 +233,7 @@ func (b *bench) ourLifecycle(n, c int) float64 {
 	q := queue.New(b.rdb, unlimited)
 	defer q.Close()
 	s := spec("bench")
+	cpu0 := b.redisCPU()
 	start := time.Now()
 	parallel(n, c, func(w, _ int) {
 		if _, _, err := q.Submit(b.ctx, job.Submission{Org: fmt.Sprintf("org%d", w%4), Spec: s}, "", ""); err != nil {
@@ -226,12 +254,17 @@ func (b *bench) ourLifecycle(n, c int) float64 {
 		}
 	})
 	total := time.Since(start)
+	cpu := b.redisCPU() - cpu0
 	rate := float64(n) / total.Seconds()
 	if b.out == nil {
 		return rate
 	}
-	b.row("hostedtrain lifecycle", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("submit %v, all complete %v", submitted.Round(time.Millisecond), total.Round(time.Millisecond)))
+	b.row("hostedtrain lifecycle", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("submit %v, all complete %v; Redis CPU %v/job", submitted.Round(time.Millisecond), total.Round(time.Millisecond), perJob(cpu, n)))
 	return rate
+}
+
+func perJob(d time.Duration, n int) time.Duration {
+	return (d / time.Duration(n)).Round(100 * time.Nanosecond)
 }
 
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {
