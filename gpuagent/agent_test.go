@@ -654,7 +654,7 @@ func TestALostJobResumesFromItsCheckpointOnAnotherAgent(t *testing.T) {
 	_ = node.Wait()
 
 	testwait.Until(t, time.Minute, "the lease to lapse", func() bool {
-		n, err := b.stack.Queue.Reap(context.Background(), 10)
+		n, _, err := b.stack.Queue.Reap(context.Background(), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -798,7 +798,7 @@ func TestALostLeaseStopsThePipeline(t *testing.T) {
 	b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status == job.Running })
 	api.down.Store(true)
 	testwait.Until(t, time.Minute, "the lease to lapse", func() bool {
-		n, err := b.stack.Queue.Reap(context.Background(), 10)
+		n, _, err := b.stack.Queue.Reap(context.Background(), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -879,7 +879,7 @@ func TestATimeLimitStopsTheRun(t *testing.T) {
 	j := b.submit(t, "time_limit = \"1m\"\n"+withSteps(100000))
 	b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status == job.Running })
 	offset.Store(int64(2 * time.Minute))
-	if _, err := b.stack.Queue.Reap(context.Background(), 10); err != nil {
+	if _, _, err := b.stack.Queue.Reap(context.Background(), 10); err != nil {
 		t.Fatal(err)
 	}
 	done := b.waitFor(t, j.ID, "ended", terminal)

@@ -250,7 +250,7 @@ func TestArchiveNeverLosesAJob(t *testing.T) {
 		}
 
 		// The job changed after the archiver read it: the function removes nothing.
-		n, err := b.q.call(b.ctx, "archive", b.q.keys.job(j.ID), j.ID, "1", 1).Int()
+		n, err := b.q.call(b.ctx, "archive", b.q.keys.job(j.ID), args{"id": j.ID, "finished_at": "1", "events": 1}).Int()
 		if err != nil || n != 0 {
 			t.Fatalf("archive of a job unlike its record: %d %v", n, err)
 		}

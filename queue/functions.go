@@ -6,6 +6,8 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +49,8 @@ var (
 	setOrgLua string
 	//go:embed lua/archive.lua
 	archiveLua string
+	//go:embed lua/unwait.lua
+	unwaitLua string
 )
 
 // library is the source to load and the name its functions carry.
@@ -54,6 +58,7 @@ var library = buildLibrary(map[string]string{
 	"submit": submitLua, "claim": claimLua, "heartbeat": heartbeatLua, "finish": finishLua,
 	"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
 	"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua, "archive": archiveLua,
+	"unwait": unwaitLua,
 })
 
 type lib struct {
@@ -63,19 +68,17 @@ type lib struct {
 
 func buildLibrary(funcs map[string]string) lib {
 	var body strings.Builder
+	body.WriteString(luaKeys())
+	body.WriteString(luaIndexCodes())
+	body.WriteString(luaClaimed())
 	body.WriteString(prelude)
-	names := make([]string, 0, len(funcs))
-	for n := range funcs {
-		names = append(names, n)
-	}
 	// A stable order, so the hash (and the name) depends on the code alone.
-	for i := 1; i < len(names); i++ {
-		for j := i; j > 0 && names[j] < names[j-1]; j-- {
-			names[j], names[j-1] = names[j-1], names[j]
-		}
+	names := slices.Sorted(maps.Keys(funcs))
+	if err := checkArgs(names); err != nil {
+		panic(err)
 	}
 	for _, n := range names {
-		fmt.Fprintf(&body, "\nredis.register_function('@_%s', function(keys, args)\nbegin(keys, args)\n%s\nend)\n", n, funcs[n])
+		fmt.Fprintf(&body, "\nredis.register_function('@_%s', function(keys, args)\nbegin(keys, args)\n%s%s\nend)\n", n, luaArgs(n), funcs[n])
 	}
 	sum := sha1.Sum([]byte(body.String()))
 	name := "hostedtrain_" + hex.EncodeToString(sum[:6])
@@ -116,17 +119,23 @@ func missingFunction(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Function not found")
 }
 
-// call runs one of the library's functions with the arguments every one of them takes first
-// (prefix, now, tau), loading the library once if the server lacks it (a new server, a new
-// cluster node, a restart without persistence).
-func (c *Client) call(ctx context.Context, fn, route string, args ...any) *redis.Cmd {
-	return c.callAt(ctx, c.cfg.Now(), fn, route, args...)
+// call runs one of the library's functions with its arguments by name (see args.go), after
+// the ones every function takes first, loading the library once if the server lacks it (a new
+// server, a new cluster node, a restart without persistence). rest are a variadic function's
+// further values.
+func (c *Client) call(ctx context.Context, fn, route string, a args, rest ...any) *redis.Cmd {
+	return c.callAt(ctx, c.cfg.Now(), fn, route, a, rest...)
 }
 
 // callAt is call with the time the function takes for now, for callers that derive other
 // times (a lease's expiry) from the same instant.
-func (c *Client) callAt(ctx context.Context, now time.Time, fn, route string, args ...any) *redis.Cmd {
-	full := append([]any{c.keys.prefix, ms(now), c.tau}, args...)
+func (c *Client) callAt(ctx context.Context, now time.Time, fn, route string, a args, rest ...any) *redis.Cmd {
+	full, err := argv(fn, []any{c.keys.prefix, ms(now), c.tau, c.cfg.MaxRunning, c.cfg.MaxQueued}, a, rest)
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
 	cmd := c.rdb.FCall(ctx, library.name+"_"+fn, []string{route}, full...)
 	if missingFunction(cmd.Err()) {
 		if err := c.funcs.load(ctx); err != nil {
@@ -135,4 +144,15 @@ func (c *Client) callAt(ctx context.Context, now time.Time, fn, route string, ar
 		cmd = c.rdb.FCall(ctx, library.name+"_"+fn, []string{route}, full...)
 	}
 	return cmd
+}
+
+// luaClaimed is claimedFields for claim.lua: CLAIMED, the names in order, and CLAIMED_AT, each
+// name's place.
+func luaClaimed() string {
+	var names, at strings.Builder
+	for i, n := range claimedFields {
+		fmt.Fprintf(&names, "'%s', ", n)
+		fmt.Fprintf(&at, "%s = %d, ", n, i+1)
+	}
+	return "-- Generated from queue.go's claimedFields.\nlocal CLAIMED = {" + names.String() + "}\nlocal CLAIMED_AT = {" + at.String() + "}\n"
 }

@@ -190,7 +190,7 @@ func (b bundle) running(t *testing.T, id string, cl *job.Claim) {
 
 func (b bundle) reap(t *testing.T) int {
 	t.Helper()
-	n, err := b.q.Reap(b.ctx, 100)
+	n, _, err := b.q.Reap(b.ctx, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

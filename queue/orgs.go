@@ -15,7 +15,9 @@ func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) erro
 	if s.Weight < 0 || s.MaxRunning < 0 || s.MaxQueued < 0 {
 		return fmt.Errorf("queue: org settings must not be negative: %+v", s)
 	}
-	err := c.call(ctx, "set_org", c.keys.org(org), org, s.Weight, s.MaxRunning, s.MaxQueued).Err()
+	err := c.call(ctx, "set_org", c.keys.org(org), args{
+		"org": org, "weight": s.Weight, "org_max_running": s.MaxRunning, "org_max_queued": s.MaxQueued,
+	}).Err()
 	if err != nil {
 		return scriptErr("set org", err)
 	}

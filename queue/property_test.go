@@ -159,7 +159,7 @@ func (p *property) step() string {
 				p.drop(id)
 			}
 		}
-		if _, err := b.q.Reap(b.ctx, 100); err != nil {
+		if _, _, err := b.q.Reap(b.ctx, 100); err != nil {
 			t.Fatal(err)
 		}
 		return "time passes"
@@ -186,7 +186,7 @@ func (p *property) claimFairly(free []job.GPU) {
 			}
 			n, _ := strconv.Atoi(c[strings.LastIndexByte(c, ':')+1:])
 			if n == 0 || n <= free[0].Count {
-				score, err := b.rdb.ZScore(b.ctx, b.q.keys.fair(), org).Result()
+				score, err := b.rdb.ZScore(b.ctx, b.q.keys.of("fairkey", c), org).Result()
 				if err != nil {
 					t.Fatalf("org %s has a ready class %s but no fair score: %v", org, c, err)
 				}
@@ -226,7 +226,7 @@ func (p *property) check(where string) {
 		want[org] = &counts{ready: map[string]bool{}}
 	}
 	leases, _ := b.rdb.ZRange(b.ctx, b.q.keys.leases(), 0, -1).Result()
-	delayed, _ := b.rdb.ZRange(b.ctx, b.q.keys.delayed(), 0, -1).Result()
+	delayed, _ := b.rdb.ZRange(b.ctx, b.q.keys.fixed("DELAYED"), 0, -1).Result()
 	hashes := make([]*redis.MapStringStringCmd, len(p.jobs))
 	if _, err := b.rdb.Pipelined(b.ctx, func(pl redis.Pipeliner) error {
 		for i, id := range p.jobs {
@@ -279,9 +279,17 @@ func (p *property) check(where string) {
 				got[c] = true
 			}
 		}
-		_, fairErr := b.rdb.ZScore(b.ctx, b.q.keys.fair(), org).Result()
-		if fmt.Sprint(got) != fmt.Sprint(w.ready) || (fairErr == nil) != (len(w.ready) > 0) {
-			t.Fatalf("%s: org %s lists ready classes %v (in the fair order: %v), its jobs say %v", where, org, got, fairErr == nil, w.ready)
+		if fmt.Sprint(got) != fmt.Sprint(w.ready) {
+			t.Fatalf("%s: org %s lists ready classes %v, its jobs say %v", where, org, got, w.ready)
+		}
+		// It is in the fair order of each class it has ready jobs in while it has room to run
+		// one more, and in none while it has not.
+		room := st.MaxRunning == 0 || st.Running < st.MaxRunning
+		for c := range w.ready {
+			_, fairErr := b.rdb.ZScore(b.ctx, b.q.keys.of("fairkey", c), org).Result()
+			if (fairErr == nil) != room {
+				t.Fatalf("%s: org %s with room %v: in the fair order of %s: %v", where, org, room, c, fairErr == nil)
+			}
 		}
 	}
 	// A token that is not the job's current one never works again. (A dead agent's token stays

@@ -139,7 +139,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Client {
 	return &Client{
 		rdb: rdb, cfg: cfg, keys: k,
 		tau:    int64(float64(cfg.UsageHalfLife.Milliseconds()) / math.Ln2),
-		wakeup: newNotifier(rdb, k.wake()),
+		wakeup: newNotifier(rdb, k.wake(randomHex(8))),
 		funcs:  &functions{rdb: rdb},
 	}
 }
@@ -180,11 +180,13 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 	}
 	// A class queue ranks by priority, then age: (100 - priority) * 2^42 + enqueue time (ms).
 	rank := int64(100-sub.Spec.Priority)<<42 + ms(now)
-	res, err := c.callAt(ctx, now, "submit", c.keys.job(sub.ID),
-		sub.ID, sub.Org, sub.Spec.Kind, sub.Spec.Name, cfg, c.cfg.MaxAttempts, sub.Spec.MaxSteps, sub.SealedSecrets,
-		sub.Spec.Priority, sub.Spec.Class(), sub.Spec.Resources.GPUs, limit.Milliseconds(), c.cfg.MaxQueued,
-		idempotencyKey, fingerprint, c.cfg.IdempotencyTTL.Milliseconds(), rank,
-	).StringSlice()
+	res, err := c.callAt(ctx, now, "submit", c.keys.job(sub.ID), args{
+		"id": sub.ID, "org": sub.Org, "kind": sub.Spec.Kind, "name": sub.Spec.Name, "config": cfg,
+		"max_attempts": c.cfg.MaxAttempts, "max_steps": sub.Spec.MaxSteps, "secrets": sub.SealedSecrets,
+		"priority": sub.Spec.Priority, "class": sub.Spec.Class(), "gpus": sub.Spec.Resources.GPUs,
+		"time_limit": limit.Milliseconds(), "idem_key": idempotencyKey, "fingerprint": fingerprint,
+		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank,
+	}).StringSlice()
 	if err != nil {
 		return nil, false, c.submitErr(sub.Org, err)
 	}
@@ -385,7 +387,7 @@ func parseEvents(id string, after int64, raw []string) ([]job.Event, error) {
 
 // Cancel stops a job: at once if it is queued, through its agent if one holds it.
 func (c *Client) Cancel(ctx context.Context, id string) (*job.Job, error) {
-	if err := c.call(ctx, "cancel", c.keys.job(id), id, c.cfg.StopGrace.Milliseconds()).Err(); err != nil {
+	if err := c.call(ctx, "cancel", c.keys.job(id), args{"id": id, "grace": c.cfg.StopGrace.Milliseconds()}).Err(); err != nil {
 		err = scriptErr("cancel", err)
 		if errors.Is(err, job.ErrNotFound) {
 			// An archived job ended long ago: stopping a stopped one is a no-op, as in Redis.
@@ -412,7 +414,7 @@ var ErrArchived = fmt.Errorf("the job ended more than the retention ago and is a
 // queued limit as a submit does: past it the answer is a *job.LimitError. An archived job is
 // ErrArchived.
 func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
-	err := c.call(ctx, "restart", c.keys.job(id), id, c.cfg.StopGrace.Milliseconds(), c.cfg.MaxQueued).Err()
+	err := c.call(ctx, "restart", c.keys.job(id), args{"id": id, "grace": c.cfg.StopGrace.Milliseconds()}).Err()
 	if err != nil {
 		if lim := limitErr("", err); lim != nil {
 			if j, gerr := c.Get(ctx, id); gerr == nil {
@@ -433,32 +435,51 @@ func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
 }
 
 // Claim hands the next job that fits req.GPUs to an agent. When nothing fits it waits up to
-// req.Wait (capped by MaxClaimWait) for a submit or requeue, and returns nil, nil if none came.
+// req.Wait (capped by MaxClaimWait) for a job it could take to be queued, and returns nil, nil
+// if none came. While it waits it is filed in Redis as a waiter (see notify.go), so only a job
+// that fits it wakes it.
 func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error) {
 	wait := min(req.Wait, c.cfg.MaxClaimWait)
-	var deadline <-chan time.Time
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		deadline = t.C
-	}
 	free := encodeGPUs(req.GPUs)
 	gpuOnly := "0"
 	if req.GPUJobsOnly {
 		gpuOnly = "1"
 	}
 	if wait <= 0 {
-		cl, _, err := c.claimOnce(ctx, req, free, gpuOnly)
+		cl, _, err := c.claimOnce(ctx, req, free, gpuOnly, "", time.Time{}, false)
 		return cl, err
 	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	until := c.cfg.Now().Add(wait)
+	w := c.wakeup.add()
+	defer c.wakeup.remove(w)
+	member := c.wakeup.channel + " " + w.id + " " + free + " " + map[bool]string{true: "0", false: "1"}[req.GPUJobsOnly]
+	filed := false // whether Redis may hold member as a waiter
+	defer func() {
+		if filed {
+			// The wait ended without a wake-up: take the waiter back, bounded, whatever ctx is.
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = c.call(uctx, "unwait", c.keys.leases(), args{"waiter": member}).Err()
+		}
+	}()
 	for {
-		// Take the wake-up channel before looking, so a submit between the look and the
+		// Take the wake-up channel before looking, so a wake-up between the look and the
 		// wait still wakes us.
-		woken := c.wakeup.wait(ctx)
-		cl, nextReady, err := c.claimOnce(ctx, req, free, gpuOnly)
+		woken, subscribed := c.wakeup.wait(ctx, w)
+		waiter := member
+		if !subscribed && !filed {
+			waiter = "" // nobody would hear a wake-up: the re-check finds the work
+		}
+		cl, nextReady, err := c.claimOnce(ctx, req, free, gpuOnly, waiter, until, filed)
 		if err != nil || cl != nil {
+			if cl != nil {
+				filed = false // the claim took the waiter back
+			}
 			return cl, err
 		}
+		filed = filed || waiter != ""
 		// Look again when a retry backoff ends, or after recheckEvery at the latest.
 		again := recheckEvery
 		if !nextReady.IsZero() {
@@ -467,8 +488,9 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 		recheck := time.NewTimer(again)
 		select {
 		case <-woken:
+			filed = false // a wake-up takes the waiter out of Redis
 		case <-recheck.C: // a wake-up lost while pub/sub reconnected, or a backoff that ended
-		case <-deadline:
+		case <-deadline.C:
 			recheck.Stop()
 			return nil, nil
 		case <-ctx.Done():
@@ -482,30 +504,48 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 // recheckEvery bounds how long a waiting claim trusts pub/sub alone.
 const recheckEvery = 5 * time.Second
 
+// encodeGPUs writes free GPUs as the scripts read them: "H100:8,A100:2", model names upper
+// case, without spaces or the separators.
 func encodeGPUs(gpus []job.GPU) string {
 	parts := make([]string, 0, len(gpus))
 	for _, g := range gpus {
 		if g.Count > 0 {
-			parts = append(parts, strings.ToUpper(g.Model)+":"+strconv.Itoa(g.Count))
+			model := strings.Map(func(r rune) rune {
+				if r == ' ' || r == ',' || r == ':' || r == '|' || r < 0x21 {
+					return -1
+				}
+				return r
+			}, strings.ToUpper(g.Model))
+			parts = append(parts, model+":"+strconv.Itoa(g.Count))
 		}
 	}
 	return strings.Join(parts, ",")
 }
+
+// claimedFields are the job fields a claim answers with, in their order: claim.lua's CLAIMED is
+// generated from this list.
+var claimedFields = []string{"id", "org", "kind", "name", "status", "attempt", "max_attempts", "resume_step",
+	"created_at", "updated_at", "agent_id"}
 
 // claimOnce claims if something fits; if not, it reports when the next retry backoff ends.
 //
 // The script runs even if ctx ends while it is in flight: a claim made and then lost on the way
 // back would hold the job until its lease lapsed. An agent that gives up on a claim abandons
 // it by its claim id (AbandonClaim).
-func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuOnly string) (*job.Claim, time.Time, error) {
+//
+// waiter is "" or the waiter to file if nothing fits, until waitUntil; filed says whether an
+// earlier look filed it (a claim made takes it back).
+func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuOnly, waiter string, waitUntil time.Time, filed bool) (*job.Claim, time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, time.Time{}, err
 	}
 	now := c.cfg.Now()
-	res, err := c.callAt(context.WithoutCancel(ctx), now, "claim", c.keys.leases(),
-		c.cfg.LeaseTTL.Milliseconds(), req.AgentID, randomHex(12), free, c.cfg.MaxRunning, c.cfg.ClaimQuantum.Milliseconds(),
-		ms(now.Add(c.cfg.LeaseTTL)), ms(now.Add(c.cfg.ClaimQuantum)), gpuOnly, req.ClaimID,
-	).Result()
+	res, err := c.callAt(context.WithoutCancel(ctx), now, "claim", c.keys.leases(), args{
+		"lease_ttl": c.cfg.LeaseTTL.Milliseconds(), "agent": req.AgentID, "token_rand": randomHex(12), "free": free,
+		"quantum": c.cfg.ClaimQuantum.Milliseconds(), "lease_expires": ms(now.Add(c.cfg.LeaseTTL)),
+		"paid_until": ms(now.Add(c.cfg.ClaimQuantum)), "gpu_only": gpuOnly, "claim_id": req.ClaimID,
+		"waiter": waiter, "wait_until": ms(waitUntil), "filed": boolArg(filed),
+	}).Result()
 	if err != nil {
 		return nil, time.Time{}, scriptErr("claim", err)
 	}
@@ -524,9 +564,7 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuO
 	if len(arr) != 4 {
 		return nil, time.Time{}, fmt.Errorf("queue: claim: unexpected reply of %d values", len(arr))
 	}
-	// The fields claim.lua's CLAIMED lists, in its order.
-	names := []string{"id", "org", "kind", "name", "status", "attempt", "max_attempts", "resume_step",
-		"created_at", "updated_at", "agent_id"}
+	names := claimedFields
 	vals, _ := arr[1].([]any)
 	if len(vals) != len(names) {
 		return nil, time.Time{}, fmt.Errorf("queue: claim: %d job fields, want %d", len(vals), len(names))
@@ -573,9 +611,11 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 		return job.HeartbeatReply{}, err
 	}
 	now := c.cfg.Now()
-	args := []any{id, hb.Token, ms(now.Add(c.cfg.LeaseTTL)), boolArg(hb.Running), progressArg(hb.Progress), pipeline, emulated, versions}
-	args = append(args, steps...)
-	res, err := c.callAt(ctx, now, "heartbeat", c.keys.job(id), args...).Result()
+	res, err := c.callAt(ctx, now, "heartbeat", c.keys.job(id), args{
+		"id": id, "token": hb.Token, "lease_expires": ms(now.Add(c.cfg.LeaseTTL)), "lease_ttl": c.cfg.LeaseTTL.Milliseconds(),
+		"running": boolArg(hb.Running), "progress": progressArg(hb.Progress), "pipeline": pipeline, "emulated": emulated,
+		"upstream": versions,
+	}, steps...).Result()
 	if err != nil {
 		return job.HeartbeatReply{}, stepsErr("heartbeat", hb.Checkpoints, err)
 	}
@@ -605,8 +645,10 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 	if err != nil {
 		return "", err
 	}
-	args := append([]any{id, o.Token, how, o.Reason, progressArg(o.Progress), freedArg(o.GPUsFreedAt)}, steps...)
-	st, err := c.call(ctx, "finish", c.keys.job(id), args...).Text()
+	st, err := c.call(ctx, "finish", c.keys.job(id), args{
+		"id": id, "token": o.Token, "how": how, "reason": o.Reason, "progress": progressArg(o.Progress),
+		"freed_at": freedArg(o.GPUsFreedAt),
+	}, steps...).Text()
 	if err != nil {
 		return "", stepsErr(how, o.Checkpoints, err)
 	}
@@ -628,8 +670,10 @@ func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Sta
 	if err != nil {
 		return "", err
 	}
-	args := append([]any{id, o.Token, o.Reason, progressArg(o.Progress), freedArg(o.GPUsFreedAt)}, steps...)
-	st, err := c.call(ctx, "release", c.keys.job(id), args...).Text()
+	st, err := c.call(ctx, "release", c.keys.job(id), args{
+		"id": id, "token": o.Token, "reason": o.Reason, "progress": progressArg(o.Progress),
+		"freed_at": freedArg(o.GPUsFreedAt),
+	}, steps...).Text()
 	if err != nil {
 		return "", stepsErr("release", o.Checkpoints, err)
 	}
@@ -643,7 +687,7 @@ func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Sta
 func (c *Client) AbandonClaim(ctx context.Context, agent, claimID string) (string, error) {
 	// The mark outlives any claim that could still be waiting under the id.
 	mark := c.cfg.LeaseTTL + c.cfg.MaxClaimWait + time.Minute
-	id, err := c.call(ctx, "abandon", c.keys.leases(), claimID, agent, mark.Milliseconds()).Text()
+	id, err := c.call(ctx, "abandon", c.keys.leases(), args{"claim_id": claimID, "agent": agent, "mark_ttl": mark.Milliseconds()}).Text()
 	if err != nil {
 		return "", scriptErr("abandon", err)
 	}
@@ -651,17 +695,26 @@ func (c *Client) AbandonClaim(ctx context.Context, agent, claimID string) (strin
 }
 
 // Reap does the queue's timed work, batch at a time: lapsed leases, stops whose grace ended,
-// time limits, retry backoffs that are over. It reports how many jobs it changed.
-func (c *Client) Reap(ctx context.Context, batch int) (int, error) {
-	n, err := c.call(ctx, "reap", c.keys.leases(),
-		batch, c.cfg.RetryBackoff.Milliseconds(), c.cfg.RetryBackoffMax.Milliseconds(), mrand.Float64(),
-		c.cfg.StopGrace.Milliseconds(),
-	).Int()
+// time limits, retry backoffs that are over, waits that ended and agents gone quiet. It
+// reports how many jobs it changed, and more if some index had more due than one batch: call
+// it again.
+func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, err error) {
+	res, err := c.call(ctx, "reap", c.keys.leases(), args{
+		"batch": batch, "backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
+		"jitter": mrand.Float64(), "grace": c.cfg.StopGrace.Milliseconds(), "agent_ttl": c.agentTTL().Milliseconds(),
+	}).Int64Slice()
 	if err != nil {
-		return 0, scriptErr("reap", err)
+		return 0, false, scriptErr("reap", err)
 	}
-	return n, nil
+	if len(res) != 2 {
+		return 0, false, fmt.Errorf("queue: reap: unexpected reply %v", res)
+	}
+	return int(res[0]), res[1] == 1, nil
 }
+
+// agentTTL is how recently an agent must have waited for work to count as about (queue_reason):
+// a waiting agent claims again at least every MaxClaimWait.
+func (c *Client) agentTTL() time.Duration { return 2*c.cfg.MaxClaimWait + 10*time.Second }
 
 // OutboxKey is the Redis stream of events for webhooks (job events of organizations with a
 // webhook endpoint), for the dispatcher to read.
@@ -695,8 +748,9 @@ func (c *Client) RunsAhead(ctx context.Context, org string, spec jobspec.Spec) (
 }
 
 func (c *Client) position(ctx context.Context, route, id, org, class string, priority int) (job.Position, bool, error) {
-	res, err := c.call(ctx, "position", route, id, org, class, priority,
-		c.cfg.MaxRunning, (2*c.cfg.MaxClaimWait + 10*time.Second).Milliseconds()).Slice()
+	res, err := c.call(ctx, "position", route, args{
+		"id": id, "org": org, "class": class, "priority": priority, "fresh_ms": c.agentTTL().Milliseconds(),
+	}).Slice()
 	if err != nil {
 		return job.Position{}, false, scriptErr("position", err)
 	}

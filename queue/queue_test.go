@@ -456,8 +456,8 @@ func TestAWaitingClaimWakesOnSubmit(t *testing.T) {
 			got <- cl
 			errc <- err
 		}()
-		testwait.Until(t, 10*time.Second, "the claim to subscribe", func() bool {
-			return subscribers(b, b.q.keys.wake()) > 0
+		testwait.Until(t, 10*time.Second, "the claim to wait", func() bool {
+			return subscribers(b, b.q.wakeup.channel) > 0 && b.rdb.ZCard(b.ctx, b.q.keys.of("waitkey", "H100")).Val() > 0
 		})
 		j := b.submit(t, "acme", "wake")
 		cl := <-got

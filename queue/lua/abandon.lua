@@ -5,17 +5,17 @@
 -- claim.lua takes nothing for a marked id. Functions run one at a time, so whichever of the
 -- claim and its abandonment comes first, the job is never left held by nobody.
 -- KEYS[1] the leases index (routes the call)
--- ARGV[4] claim id  ARGV[5] agent  ARGV[6] how long the mark lasts (ms)
+-- arg_mark_ttl how long the mark lasts (ms)
 -- Returns the id of the job handed back, or "".
-local key = claimkey(ARGV[4])
+local key = claimkey(arg_claim_id)
 local made = redis.call('GET', key)
-redis.call('SET', key, '-', 'PX', ARGV[6])
+redis.call('SET', key, '-', 'PX', arg_mark_ttl)
 if not made or made == '-' then
   return ''
 end
 local id, token, agent = string.match(made, '^(%S+) (%S+) (.+)$')
-if agent ~= ARGV[5] then
-  redis.call('SET', key, made, 'PX', ARGV[6]) -- not this agent's claim: leave it be
+if agent ~= arg_agent then
+  redis.call('SET', key, made, 'PX', arg_mark_ttl) -- not this agent's claim: leave it be
   return ''
 end
 local j = jobfields(id, RELEASE_FIELDS)

@@ -3,11 +3,11 @@
 -- when the agent confirms or when its grace ends. Stopping a stopped job is a no-op; a stop
 -- also cancels a pending restart.
 -- KEYS[1] the job's hash (routes the call)
--- ARGV[4] job id  ARGV[5] grace (ms)
+-- arg_grace ms
 -- Returns the job's status; errors NOT_FOUND, CONFLICT <status>.
-local id = ARGV[4]
+local id = arg_id
 local key = jobkey(id)
-local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org', 'class', 'ready_at')
+local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org', 'class', 'ready_at', 'kind')
 local status, org = cur[1], cur[3]
 if not status then
   return redis.error_reply('NOT_FOUND no such job')
@@ -20,11 +20,11 @@ if status == 'QUEUED' then
     unqueue(id, org, cur[4])
   end
   redis.call('HINCRBY', orgkey(org), 'queued', -1)
-  finish_as(id, org, 'STOPPED', 'job.stopped', 'stopped by user before it started')
+  finish_as(id, org, cur[6], 'STOPPED', 'job.stopped', 'stopped by user before it started')
 elseif is_live(status) then
   redis.call('HDEL', key, 'restart_requested')
   if cur[2] ~= '1' then
-    local deadline = NOW + tonumber(ARGV[5])
+    local deadline = NOW + tonumber(arg_grace)
     redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'user', 'stop_deadline', deadline, 'updated_at', T)
     redis.call('ZADD', STOPPING, deadline, id)
     emit(id, org, 'job.stopping', status, 'stop requested by user')

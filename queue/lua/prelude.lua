@@ -1,39 +1,24 @@
--- prelude.lua opens the queue's Redis Functions library; every script file after it becomes
--- one function. The helpers here are built once, when the library is loaded, not per call.
+-- prelude.lua opens the queue's Redis Functions library, after the key names generated from
+-- queue/keys.go; every script file after it becomes one function, which finds its own
+-- arguments as locals arg_<name> (generated from queue/args.go). The helpers here are built
+-- once, when the library is loaded, not per call.
 --
--- Every function is called with ARGV[1] = key prefix ("{tag}:"), ARGV[2] = now (ms) and
--- ARGV[3] = the usage decay time constant tau (ms); its own arguments start at ARGV[4].
 -- KEYS[1] only routes the call on Redis Cluster: every key shares the prefix's hash tag, so
 -- the functions build the keys they need (including keys of jobs they pick) from the prefix.
-local KEYS, ARGV, PFX, NOW, T, TAU
-local OUTBOX, FAIR, LEASES, DELAYED, STOPPING, DEADLINES, AGENTS, META, WAKE, ENDED
+local KEYS, ARGV, NOW, T, TAU, DEF_RUNNING, DEF_QUEUED
 
--- begin takes a call's arguments; functions run one at a time, so these upvalues are the
--- call's own until it returns.
+-- begin takes a call's common arguments (queue/args.go's commonArgs): the prefix, now (ms),
+-- the usage decay time constant tau (ms), and the default running and queued limits.
+-- Functions run one at a time, so these upvalues are the call's own until it returns.
 local function begin(keys, args)
   KEYS, ARGV = keys, args
   -- NOW is for arithmetic; T is the same time as the string it came as, for writing: Lua
   -- formats a number for every redis.call it is passed to, and that is costly.
   NOW, T, TAU = tonumber(args[2]), args[2], tonumber(args[3])
-  if args[1] == PFX then
-    return -- the key names of the last call's prefix still hold
+  DEF_RUNNING, DEF_QUEUED = tonumber(args[4]) or 0, tonumber(args[5]) or 0
+  if args[1] ~= PFX then
+    setKeys(args[1])
   end
-  PFX = args[1]
-  OUTBOX = PFX .. 'outbox'       -- webhook outbox stream
-  FAIR = PFX .. 'fair'           -- orgs with ready jobs, by decayed usage / weight
-  -- live jobs by lease expiry, kept lazily: a heartbeat renews the lease in the job's hash
-  -- only, so a score here is a lower bound; the reaper re-files an entry that comes due with
-  -- its lease renewed. One index write per lease period, not per heartbeat.
-  LEASES = PFX .. 'leases'
-  DELAYED = PFX .. 'delayed'     -- queued jobs waiting out a retry backoff, by ready time
-  STOPPING = PFX .. 'stopping'   -- live jobs told to stop, by the end of their grace
-  DEADLINES = PFX .. 'deadlines' -- running jobs by the end of their time limit
-  AGENTS = PFX .. 'agents'       -- agent -> what it last said it had free
-  META = PFX .. 'meta'
-  WAKE = PFX .. 'wake'
-  -- jobs in a terminal state (COMPLETED, FAILED, STOPPED) by when they ended: what the
-  -- archiver moves to object storage once the retention has passed
-  ENDED = PFX .. 'ended'
 end
 
 -- RANK_BASE spaces priorities apart in a class queue's score: rank = (100 - priority) *
@@ -53,21 +38,11 @@ end
 
 -- A job is a hash of small fields, kept small so Redis stores it compactly (as a listpack),
 -- and three strings for its large values: the normalized config, the sealed secrets, and the
--- newest progress report.
-local function jobkey(id) return PFX .. 'job:' .. id end
-local function cfgkey(id) return PFX .. 'cfg:' .. id end
-local function seckey(id) return PFX .. 'sec:' .. id end
-local function progkey(id) return PFX .. 'prog:' .. id end
-local function evkey(id) return PFX .. 'ev:' .. id end
-local function orgkey(org) return PFX .. 'org:' .. org end
-local function classq(org, class) return PFX .. 'q:' .. org .. ':' .. class end
--- A claim an agent names (its claim id): "<job id> <lease token> <agent>" once made, "-" once
--- abandoned. It lives as long as a lease.
-local function claimkey(cid) return PFX .. 'claim:' .. cid end
--- An org's hash holds its counters (queued, running, running_gpus), its usage and weight, its
--- limits, `classes` — the GPU classes it has jobs ready in, comma-separated — and `hooked` —
--- "1" if it has a webhook endpoint. Keeping these in the hash the scripts read anyway saves
--- a call each.
+-- newest progress report (keys.go names them all).
+-- An org's hash holds its counters (queued, running, running_gpus, ended), its usage and
+-- weight, its limits, `classes` — the GPU classes it has jobs ready in, comma-separated — and
+-- `hooked` — "1" if it has a webhook endpoint. Keeping these in the hash the scripts read
+-- anyway saves a call each.
 
 -- Event types that also go to the webhook outbox; the rest stay in the job's own list.
 local OUTBOX_TYPES = {
@@ -101,6 +76,45 @@ local function is_live(status)
   return status == 'PENDING' or status == 'RUNNING'
 end
 
+-- The parse of what agents say they have free, of GPU class names and of waiting claims, kept
+-- across calls: all are few and repeat.
+local FREE_CACHE, CLASS_CACHE, WAITER_CACHE, CACHE_SIZE = {}, {}, {}, 0
+
+local function cache_room()
+  if CACHE_SIZE > 10000 then
+    FREE_CACHE, CLASS_CACHE, WAITER_CACHE, CACHE_SIZE = {}, {}, {}, 0
+  end
+  CACHE_SIZE = CACHE_SIZE + 1
+end
+
+-- parse_free reads "H100:8,A100:2" into {H100 = 8, A100 = 2} (model names upper case).
+local function parse_free(s)
+  local f = FREE_CACHE[s]
+  if f then
+    return f
+  end
+  f = {}
+  for model, count in string.gmatch(s, '([^:,]+):(%d+)') do
+    model = string.upper(model)
+    f[model] = (f[model] or 0) + tonumber(count)
+  end
+  cache_room()
+  FREE_CACHE[s] = f
+  return f
+end
+
+-- parse_class reads "H100:8" into {model = 'H100', count = 8}.
+local function parse_class(s)
+  local c = CLASS_CACHE[s]
+  if not c then
+    local model, count = string.match(s, '^(.*):(%d+)$')
+    c = {model = string.upper(model), count = tonumber(count)}
+    cache_room()
+    CLASS_CACHE[s] = c
+  end
+  return c
+end
+
 -- Usage is kept in a fixed reference frame: an org's `usage` is its GPU-milliseconds, each
 -- scaled by exp((t - tref) / tau) for the time t it was charged, as a whole number. Every org
 -- decays by the same factor, so decay never reorders them and nothing needs rewriting as time
@@ -118,22 +132,6 @@ end
 -- score is an org's place in the fair order: its usage per weight, as a whole number.
 local function score(usage, weight)
   return int(math.floor((tonumber(usage) or 0) / (tonumber(weight) or 1)))
-end
-
-local function fair_score(org)
-  local o = redis.call('HMGET', orgkey(org), 'usage', 'weight')
-  return score(o[1], o[2])
-end
-
--- charge adds gpu_ms GPU-milliseconds (negative for a refund) to an org's usage, and moves the
--- org in the fair order if it has ready jobs.
-local function charge(org, gpu_ms)
-  local d = math.floor(gpu_ms * decay_factor() + 0.5)
-  if d == 0 then
-    return
-  end
-  local usage = redis.call('HINCRBY', orgkey(org), 'usage', int(d))
-  redis.call('ZADD', FAIR, 'XX', score(usage, redis.call('HGET', orgkey(org), 'weight')), org)
 end
 
 -- split_classes reads an org's `classes` field into a list (cached: the same few repeat).
@@ -176,44 +174,210 @@ local function without_class(s, class)
   return table.concat(out, ',')
 end
 
--- enqueue makes a queued job claimable: into its org's queue for its GPU class, by rank, with
--- the class among the org's ready ones and the org in the fair order.
-local function enqueue(id, org, class, rank)
-  redis.call('ZADD', classq(org, class), int(rank), id)
-  local o = redis.call('HMGET', orgkey(org), 'classes', 'usage', 'weight')
-  local classes = with_class(o[1], class)
-  if classes ~= o[1] then
-    redis.call('HSET', orgkey(org), 'classes', classes)
-  end
-  redis.call('ZADD', FAIR, score(o[2], o[3]), org)
+-- The fair order is kept per GPU class: fair:<class> holds the organizations that have a job
+-- ready in that class and room to run one more (below their running limit), by usage per
+-- weight. A claim looks only at the classes that fit its free GPUs, one key each, so an
+-- organization at its limit costs a claim nothing: it is out of every fair order until a job of
+-- its ends. has_room says whether an org may run one more job.
+local function has_room(running, max_running)
+  local limit = tonumber(max_running) or DEF_RUNNING
+  return limit == 0 or (tonumber(running) or 0) < limit
 end
 
--- unqueue takes a job out of its class queue (not for a claim, which does its own), tidying
--- the org's classes and its place in the fair order.
-local function unqueue(id, org, class)
-  local q = classq(org, class)
-  redis.call('ZREM', q, id)
-  if redis.call('EXISTS', q) == 0 then
-    local classes = without_class(redis.call('HGET', orgkey(org), 'classes'), class)
-    redis.call('HSET', orgkey(org), 'classes', classes)
-    if classes == '' then
-      redis.call('ZREM', FAIR, org)
+-- refile puts an org in the fair order of every class it has ready jobs in, at score sc, if it
+-- has room, or takes it out of them if not.
+local function refile(org, classes, room, sc)
+  for _, c in ipairs(split_classes(classes)) do
+    if room then
+      redis.call('ZADD', fairkey(c), sc, org)
+    else
+      redis.call('ZREM', fairkey(c), org)
     end
   end
 end
 
--- requeue puts a job back in the queue (after delay_ms, if any) as a new attempt.
-local function requeue(id, org, class, rank, delay_ms)
-  redis.call('HINCRBY', orgkey(org), 'queued', 1)
+-- rescore moves an org within the fair orders it is in, after its usage or weight changed.
+local function rescore(org, classes, sc)
+  for _, c in ipairs(split_classes(classes)) do
+    redis.call('ZADD', fairkey(c), 'XX', sc, org)
+  end
+end
+
+-- charge adds gpu_ms GPU-milliseconds (negative for a refund) to an org's usage, and moves the
+-- org in the fair orders it is in.
+local function charge(org, gpu_ms)
+  local d = math.floor(gpu_ms * decay_factor() + 0.5)
+  if d == 0 then
+    return
+  end
+  local usage = redis.call('HINCRBY', orgkey(org), 'usage', int(d))
+  local o = redis.call('HMGET', orgkey(org), 'weight', 'classes')
+  rescore(org, o[2], score(usage, o[1]))
+end
+
+-- Waiting claims. A claim that finds nothing to take files itself as a waiter, a member
+-- "<channel> <waiter> <free GPUs> <0|1: takes GPU-less jobs>", in waiters:<model> for each
+-- model it has free (scored by how many) and in WAIT_ANY if it takes GPU-less jobs, and in
+-- WAITING by when it stops waiting. A job that becomes claimable wakes only waiters it fits:
+-- the ones with the fewest GPUs of its model free that are still enough, one per job, through
+-- the channel of the API process the claim waits in. So a submit costs O(log n) whatever the
+-- number of waiting claims, and a waiting claim is woken only for work it can take.
+local function waiter_parts(w)
+  local p = WAITER_CACHE[w]
+  if not p then
+    local chan, wid, free, any = string.match(w, '^(%S+) (%S+) (%S*) ([01])$')
+    p = {chan = chan, wid = wid, free = free or '', any = any == '1'}
+    cache_room()
+    WAITER_CACHE[w] = p
+  end
+  return p
+end
+
+local function unwait(w)
+  local p = waiter_parts(w)
+  for model in pairs(parse_free(p.free)) do
+    redis.call('ZREM', waitkey(model), w)
+  end
+  if p.any then
+    redis.call('ZREM', WAIT_ANY, w)
+  end
+  redis.call('ZREM', WAITING, w)
+end
+
+local function wait_for_work(w, until_ms)
+  local p = waiter_parts(w)
+  for model, n in pairs(parse_free(p.free)) do
+    redis.call('ZADD', waitkey(model), n, w)
+  end
+  if p.any then
+    redis.call('ZADD', WAIT_ANY, 0, w)
+  end
+  redis.call('ZADD', WAITING, until_ms, w)
+end
+
+-- wake tells up to n waiting claims that could take a job of class to look again. A waiter
+-- whose process is gone (nobody hears its channel) is dropped and the next one tried.
+local function wake(class, n)
+  local c = parse_class(class)
+  local z = WAIT_ANY
+  if c.count > 0 then
+    z = waitkey(c.model)
+  end
+  local woken, tries = 0, 0
+  while woken < n and tries < n + 8 do
+    tries = tries + 1
+    local w = redis.call('ZRANGEBYSCORE', z, c.count, '+inf', 'LIMIT', '0', '1')[1]
+    if not w then
+      return
+    end
+    unwait(w)
+    local p = waiter_parts(w)
+    if redis.call('PUBLISH', p.chan, p.wid) > 0 then
+      woken = woken + 1
+    end
+  end
+end
+
+-- wake_org wakes, for each class an org has jobs ready in, as many waiters as it has such
+-- jobs, up to n in all: after the org gained room to run (a job of its ended, its limit rose).
+local function wake_org(org, classes, n)
+  for _, c in ipairs(split_classes(classes)) do
+    if n <= 0 then
+      return
+    end
+    local k = math.min(n, redis.call('ZCARD', classq(org, c)))
+    wake(c, k)
+    n = n - k
+  end
+end
+
+-- saw_agent records that an agent waits for work with free GPUs free ("H100:8,A100:2"): for
+-- queue_reason, which asks whether any agent has a job's GPUs free. agents:free:<model> ranks
+-- agents by how many of the model they have free; AGENTS_SEEN by when they last waited, so the
+-- reaper drops the ones that went away.
+local function saw_agent(agent, free)
+  local old = redis.call('HGET', AGENTS, agent)
+  if old ~= free then
+    if old then
+      for model in pairs(parse_free(old)) do
+        redis.call('ZREM', agentfree(model), agent)
+      end
+    end
+    for model, n in pairs(parse_free(free)) do
+      redis.call('ZADD', agentfree(model), n, agent)
+    end
+    redis.call('HSET', AGENTS, agent, free)
+  end
+  redis.call('ZADD', AGENTS_SEEN, T, agent)
+end
+
+-- forget_agent drops an agent from the index saw_agent keeps.
+local function forget_agent(agent)
+  local old = redis.call('HGET', AGENTS, agent)
+  if old then
+    for model in pairs(parse_free(old)) do
+      redis.call('ZREM', agentfree(model), agent)
+    end
+    redis.call('HDEL', AGENTS, agent)
+  end
+  redis.call('ZREM', AGENTS_SEEN, agent)
+end
+
+-- index_job files a job in its org's index by kind, status and creation time (List's filters):
+-- score = code * RANK_BASE + the creation time in its UUIDv7 id (ms), code = kind * 6 +
+-- status, with the codes generated from queue/index.go. A status change is one ZADD.
+local function id_ms(id)
+  return tonumber(string.sub(id, 1, 8) .. string.sub(id, 10, 13), 16) or 0
+end
+
+local function index_job(id, org, kind, status)
+  local code = (KIND_CODE[kind] or KIND_OTHER) * STATUSES + STATUS_CODE[status]
+  redis.call('ZADD', orgindex(org), int(code * RANK_BASE + id_ms(id)), id)
+end
+
+-- enqueue makes a queued job claimable: into its org's queue for its GPU class, by rank, with
+-- the class among the org's ready ones, the org in the class's fair order if it has room, and
+-- a waiting claim that could take the job woken.
+local function enqueue(id, org, class, rank)
+  redis.call('ZADD', classq(org, class), int(rank), id)
+  redis.call('HINCRBY', READY, class, 1)
+  local o = redis.call('HMGET', orgkey(org), 'classes', 'usage', 'weight', 'running', 'max_running')
+  local classes = with_class(o[1], class)
+  if classes ~= o[1] then
+    redis.call('HSET', orgkey(org), 'classes', classes)
+    redis.call('SADD', CLASSES, class)
+  end
+  if has_room(o[4], o[5]) then
+    redis.call('ZADD', fairkey(class), score(o[2], o[3]), org)
+    wake(class, 1)
+  end
+end
+
+-- unqueue takes a job out of its class queue (not for a claim, which does its own), tidying
+-- the org's classes and its place in the class's fair order.
+local function unqueue(id, org, class)
+  local q = classq(org, class)
+  redis.call('ZREM', q, id)
+  redis.call('HINCRBY', READY, class, -1)
+  if redis.call('EXISTS', q) == 0 then
+    redis.call('HSET', orgkey(org), 'classes', without_class(redis.call('HGET', orgkey(org), 'classes'), class))
+    redis.call('ZREM', fairkey(class), org)
+  end
+end
+
+-- requeue puts a job back in the queue (after delay_ms, if any) as a new attempt. j has the
+-- job's org, class, rank and kind.
+local function requeue(id, j, delay_ms)
+  redis.call('HINCRBY', orgkey(j.org), 'queued', 1)
+  index_job(id, j.org, j.kind, 'QUEUED')
   if delay_ms > 0 then
     redis.call('ZADD', DELAYED, NOW + delay_ms, id)
     redis.call('HSET', jobkey(id), 'status', 'QUEUED', 'updated_at', T, 'ready_at', NOW + delay_ms)
   else
     redis.call('HSET', jobkey(id), 'status', 'QUEUED', 'updated_at', T)
     redis.call('HDEL', jobkey(id), 'ready_at')
-    enqueue(id, org, class, rank)
+    enqueue(id, j.org, j.class, tonumber(j.rank))
   end
-  redis.call('PUBLISH', WAKE, id)
 end
 
 -- USAGE_EPOCH (2025-01-01, ms) is the origin of an org's hold_anchor: the sum, over its jobs
@@ -225,22 +389,28 @@ local USAGE_EPOCH = 1735689600000
 -- release ends a live job's hold on a lease and its GPUs: the org's counters, the unused part
 -- of its prepaid usage and the GPU time the hold used (job and org `gpu_ms`, the raw
 -- GPU-milliseconds behind GET /v1/usage), the lease and, if the job has them, its stop and
--- time-limit entries. j holds the job's fields as its caller read them: org, gpus,
--- charged_until, stop_requested, time_limit_ms, and freed_at where the agent said when it gave
--- the GPUs back (the hold's GPU time ends there, between the hold's start and now). extra
--- are more job fields to set.
+-- time-limit entries. An org that had no room to run and has now is filed back in the fair
+-- orders, and waiting claims woken for its ready jobs. j holds the job's fields as its caller
+-- read them: org, gpus, charged_until, stop_requested, time_limit_ms, held_since, gpu_ms, and
+-- freed_at where the agent said when it gave the GPUs back (the hold's GPU time ends there,
+-- between the hold's start and now). extra are more job fields to set.
 local function release(id, j, extra)
   local gpus = tonumber(j.gpus) or 0
   local paid = tonumber(j.charged_until) or NOW
-  local o = redis.call('HMGET', orgkey(j.org), 'running', 'running_gpus', 'usage', 'weight', 'hooked', 'hold_anchor', 'gpu_ms')
+  local o = redis.call('HMGET', orgkey(j.org), 'running', 'running_gpus', 'usage', 'weight', 'hooked', 'hold_anchor',
+    'gpu_ms', 'classes', 'max_running')
   j.hooked = o[5] or false -- for the caller's emit
   local usage = tonumber(o[3]) or 0
-  if paid > NOW then
+  local refund = paid > NOW
+  if refund then
     usage = usage - math.floor(gpus * (paid - NOW) * decay_factor() + 0.5)
   end
-  local org_fields = {'running', int((tonumber(o[1]) or 1) - 1), 'running_gpus', int((tonumber(o[2]) or gpus) - gpus),
+  local running = (tonumber(o[1]) or 1) - 1
+  local org_fields = {'running', int(running), 'running_gpus', int((tonumber(o[2]) or gpus) - gpus),
     'usage', int(usage)}
-  local held_since = tonumber(redis.call('HGET', jobkey(id), 'held_since'))
+  local fields = {'charged_until', T, 'lease_token', '', 'lease_expires', '', 'stop_requested', '',
+    'stop_deadline', '', 'stop_reason', '', 'held_since', ''}
+  local held_since = tonumber(j.held_since)
   if held_since then
     local upto = NOW
     local freed = tonumber(j.freed_at)
@@ -248,19 +418,21 @@ local function release(id, j, extra)
       upto = math.max(freed, held_since)
     end
     local used = gpus * (upto - held_since)
-    redis.call('HINCRBY', jobkey(id), 'gpu_ms', int(used))
+    fields[#fields + 1], fields[#fields + 2] = 'gpu_ms', int((tonumber(j.gpu_ms) or 0) + used)
     org_fields[#org_fields + 1] = 'gpu_ms'
     org_fields[#org_fields + 1] = int((tonumber(o[7]) or 0) + used)
     org_fields[#org_fields + 1] = 'hold_anchor'
     org_fields[#org_fields + 1] = int((tonumber(o[6]) or 0) - gpus * (held_since - USAGE_EPOCH))
   end
   redis.call('HSET', orgkey(j.org), unpack(org_fields))
-  if paid > NOW then
-    redis.call('ZADD', FAIR, 'XX', score(usage, o[4]), j.org)
+  if not has_room(running + 1, o[9]) then
+    -- It was at its limit: back in the fair orders, and claims woken for its ready jobs.
+    refile(j.org, o[8], true, score(usage, o[4]))
+    wake_org(j.org, o[8], 1)
+  elseif refund then
+    rescore(j.org, o[8], score(usage, o[4]))
   end
   -- The lease and stop fields are emptied in the same write (an empty token matches none).
-  local fields = {'charged_until', T, 'lease_token', '', 'lease_expires', '', 'stop_requested', '',
-    'stop_deadline', '', 'stop_reason', '', 'held_since', ''}
   for i = 1, #(extra or {}) do
     fields[#fields + 1] = extra[i]
   end
@@ -312,9 +484,10 @@ local function unmark_ended(id, org)
   end
 end
 
--- finish_as ends a job in a terminal state.
-local function finish_as(id, org, status, typ, detail)
+-- finish_as ends a job of org and kind in a terminal state.
+local function finish_as(id, org, kind, status, typ, detail)
   redis.call('HSET', jobkey(id), unpack(ended_fields(status, detail)))
+  index_job(id, org, kind, status)
   mark_ended(id, org)
   emit(id, org, typ, status, detail)
 end
@@ -336,30 +509,32 @@ end
 -- has its own (nil: the one the restart request recorded in the job's `restart_limit`). A job
 -- that finds no room ends STOPPED instead. It returns the job's status.
 local function restart_job(id, org, def)
-  local j = redis.call('HMGET', jobkey(id), 'class', 'checkpoint_step', 'priority', 'restart_limit')
-  local queued, limit = over_queued_limit(org, def or j[4])
+  local j = jobfields(id, {'class', 'checkpoint_step', 'priority', 'restart_limit', 'kind'})
+  j.org = org
+  local queued, limit = over_queued_limit(org, def or j.restart_limit)
   if queued then
     redis.call('HDEL', jobkey(id), 'restart_requested', 'restart_limit')
-    finish_as(id, org, 'STOPPED', 'job.stopped', 'stopped; not queued again: organization at its queued limit (' ..
+    finish_as(id, org, j.kind, 'STOPPED', 'job.stopped', 'stopped; not queued again: organization at its queued limit (' ..
       queued .. ' of ' .. limit .. ' jobs queued)')
     return 'STOPPED'
   end
-  local rank = (100 - (tonumber(j[3]) or 0)) * RANK_BASE + NOW
-  redis.call('HSET', jobkey(id), 'attempt', 1, 'rank', int(rank), 'resume_step', tonumber(j[2]) or 0)
+  j.rank = (100 - (tonumber(j.priority) or 0)) * RANK_BASE + NOW
+  redis.call('HSET', jobkey(id), 'attempt', 1, 'rank', int(j.rank), 'resume_step', tonumber(j.checkpoint_step) or 0)
   redis.call('HDEL', jobkey(id), 'error', 'finished_at', 'restart_requested', 'restart_limit')
   unmark_ended(id, org)
-  requeue(id, org, j[1], rank, 0)
+  requeue(id, j, 0)
   local detail = 'restarted'
-  if tonumber(j[2]) then
-    detail = 'restarted from the checkpoint of step ' .. j[2]
+  if tonumber(j.checkpoint_step) then
+    detail = 'restarted from the checkpoint of step ' .. j.checkpoint_step
   end
   emit(id, org, 'job.queued', 'QUEUED', detail)
   return 'QUEUED'
 end
 
--- RELEASE_FIELDS are the job fields hand_back needs.
+-- RELEASE_FIELDS are the job fields hand_back (and release) need.
 local RELEASE_FIELDS = {'lease_token', 'status', 'stop_requested', 'org', 'restart_requested',
-  'class', 'rank', 'agent_id', 'gpus', 'charged_until', 'time_limit_ms'}
+  'class', 'rank', 'agent_id', 'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind',
+  'checkpoint_step'}
 
 -- hand_back ends an agent's hold on a live job (j has RELEASE_FIELDS) without spending an
 -- attempt: it goes back to its place in the queue at once, to resume from its newest
@@ -372,12 +547,12 @@ local function hand_back(id, j, detail)
     if j.restart_requested == '1' then
       return restart_job(id, org)
     end
-    finish_as(id, org, 'STOPPED', 'job.stopped', 'stopped on request')
+    finish_as(id, org, j.kind, 'STOPPED', 'job.stopped', 'stopped on request')
     return 'STOPPED'
   end
-  local step = redis.call('HGET', jobkey(id), 'checkpoint_step')
+  local step = j.checkpoint_step
   redis.call('HSET', jobkey(id), 'resume_step', tonumber(step) or 0)
-  requeue(id, org, j.class, tonumber(j.rank), 0)
+  requeue(id, j, 0)
   if step then
     detail = detail .. '; resumes from the checkpoint of step ' .. step
   end
@@ -413,10 +588,10 @@ local CHECKPOINT_EVENTS, STEP_BACKLOG = 16, 256
 -- for the next reports. So an agent back from an outage has every step it committed meanwhile
 -- announced, and one report — honest or not — never floods the events, the outbox or the
 -- webhook receivers. backlog is the job's step_backlog as the caller read it (false: none;
--- nil: not read).
+-- nil: not read). It returns the job's newest committed step (nil: none, or not looked at).
 local function checkpoints(id, org, status, first, backlog, drain)
   if first > #ARGV and backlog == false then
-    return
+    return nil
   end
   local h = redis.call('HMGET', jobkey(id), 'checkpoint_step', 'step_backlog')
   local last = tonumber(h[1]) or 0
@@ -435,8 +610,12 @@ local function checkpoints(id, org, status, first, backlog, drain)
   if newest > last then
     redis.call('HSET', jobkey(id), 'checkpoint_step', int(newest))
   end
+  local result = h[1]
+  if newest > last then
+    result = int(newest)
+  end
   if #waiting == 0 then
-    return
+    return result
   end
   local from = math.max(1, #waiting - STEP_BACKLOG + 1)
   local to = #waiting
@@ -451,40 +630,9 @@ local function checkpoints(id, org, status, first, backlog, drain)
   elseif h[2] then
     redis.call('HDEL', jobkey(id), 'step_backlog')
   end
+  return result
 end
 
--- The parse of what agents say they have free, and of GPU class names, kept across calls:
--- both are few and repeat.
-local FREE_CACHE, CLASS_CACHE, CACHE_SIZE = {}, {}, 0
-
--- parse_free reads "H100:8,A100:2" into {H100 = 8, A100 = 2} (model names upper case).
-local function parse_free(s)
-  local f = FREE_CACHE[s]
-  if f then
-    return f
-  end
-  f = {}
-  for model, count in string.gmatch(s, '([^:,]+):(%d+)') do
-    model = string.upper(model)
-    f[model] = (f[model] or 0) + tonumber(count)
-  end
-  if CACHE_SIZE > 10000 then
-    FREE_CACHE, CLASS_CACHE, CACHE_SIZE = {}, {}, 0
-  end
-  FREE_CACHE[s], CACHE_SIZE = f, CACHE_SIZE + 1
-  return f
-end
-
--- parse_class reads "H100:8" into {model = 'H100', count = 8}.
-local function parse_class(s)
-  local c = CLASS_CACHE[s]
-  if not c then
-    local model, count = string.match(s, '^(.*):(%d+)$')
-    c = {model = string.upper(model), count = tonumber(count)}
-    CLASS_CACHE[s], CACHE_SIZE = c, CACHE_SIZE + 1
-  end
-  return c
-end
 
 -- promote moves queued jobs whose retry backoff is over into their queues.
 local function promote(limit)

@@ -4,57 +4,70 @@
 --   stops whose grace ended without the agent confirming: STOPPED (or queued, for a restart);
 --   time limits reached: the job is told to stop, and FAILS when it has;
 --   retry backoffs that are over: back into their queues;
+--   waiting claims whose wait ended and agents not seen for arg_agent_ttl (ms): dropped;
 --   the usage reference frame, rebased before its scale factor grows large.
 -- KEYS[1] the leases index (routes the call)
--- ARGV[4] batch size  ARGV[5] backoff base (ms)  ARGV[6] backoff cap (ms)
--- ARGV[7] a random number in [0, 1) for jitter  ARGV[8] stop grace (ms)
--- Returns the number of jobs changed.
-local batch, base, cap, rnd, grace = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local changed = 0
+-- arg_batch the most entries of each index one call handles; arg_backoff_base and
+-- arg_backoff_cap ms; arg_jitter a random number in [0, 1); arg_grace the stop grace (ms).
+-- Returns {jobs changed, 1 if an index had more due than the batch (call again) else 0}.
+local batch, base, cap, rnd, grace = tonumber(arg_batch), tonumber(arg_backoff_base), tonumber(arg_backoff_cap),
+  tonumber(arg_jitter), tonumber(arg_grace)
+local changed, more = 0, 0
+
+-- due returns the first batch of an index's entries due by now, noting whether it was full.
+local function due(index, upto)
+  local list = redis.call('ZRANGEBYSCORE', index, '-inf', upto or T, 'LIMIT', '0', arg_batch)
+  if #list >= batch then
+    more = 1
+  end
+  return list
+end
 
 -- ended runs the end of a stop: a restart queues the job again, a time limit fails it, a user
 -- stop stops it.
-local function ended(id, org, stop_reason, restart, why)
+local function ended(id, org, kind, stop_reason, restart, why)
   if restart then
     restart_job(id, org)
   elseif stop_reason == 'time_limit' then
-    finish_as(id, org, 'FAILED', 'job.failed', 'stopped at its time limit; ' .. why)
+    finish_as(id, org, kind, 'FAILED', 'job.failed', 'stopped at its time limit; ' .. why)
   else
-    finish_as(id, org, 'STOPPED', 'job.stopped', why)
+    finish_as(id, org, kind, 'STOPPED', 'job.stopped', why)
   end
 end
 
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', T, 'LIMIT', '0', ARGV[4])) do
+local LAPSED_FIELDS = {'status', 'lease_expires', 'stop_requested', 'stop_reason', 'restart_requested', 'attempt',
+  'max_attempts', 'org', 'class', 'rank', 'checkpoint_step', 'agent_id', 'gpus', 'charged_until', 'time_limit_ms',
+  'held_since', 'gpu_ms', 'kind'}
+for _, id in ipairs(due(LEASES)) do
   local key = jobkey(id)
-  local j = jobfields(id, {'status', 'lease_expires', 'stop_requested', 'stop_reason',
-    'restart_requested', 'attempt', 'max_attempts', 'org', 'class', 'rank', 'checkpoint_step', 'agent_id',
-    'gpus', 'charged_until', 'time_limit_ms'})
-  local cur = {j.status, j.lease_expires, j.stop_requested, j.stop_reason, j.restart_requested,
-    j.attempt, j.max_attempts, j.org, j.class, j.rank, j.checkpoint_step, j.agent_id}
-  local renewed = is_live(cur[1]) and tonumber(cur[2]) and tonumber(cur[2]) > NOW
-  if renewed then
-    -- Heartbeats renewed it since it was filed: file it under its real expiry.
-    redis.call('ZADD', LEASES, cur[2], id)
-  elseif is_live(cur[1]) then
-    local org = cur[8]
+  local j = jobfields(id, LAPSED_FIELDS)
+  local exp = tonumber(j.lease_expires)
+  if is_live(j.status) and exp and exp > NOW then
+    -- Heartbeats renewed it since it was filed (and then stopped, or came late): file it under
+    -- its real expiry.
+    redis.call('ZADD', LEASES, j.lease_expires, id)
+    redis.call('HSET', key, 'lease_filed', j.lease_expires)
+  elseif is_live(j.status) then
+    local org = j.org
     release(id, j)
     changed = changed + 1
-    local attempt, max = tonumber(cur[6]) or 1, tonumber(cur[7])
-    if cur[3] == '1' then
-      ended(id, org, cur[4], cur[5] == '1', 'the agent did not confirm the stop before its lease ran out')
+    local attempt, max = tonumber(j.attempt) or 1, tonumber(j.max_attempts)
+    if j.stop_requested == '1' then
+      ended(id, org, j.kind, j.stop_reason, j.restart_requested == '1',
+        'the agent did not confirm the stop before its lease ran out')
     elseif attempt >= max then
-      finish_as(id, org, 'FAILED', 'job.failed',
+      finish_as(id, org, j.kind, 'FAILED', 'job.failed',
         'lease lost ' .. attempt .. ' times (the agent stopped heartbeating); giving up')
     else
       local delay = math.min(base * 2 ^ (attempt - 1), cap)
       delay = math.floor(delay * (0.8 + 0.4 * rnd))
-      redis.call('HSET', key, 'attempt', attempt + 1, 'resume_step', tonumber(cur[11]) or 0)
+      redis.call('HSET', key, 'attempt', attempt + 1, 'resume_step', tonumber(j.checkpoint_step) or 0)
       redis.call('HDEL', key, 'agent_id')
-      requeue(id, org, cur[9], tonumber(cur[10]), delay)
-      local detail = 'lease expired on ' .. (cur[12] or 'its agent') .. '; attempt ' .. (attempt + 1) .. ' of ' .. max ..
-        ' in ' .. math.floor(delay / 1000) .. 's'
-      if cur[11] then
-        detail = detail .. ', from the checkpoint of step ' .. cur[11]
+      requeue(id, j, delay)
+      local detail = 'lease expired on ' .. (j.agent_id or 'its agent') .. '; attempt ' .. (attempt + 1) .. ' of ' ..
+        max .. ' in ' .. math.floor(delay / 1000) .. 's'
+      if j.checkpoint_step then
+        detail = detail .. ', from the checkpoint of step ' .. j.checkpoint_step
       end
       emit(id, org, 'job.retrying', 'QUEUED', detail)
     end
@@ -63,19 +76,19 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', T, 'LIMIT', '0',
   end
 end
 
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', STOPPING, '-inf', T, 'LIMIT', '0', ARGV[4])) do
+for _, id in ipairs(due(STOPPING)) do
   local j = jobfields(id, {'status', 'stop_requested', 'stop_reason', 'restart_requested', 'org',
-    'gpus', 'charged_until', 'time_limit_ms'})
+    'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind'})
   if is_live(j.status) and j.stop_requested == '1' then
     release(id, j)
     changed = changed + 1
-    ended(id, j.org, j.stop_reason, j.restart_requested == '1', 'the agent did not stop within its grace period')
+    ended(id, j.org, j.kind, j.stop_reason, j.restart_requested == '1', 'the agent did not stop within its grace period')
   else
     redis.call('ZREM', STOPPING, id)
   end
 end
 
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', T, 'LIMIT', '0', ARGV[4])) do
+for _, id in ipairs(due(DEADLINES)) do
   redis.call('ZREM', DEADLINES, id)
   local cur = redis.call('HMGET', jobkey(id), 'status', 'stop_requested', 'org', 'time_limit_ms')
   if is_live(cur[1]) and cur[2] ~= '1' then
@@ -87,22 +100,32 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', T, 'LIMIT', '
   end
 end
 
-changed = changed + promote(ARGV[4])
+local promoted = promote(arg_batch)
+changed = changed + promoted
+if promoted >= batch then
+  more = 1
+end
+
+for _, w in ipairs(due(WAITING)) do
+  unwait(w)
+end
+for _, agent in ipairs(due(AGENTS_SEEN, '(' .. int(NOW - tonumber(arg_agent_ttl)))) do
+  forget_agent(agent)
+end
 
 local tref = tonumber(redis.call('HGET', META, 'tref'))
 if tref and (NOW - tref) / TAU > 10 then
   local f = math.exp(-(NOW - tref) / TAU)
-  for _, org in ipairs(redis.call('SMEMBERS', PFX .. 'orgs')) do
-    local u = tonumber(redis.call('HGET', orgkey(org), 'usage'))
+  for _, org in ipairs(redis.call('SMEMBERS', ORGS)) do
+    local o = redis.call('HMGET', orgkey(org), 'usage', 'weight', 'classes')
+    local u = tonumber(o[1])
     if u then
-      redis.call('HSET', orgkey(org), 'usage', int(math.floor(u * f + 0.5)))
-      redis.call('ZADD', FAIR, 'XX', fair_score(org), org)
+      u = math.floor(u * f + 0.5)
+      redis.call('HSET', orgkey(org), 'usage', int(u))
+      rescore(org, o[3], score(u, o[2]))
     end
   end
   -- The scale factor is exactly 1 again at NOW.
   redis.call('HSET', META, 'tref', T)
 end
-if changed > 0 then
-  redis.call('PUBLISH', WAKE, 'reap')
-end
-return changed
+return {changed, more}

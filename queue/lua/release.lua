@@ -3,23 +3,22 @@
 -- elsewhere, without spending an attempt. A job that was told to stop stops; one told to
 -- restart restarts.
 -- KEYS[1] the job's hash (routes the call)
--- ARGV[4] job id  ARGV[5] lease token  ARGV[6] reason  ARGV[7] progress JSON or ""
--- ARGV[8] when the job's GPUs were given back (ms) or ""  ARGV[9..] committed checkpoint
--- steps, ascending
+-- arg_progress JSON or ""; arg_freed_at when the job's GPUs were given back (ms) or "";
+-- ARGV[REST..] committed checkpoint steps, ascending.
 -- Returns the job's status; errors LEASE_LOST if the token is not the current one,
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
-local id = ARGV[4]
+local id = arg_id
 local j = jobfields(id, RELEASE_FIELDS)
-if j.lease_token ~= ARGV[5] or not is_live(j.status) then
+if j.lease_token ~= arg_token or not is_live(j.status) then
   return redis.error_reply('LEASE_LOST lease token is not current')
 end
-local beyond = steps_beyond(id, 9)
+local beyond = steps_beyond(id, REST)
 if beyond then
   return redis.error_reply('STEP_BEYOND ' .. beyond)
 end
-if ARGV[7] ~= '' then
-  redis.call('SET', progkey(id), ARGV[7])
+if arg_progress ~= '' then
+  redis.call('SET', progkey(id), arg_progress)
 end
-checkpoints(id, j.org, j.status, 9)
-j.freed_at = ARGV[8]
-return hand_back(id, j, 'released by ' .. (j.agent_id or 'its agent') .. ' (' .. ARGV[6] .. ')')
+j.checkpoint_step = checkpoints(id, j.org, j.status, REST) or j.checkpoint_step
+j.freed_at = arg_freed_at
+return hand_back(id, j, 'released by ' .. (j.agent_id or 'its agent') .. ' (' .. arg_reason .. ')')

@@ -5,9 +5,9 @@
 -- A restart counts against the org's queued limit as a submit does: refused at the limit, and a
 -- held job found without room when its run has stopped ends STOPPED (restart_job).
 -- KEYS[1] the job's hash (routes the call)
--- ARGV[4] job id  ARGV[5] grace (ms)  ARGV[6] the org's queued limit unless it has its own (0: none)
+-- arg_grace ms; the org's queued limit is its own, else DEF_QUEUED
 -- Returns the job's status; errors NOT_FOUND, CONFLICT <status>, LIMIT_QUEUED <queued> <limit>.
-local id = ARGV[4]
+local id = arg_id
 local key = jobkey(id)
 local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org')
 local status, org = cur[1], cur[3]
@@ -15,17 +15,17 @@ if not status then
   return redis.error_reply('NOT_FOUND no such job')
 end
 if is_live(status) or status == 'FAILED' or status == 'STOPPED' then
-  local queued, limit = over_queued_limit(org, ARGV[6])
+  local queued, limit = over_queued_limit(org, DEF_QUEUED)
   if queued then
     return redis.error_reply('LIMIT_QUEUED ' .. queued .. ' ' .. limit)
   end
 end
 if status == 'FAILED' or status == 'STOPPED' then
-  restart_job(id, org, ARGV[6])
+  restart_job(id, org, DEF_QUEUED)
 elseif is_live(status) then
-  redis.call('HSET', key, 'restart_requested', 1, 'restart_limit', ARGV[6], 'updated_at', T)
+  redis.call('HSET', key, 'restart_requested', 1, 'restart_limit', DEF_QUEUED, 'updated_at', T)
   if cur[2] ~= '1' then
-    local deadline = NOW + tonumber(ARGV[5])
+    local deadline = NOW + tonumber(arg_grace)
     redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'restart', 'stop_deadline', deadline)
     redis.call('ZADD', STOPPING, deadline, id)
   end
