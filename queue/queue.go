@@ -275,6 +275,9 @@ func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) 
 // and kind are checked job by job. One call looks at no more than listScanMax jobs: a narrow
 // filter over many jobs may return a short page with a cursor to go on from.
 func (c *Client) List(ctx context.Context, org string, f job.ListFilter, cursor string, limit int) (jobs []*job.Job, next string, err error) {
+	if f.Kind != "" || len(f.Statuses) > 0 {
+		return c.listIndexed(ctx, org, f, cursor, limit)
+	}
 	start, stop := "+", "-"
 	if !f.CreatedBefore.IsZero() {
 		start = "(" + idPrefix(f.CreatedBefore)

@@ -602,7 +602,103 @@ func TestListFilters(t *testing.T) {
 		if got, w := list(f, 4), want(func(i int) bool { return i >= 10 && i < 20 }); !equal(got, w) {
 			t.Errorf("created in [10m, 20m): %v, want %v", got, w)
 		}
+		// Two statuses of one kind within a time bound, a page at a time: ranges of the index
+		// merged newest first.
+		f = job.ListFilter{Kind: "rl", Statuses: []job.Status{job.Queued, job.Stopped}, CreatedBefore: base.Add(25 * time.Minute)}
+		if got, w := list(f, 1), want(func(i int) bool { return i%3 != 0 && i < 25 }); !equal(got, w) {
+			t.Errorf("rl jobs queued or stopped before 25m: %v, want %v", got, w)
+		}
+		if got := list(job.ListFilter{Kind: "gepa"}, 10); len(got) != 0 {
+			t.Errorf("gepa jobs: %v", got)
+		}
+		// Jobs created in the same millisecond page by id.
+		same := base.Add(time.Hour)
+		var sameIDs []string
+		for i := range 5 {
+			j, _, err := b.q.Submit(b.ctx, job.Submission{ID: idAt(same, 100+i), Org: "acme", Spec: jobSpec("same", 0)}, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameIDs = append([]string{j.ID}, sameIDs...)
+		}
+		f = job.ListFilter{Statuses: []job.Status{job.Queued}, CreatedAfter: same}
+		if got := list(f, 2); !equal(got, sameIDs) {
+			t.Errorf("jobs of one millisecond: %v, want %v", got, sameIDs)
+		}
 	})
+}
+
+// A filter reads the jobs that pass it, not the ones that do not: a status no job has reads
+// nothing, however many jobs the organization has.
+func TestListWithAFilterReadsOnlyWhatPasses(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		for i := range 3000 {
+			if _, _, err := b.q.Submit(b.ctx, job.Submission{Org: "acme", Spec: jobSpec(fmt.Sprint(i), 0)}, "", ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A client of its own, so that only this test's commands are counted.
+		var own redis.UniversalClient
+		switch c := b.rdb.(type) {
+		case *redis.Client:
+			own = redis.NewClient(c.Options())
+		case *redis.ClusterClient:
+			own = redis.NewClusterClient(c.Options())
+		}
+		defer own.Close()
+		counted := &commandCounter{}
+		own.AddHook(counted)
+		q := New(own, b.cfg)
+		defer q.Close()
+		jobs, next, err := q.List(b.ctx, "acme", job.ListFilter{Statuses: []job.Status{job.Failed}}, "", 50)
+		if err != nil || len(jobs) != 0 || next != "" {
+			t.Fatalf("failed jobs: %d, next %q, %v", len(jobs), next, err)
+		}
+		if read := counted.count("hgetall"); read != 0 {
+			t.Errorf("listing a status no job has read %d jobs", read)
+		}
+	}, func(c *Config) { c.MaxQueued = 5000 })
+}
+
+// commandCounter counts the commands a client sends (a go-redis hook).
+type commandCounter struct {
+	mu sync.Mutex
+	by map[string]int
+}
+
+func (c *commandCounter) note(cmds ...redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[string]int{}
+	}
+	for _, cmd := range cmds {
+		c.by[cmd.Name()]++
+	}
+}
+
+func (c *commandCounter) count(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.by[name]
+}
+
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.note(cmds...)
+		return next(ctx, cmds)
+	}
 }
 
 // GPU time is counted per job and per organization: GPUs × time held, while it runs and after.
