@@ -684,7 +684,6 @@ func (c *commandCounter) count(name string) int {
 	return c.by[name]
 }
 
-
 func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
