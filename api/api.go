@@ -77,7 +77,10 @@ type Config struct {
 	// RevocationCheck is how often an open stream looks whether its token was revoked
 	// (default 5 s); a stream also ends when its token expires.
 	RevocationCheck time.Duration
-	Logger          *slog.Logger
+	// LogRecheck bounds how long a log follower goes without reading storage when the agent
+	// says it wrote nothing new (the heartbeat's log_bytes): default 15 s.
+	LogRecheck time.Duration
+	Logger     *slog.Logger
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64
 	// Ready, if set, must return nil before /healthz answers 200 (the local stack uses it to
@@ -97,6 +100,9 @@ func (c *Config) validate() error {
 	}
 	if c.RevocationCheck <= 0 {
 		c.RevocationCheck = 5 * time.Second
+	}
+	if c.LogRecheck <= 0 {
+		c.LogRecheck = 15 * time.Second
 	}
 	return nil
 }

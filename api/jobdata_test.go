@@ -32,13 +32,17 @@ type dataBundle struct {
 	writes map[string]string
 }
 
-func setupData(t *testing.T) *dataBundle {
+func setupData(t *testing.T, adjust ...func(*apitest.Options)) *dataBundle {
 	t.Helper()
 	store, err := blob.NewDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := apitest.Start(t, apitest.Options{Store: store})
+	o := apitest.Options{Store: store}
+	for _, f := range adjust {
+		f(&o)
+	}
+	s := apitest.Start(t, o)
 	d := &dataBundle{s: s, store: store, token: s.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite), ctx: context.Background(), writes: map[string]string{}}
 	r := call(t, "POST", s.URL+"/v1/jobs", d.token, "application/toml", []byte("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = 100\n[[env]]\nid = \"acme/env\"\n"))
 	if r.status != http.StatusCreated {
@@ -213,13 +217,26 @@ func next(t *testing.T, ch chan sseEvent) sseEvent {
 }
 
 // Following the logs: the tail, then new lines as the open chunk grows, and a reconnect with
-// Last-Event-ID goes on where it left off; the stream ends when the job has ended.
+// Last-Event-ID goes on where it left off; the stream ends when the job has ended. New lines
+// come when the agent says it wrote them (its heartbeat's log_bytes): the follower's own
+// re-check is an hour here, so nothing else could bring them.
 func TestFollowingLogs(t *testing.T) {
 	t.Parallel()
-	d := setupData(t)
+	d := setupData(t, func(o *apitest.Options) { o.LogRecheck = time.Hour })
+	agent := d.s.AgentToken("agent-1")
+	cl := claimJob(t, d.s, agent)
+	stored := 0
+	put := func(key, data string) {
+		d.put(t, key, data)
+		stored += len(data)
+		body := fmt.Sprintf(`{"lease_token":%q,"running":true,"log_bytes":%d}`, cl.Lease.Token, stored)
+		if r := call(t, "POST", d.s.URL+"/v1/agent/jobs/"+d.jobID+"/heartbeat", agent, "application/json", []byte(body)); r.status != 200 {
+			t.Fatalf("heartbeat: %d %s", r.status, r.body)
+		}
+	}
 	t0 := time.Now().UTC()
 	chunk := logLine(t0, "INFO", "one") + logLine(t0, "INFO", "two")
-	d.put(t, "logs/attempt_1/trainer/000000000000.log", chunk)
+	put("logs/attempt_1/trainer/000000000000.log", chunk)
 	ch, stop := d.stream(t, "/logs?follow=true&tail_lines=1", "")
 	first := next(t, ch)
 	var l jobdata.LogLine
@@ -228,7 +245,7 @@ func TestFollowingLogs(t *testing.T) {
 		t.Fatalf("tail: %+v", first)
 	}
 	chunk += logLine(t0, "INFO", "three") + "half a li" // the agent rewrites the open chunk
-	d.put(t, "logs/attempt_1/trainer/000000000000.log", chunk)
+	put("logs/attempt_1/trainer/000000000000.log", chunk)
 	ev := next(t, ch)
 	_ = json.Unmarshal([]byte(ev.data), &l)
 	if !strings.HasSuffix(l.Line, "three") {
@@ -237,7 +254,7 @@ func TestFollowingLogs(t *testing.T) {
 	stop()
 	// A reconnect resumes after "three"; the half line arrives when it is whole.
 	chunk += "ne\n"
-	d.put(t, "logs/attempt_1/trainer/000000000000.log", chunk)
+	put("logs/attempt_1/trainer/000000000000.log", chunk)
 	ch, stop = d.stream(t, "/logs?follow=true", ev.id)
 	defer stop()
 	ev = next(t, ch)
@@ -246,7 +263,7 @@ func TestFollowingLogs(t *testing.T) {
 		t.Fatalf("resumed with %+v", ev)
 	}
 	// A newer attempt is followed from its start.
-	d.put(t, "logs/attempt_2/trainer/000000000000.log", logLine(t0, "INFO", "resumed elsewhere"))
+	put("logs/attempt_2/trainer/000000000000.log", logLine(t0, "INFO", "resumed elsewhere"))
 	if ev = next(t, ch); ev.name != "attempt" || !strings.Contains(ev.data, `"attempt":2`) {
 		t.Fatalf("attempt event: %+v", ev)
 	}
@@ -256,6 +273,10 @@ func TestFollowingLogs(t *testing.T) {
 	// The job ends: the stream ends.
 	if r := call(t, "POST", d.s.URL+"/v1/jobs/"+d.jobID+"/cancel", d.token, "", nil); r.status != 200 {
 		t.Fatalf("cancel: %d", r.status)
+	}
+	body := fmt.Sprintf(`{"lease_token":%q,"reason":"stopped"}`, cl.Lease.Token)
+	if r := call(t, "POST", d.s.URL+"/v1/agent/jobs/"+d.jobID+"/fail", agent, "application/json", []byte(body)); r.status != 200 {
+		t.Fatalf("fail: %d %s", r.status, r.body)
 	}
 	testwait.Until(t, 30*time.Second, "the stream to end", func() bool {
 		select {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
 
@@ -125,9 +126,33 @@ func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id string, q
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// Storage is read when the agent says it wrote more log (its heartbeat's log_bytes, sent as
+	// soon as it did), when the job changes state or attempt, and every LogRecheck regardless
+	// (an agent that does not say, a report lost); the job, in Redis, is looked at every second.
+	type mark struct {
+		bytes   int64
+		attempt int
+		status  job.Status
+	}
+	var seen mark
+	var lastRead time.Time
 	for {
 		j, err := s.cfg.Queue.Get(ctx, id)
 		ended := err != nil || j.Status.Terminal()
+		var now mark
+		if j != nil {
+			now = mark{j.LogBytes, j.Attempt, j.Status}
+		}
+		if !ended && now == seen && time.Since(lastRead) < s.cfg.LogRecheck {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				out.keepAlive()
+			}
+			continue
+		}
+		seen, lastRead = now, time.Now()
 		lines, next, err := s.readOn(ctx, id, q, pos, ended)
 		if err != nil {
 			if ctx.Err() == nil {

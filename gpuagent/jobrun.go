@@ -268,6 +268,9 @@ func (r *jobRun) flush(ctx context.Context) {
 	} else {
 		tel.objectWrites.WithLabelValues("logs", "ok").Inc()
 	}
+	if r.lease != nil {
+		r.lease.loggedBytes(r.data.logs.Stored())
+	}
 	switch {
 	case err == nil:
 		r.flushFails = 0

@@ -31,6 +31,7 @@ type leaseKeeper struct {
 	progress   job.Progress
 	unreported []int      // steps committed but not yet acknowledged by a heartbeat
 	freedAt    *time.Time // when the job's GPUs went back to the node (nil: not yet)
+	logBytes   int64      // bytes of log written to storage so far (the heartbeat's log_bytes)
 	rejected   bool       // the service refused the full heartbeat: send the minimal one
 
 	stopped  chan struct{} // closed when the service says stop
@@ -73,6 +74,18 @@ func (l *leaseKeeper) beatNow() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
+	}
+}
+
+// loggedBytes records how many bytes of log are in storage; when that grew, the heartbeat goes
+// now, so that log followers (who read storage only when it grows) see the lines at once.
+func (l *leaseKeeper) loggedBytes(n int64) {
+	l.mu.Lock()
+	grew := n > l.logBytes
+	l.logBytes = max(l.logBytes, n)
+	l.mu.Unlock()
+	if grew {
+		l.beatNow()
 	}
 }
 
@@ -192,6 +205,7 @@ func (l *leaseKeeper) beat(ctx context.Context) (ok, lost bool) {
 	hb := job.Heartbeat{Token: l.token, Running: running, Progress: &prog, Checkpoints: fresh, Runtime: &rt, StorageRefresh: refresh}
 	l.mu.Lock()
 	minimal := l.rejected
+	hb.LogBytes = l.logBytes
 	l.mu.Unlock()
 	if minimal {
 		hb.Progress = bare(prog)

@@ -617,7 +617,7 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 	res, err := c.callAt(ctx, now, "heartbeat", c.keys.job(id), args{
 		"id": id, "token": hb.Token, "lease_expires": ms(now.Add(c.cfg.LeaseTTL)), "lease_ttl": c.cfg.LeaseTTL.Milliseconds(),
 		"running": boolArg(hb.Running), "progress": progressArg(hb.Progress), "pipeline": pipeline, "emulated": emulated,
-		"upstream": versions,
+		"upstream": versions, "log_bytes": hb.LogBytes,
 	}, steps...).Result()
 	if err != nil {
 		return job.HeartbeatReply{}, stepsErr("heartbeat", hb.Checkpoints, err)
@@ -859,6 +859,7 @@ func jobFromMap(m map[string]string, config, progress string, now time.Time) (*j
 		used += num("gpus") * max(0, now.UnixMilli()-held)
 	}
 	j.GPUSeconds = float64(used) / 1000
+	j.LogBytes = num("log_bytes")
 	if m["updated_at"] != "" {
 		j.UpdatedAt = time.UnixMilli(num("updated_at")).UTC()
 	}

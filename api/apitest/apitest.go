@@ -53,6 +53,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Wrap, if set, wraps the API's handler (to record what it answers, say).
 	Wrap func(http.Handler) http.Handler
+	// LogRecheck is the API's (0: its default).
+	LogRecheck time.Duration
 }
 
 // Start runs the stack for t and stops it when t ends.
@@ -83,7 +85,7 @@ func Start(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store, Storage: o.Storage, Logger: o.Logger,
-		RevocationCheck: 100 * time.Millisecond}
+		RevocationCheck: 100 * time.Millisecond, LogRecheck: o.LogRecheck}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}

@@ -136,6 +136,9 @@ type Job struct {
 	UpdatedAt  time.Time  `json:"updated_at"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// LogBytes is how many bytes of log the current attempt's agent says it has stored: log
+	// followers read storage when it grows. Not part of the API's answer.
+	LogBytes int64 `json:"-"`
 }
 
 // Progress is what the agent last reported of a running pipeline.
@@ -287,6 +290,9 @@ type Heartbeat struct {
 	Checkpoints []int `json:"checkpoints,omitempty"`
 	// StorageRefresh asks for fresh storage credentials: the claim's are near expiry.
 	StorageRefresh bool `json:"storage_refresh,omitempty"`
+	// LogBytes is how many bytes of log the attempt has written to storage so far: log
+	// followers read storage only when it grows.
+	LogBytes int64 `json:"log_bytes,omitempty"`
 }
 
 // Action is what the service tells an agent in answer to a heartbeat.

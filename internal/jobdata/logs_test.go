@@ -95,8 +95,21 @@ func TestLogChunksReassembleTheFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(logs, "envs", "train", "gsm8k.log"), []byte("env line\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	before := sh.Stored()
 	if err := sh.Ship(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// What the heartbeat's log_bytes says: it grew with what was written, and stays when
+	// nothing more is.
+	if after := sh.Stored(); after <= before || after < int64(want.Len()) {
+		t.Errorf("stored %d bytes after %d, for %d bytes of log", after, before, want.Len())
+	}
+	mid := sh.Stored()
+	if err := sh.Ship(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again := sh.Stored(); again != mid {
+		t.Errorf("a ship with nothing new stored more: %d after %d", again, mid)
 	}
 	objs, err := store.List(ctx, LogPrefix("j1", 1)+"trainer/")
 	if err != nil {

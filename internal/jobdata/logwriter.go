@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"strings"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
@@ -36,7 +37,13 @@ type LogShipper struct {
 	dirs []string
 	// fixed are files named outright: component → path.
 	fixed map[string]string
+	// stored counts the bytes written to storage, for the heartbeat's log_bytes.
+	stored atomic.Int64
 }
+
+// Stored is how many bytes of log the shipper has written to storage so far (a chunk written
+// again as it grows counts again): it grows whenever there is more to read.
+func (l *LogShipper) Stored() int64 { return l.stored.Load() }
 
 // NewLogShipper ships attempt fence of a job.
 func NewLogShipper(store blob.Store, jobID string, fence int64) *LogShipper {
@@ -120,7 +127,7 @@ func (l *LogShipper) Ship(ctx context.Context) error {
 		if err := f.read(); err != nil && first == nil {
 			first = err
 		}
-		if err := f.flush(ctx, l.store); err != nil && first == nil {
+		if err := f.flush(ctx, l.store, &l.stored); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -218,12 +225,13 @@ func (f *logFile) put(kept []byte, raw int) {
 	f.dirty = f.dirty || len(kept) > 0
 }
 
-func (f *logFile) flush(ctx context.Context, store blob.Store) error {
+func (f *logFile) flush(ctx context.Context, store blob.Store, stored *atomic.Int64) error {
 	for len(f.sealed) > 0 {
 		s := f.sealed[0]
 		if err := store.Put(ctx, s.key, bytes.NewReader(s.data)); err != nil {
 			return err
 		}
+		stored.Add(int64(len(s.data)))
 		f.sealed = f.sealed[1:]
 	}
 	if !f.dirty {
@@ -232,6 +240,7 @@ func (f *logFile) flush(ctx context.Context, store blob.Store) error {
 	if err := store.Put(ctx, f.key(f.start), bytes.NewReader(f.buf)); err != nil {
 		return err
 	}
+	stored.Add(int64(len(f.buf)))
 	f.dirty = false
 	return nil
 }

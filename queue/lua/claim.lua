@@ -106,7 +106,8 @@ if org then
   local token = fence .. '.' .. arg_token_rand
   local exp = arg_lease_expires
   redis.call('HSET', key, 'status', 'PENDING', 'lease_token', token, 'lease_expires', exp, 'lease_filed', exp,
-    'agent_id', agent, 'updated_at', T, 'charged_until', arg_paid_until, 'fence', int(fence), 'held_since', T)
+    'agent_id', agent, 'updated_at', T, 'charged_until', arg_paid_until, 'fence', int(fence), 'held_since', T,
+    'log_bytes', '0')
   table.remove(j, 1)
   -- The answer shows the job as this claim left it.
   j[CLAIMED_AT.status], j[CLAIMED_AT.updated_at], j[CLAIMED_AT.agent_id] = 'PENDING', T, agent

@@ -7,7 +7,8 @@
 -- KEYS[1] the job's hash (routes the call)
 -- arg_lease_expires the renewed lease's expiry (ms); arg_lease_ttl ms; arg_running "1" if the
 -- pipeline runs; arg_progress JSON or ""; arg_pipeline "" or the pipeline; arg_emulated "1" if
--- emulated; arg_upstream the upstream versions the agent runs (JSON) or "";
+-- emulated; arg_upstream the upstream versions the agent runs (JSON) or ""; arg_log_bytes the
+-- bytes of log the attempt has stored (0: not said);
 -- ARGV[REST..] committed checkpoint steps, ascending.
 -- Returns {action, lease expiry ms}; errors LEASE_LOST if the token is not the current one,
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
@@ -42,6 +43,9 @@ if arg_pipeline ~= '' then
 end
 if arg_upstream ~= '' then
   fields[#fields + 1], fields[#fields + 2] = 'upstream', arg_upstream
+end
+if arg_log_bytes ~= '0' then
+  fields[#fields + 1], fields[#fields + 2] = 'log_bytes', arg_log_bytes
 end
 local starts = arg_running == '1' and status == 'PENDING'
 if starts then
