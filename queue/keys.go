@@ -28,6 +28,8 @@ var fixedKeys = []struct{ lua, name, what string }{
 	{"READY", "ready", "GPU class -> how many jobs are ready (queued, not backing off) in it"},
 	{"WAITING", "waiting", "waiting claims by when they stop waiting (the reaper trims lapsed ones)"},
 	{"WAIT_ANY", "waiters:-", "waiting claims that take a job needing no GPU"},
+	{"REVOKED", "revocations", "revoked token ids by when their revocation ends"},
+	{"REVOKED_LOG", "revocations:log", "\"<jti> <end ms>\" by when it was revoked, for ten minutes (see revoke.go)"},
 }
 
 // idKeys are keys of one thing (a job, an organization, a GPU class…): the prefix, then pre,

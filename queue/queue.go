@@ -77,6 +77,10 @@ type Config struct {
 	Store blob.Store
 	// IdempotencyTTL is how long an Idempotency-Key is remembered. Default 24 h.
 	IdempotencyTTL time.Duration
+	// RevocationStaleness bounds how old this process's copy of the revoked tokens may be
+	// when a request is checked against it: a revocation reaches every API process within it.
+	// Default 1 s.
+	RevocationStaleness time.Duration
 	// Now is the clock; tests replace it. Default time.Now.
 	Now func() time.Time
 }
@@ -109,6 +113,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ClaimQuantum, 60*time.Second)
 	def(&c.StopGrace, 5*time.Minute)
 	def(&c.IdempotencyTTL, 24*time.Hour)
+	def(&c.RevocationStaleness, time.Second)
 	if c.MaxQueued == 0 {
 		c.MaxQueued = DefaultMaxQueued
 	}
@@ -128,8 +133,9 @@ type Client struct {
 	cfg    Config
 	keys   keys
 	tau    int64 // usage decay time constant, ms
-	wakeup *notifier
-	funcs  *functions
+	wakeup  *notifier
+	funcs   *functions
+	revoked revocations
 }
 
 // New returns a Client. Close it to stop its pub/sub subscription.

@@ -639,13 +639,7 @@ func TestListWithAFilterReadsOnlyWhatPasses(t *testing.T) {
 			}
 		}
 		// A client of its own, so that only this test's commands are counted.
-		var own redis.UniversalClient
-		switch c := b.rdb.(type) {
-		case *redis.Client:
-			own = redis.NewClient(c.Options())
-		case *redis.ClusterClient:
-			own = redis.NewClusterClient(c.Options())
-		}
+		own := privateClient(b)
 		defer own.Close()
 		counted := &commandCounter{}
 		own.AddHook(counted)
@@ -661,7 +655,8 @@ func TestListWithAFilterReadsOnlyWhatPasses(t *testing.T) {
 	}, func(c *Config) { c.MaxQueued = 5000 })
 }
 
-// commandCounter counts the commands a client sends (a go-redis hook).
+// commandCounter counts the commands a client sends (a go-redis hook); total leaves out a
+// connection's greeting.
 type commandCounter struct {
 	mu sync.Mutex
 	by map[string]int
@@ -676,6 +671,18 @@ func (c *commandCounter) note(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
 		c.by[cmd.Name()]++
 	}
+}
+
+func (c *commandCounter) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for name, k := range c.by {
+		if name != "hello" && name != "client" { // a new connection's greeting
+			n += k
+		}
+	}
+	return n
 }
 
 func (c *commandCounter) count(name string) int {
@@ -809,4 +816,62 @@ func TestGPUTimeEndsWhenTheGPUsAreGivenBack(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Each process checks tokens against its own copy of the revocations, refreshed at most every
+// RevocationStaleness: a revocation made elsewhere is refused within that, one made here at
+// once, and a token that was never revoked costs no round trip per check.
+func TestRevocationsReachEveryProcessWithinTheStaleness(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		other := New(b.rdb, b.cfg)
+		defer other.Close()
+		if revoked, err := other.TokenRevoked(b.ctx, "t1"); err != nil || revoked {
+			t.Fatalf("before: %v %v", revoked, err)
+		}
+		if err := b.q.RevokeToken(b.ctx, "t1", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if revoked, _ := b.q.TokenRevoked(b.ctx, "t1"); !revoked {
+			t.Error("the process that revoked it does not refuse it")
+		}
+		if revoked, _ := other.TokenRevoked(b.ctx, "t1"); revoked {
+			t.Error("another process refused it before its copy was due for a refresh")
+		}
+		b.clock.Advance(b.cfg.RevocationStaleness)
+		if revoked, _ := other.TokenRevoked(b.ctx, "t1"); !revoked {
+			t.Error("another process still takes it after the staleness")
+		}
+		// A process that starts later loads every revocation, and then checks a hundred
+		// requests within the staleness with no round trip.
+		own := privateClient(b)
+		defer own.Close()
+		counted := &commandCounter{}
+		own.AddHook(counted)
+		late := New(own, b.cfg)
+		defer late.Close()
+		for range 100 {
+			if revoked, _ := late.TokenRevoked(b.ctx, "t1"); !revoked {
+				t.Fatal("a new process takes a revoked token")
+			}
+			if revoked, _ := late.TokenRevoked(b.ctx, "t2"); revoked {
+				t.Fatal("a new process refuses a token never revoked")
+			}
+		}
+		if n := counted.total(); n > 1 {
+			t.Errorf("200 checks within the staleness took %d round trips", n)
+		}
+	})
+}
+
+// privateClient is a Redis client of the test's own on b's server or cluster, for counting
+// only the test's commands.
+func privateClient(b bundle) redis.UniversalClient {
+	switch c := b.rdb.(type) {
+	case *redis.Client:
+		return redis.NewClient(c.Options())
+	case *redis.ClusterClient:
+		return redis.NewClusterClient(c.Options())
+	}
+	panic("queue test: unknown client")
 }

@@ -3,19 +3,46 @@ package queue
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
-	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/internal/auth"
 )
 
 // revocationMargin is kept past a revoked token's expiry and the verifier's leeway, for clocks
 // that differ between the API's instances and Redis.
 const revocationMargin = time.Minute
 
+// Revoked tokens are checked on every authenticated request, so each process keeps its own
+// copy of them and refreshes it from Redis at most every RevocationStaleness — one round trip
+// a second per process, not one per request. Redis keeps, besides the key of each revoked
+// token (revoked:<jti>, with a TTL), two sorted sets: every revocation by when it ends (a
+// process loads them all when it starts, or when it has not refreshed for revocationLogKeep),
+// and the recent ones by when they were made (the log a refresh reads on from where it left
+// off).
+const (
+	// revocationLogKeep is how long a revocation stays in the log of recent ones.
+	revocationLogKeep = 10 * time.Minute
+	// revocationSkew is read again at each refresh: revocations made by a process whose clock
+	// is behind this one's.
+	revocationSkew = 30 * time.Second
+)
+
+type revocations struct {
+	mu     sync.Mutex
+	known  map[string]time.Time // jti -> until when it is refused
+	synced time.Time            // when the copy was last refreshed (the client's clock)
+	since  int64                // the log's time (ms) up to which the copy has read
+}
+
 // RevokeToken refuses the token with id jti from now until until (its expiry) and the
 // verifier's leeway after it: only then is the token refused anyway, and the entry goes.
-// However long the token lives, so does the entry.
+// However long the token lives, so does the entry. Other processes refuse it within
+// RevocationStaleness; this one at once.
 func (c *Client) RevokeToken(ctx context.Context, jti string, until time.Time) error {
 	if jti == "" {
 		return errors.New("queue: revoke: empty token id")
@@ -24,17 +51,85 @@ func (c *Client) RevokeToken(ctx context.Context, jti string, until time.Time) e
 	if ttl <= revocationMargin {
 		return nil
 	}
-	return c.rdb.Set(ctx, c.keys.revoked(jti), 1, ttl).Err()
+	end := time.Now().Add(ttl)
+	now := c.cfg.Now()
+	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, c.keys.revoked(jti), 1, ttl)
+		p.ZAdd(ctx, c.keys.fixed("REVOKED"), redis.Z{Score: float64(end.UnixMilli()), Member: jti})
+		p.ZAdd(ctx, c.keys.fixed("REVOKED_LOG"), redis.Z{Score: float64(ms(now)), Member: jti + " " + strconv.FormatInt(end.UnixMilli(), 10)})
+		p.ZRemRangeByScore(ctx, c.keys.fixed("REVOKED"), "-inf", strconv.FormatInt(time.Now().UnixMilli(), 10))
+		p.ZRemRangeByScore(ctx, c.keys.fixed("REVOKED_LOG"), "-inf", strconv.FormatInt(ms(now.Add(-revocationLogKeep)), 10))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.revoked.mu.Lock()
+	if c.revoked.known != nil {
+		c.revoked.known[jti] = end
+	}
+	c.revoked.mu.Unlock()
+	return nil
 }
 
-// TokenRevoked reports whether the token with id jti is revoked.
+// TokenRevoked reports whether the token with id jti is revoked, from this process's copy of
+// the revocations, refreshed first if it is older than RevocationStaleness.
 func (c *Client) TokenRevoked(ctx context.Context, jti string) (bool, error) {
-	err := c.rdb.Get(ctx, c.keys.revoked(jti)).Err()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return false, nil
-	case err != nil:
-		return false, err
+	r := &c.revoked
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := c.cfg.Now()
+	if r.known == nil || now.Sub(r.synced) >= c.cfg.RevocationStaleness || now.Before(r.synced) {
+		if err := c.refreshRevocations(ctx, now); err != nil {
+			return false, err
+		}
 	}
-	return true, nil
+	until, ok := r.known[jti]
+	return ok && time.Now().Before(until), nil
+}
+
+// refreshRevocations brings the copy up to date: the whole set when there is no copy or it is
+// older than the log keeps, else the log from where the copy left off. r.mu is held.
+func (c *Client) refreshRevocations(ctx context.Context, now time.Time) error {
+	r := &c.revoked
+	full := r.known == nil || now.Sub(r.synced) >= revocationLogKeep-revocationSkew || now.Before(r.synced)
+	if full {
+		all, err := c.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: c.keys.fixed("REVOKED"), ByScore: true, Start: strconv.FormatInt(time.Now().UnixMilli(), 10), Stop: "+inf",
+		}).Result()
+		if err != nil {
+			return err
+		}
+		known := make(map[string]time.Time, len(all))
+		for _, z := range all {
+			jti, _ := z.Member.(string)
+			known[jti] = time.UnixMilli(int64(z.Score))
+		}
+		r.known, r.synced, r.since = known, now, ms(now)
+		return nil
+	}
+	from := r.since - revocationSkew.Milliseconds()
+	recent, err := c.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: c.keys.fixed("REVOKED_LOG"), ByScore: true, Start: strconv.FormatInt(from, 10), Stop: "+inf",
+	}).Result()
+	if err != nil {
+		return err
+	}
+	wall := time.Now()
+	for jti, until := range r.known {
+		if !wall.Before(until) {
+			delete(r.known, jti)
+		}
+	}
+	for _, z := range recent {
+		m, _ := z.Member.(string)
+		jti, end, ok := strings.Cut(m, " ")
+		if n, err := strconv.ParseInt(end, 10, 64); ok && err == nil {
+			r.known[jti] = time.UnixMilli(n)
+		}
+		r.since = max(r.since, int64(z.Score))
+	}
+	r.since = max(r.since, ms(now)-revocationSkew.Milliseconds())
+	r.synced = now
+	return nil
 }
