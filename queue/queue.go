@@ -129,10 +129,10 @@ func (c Config) withDefaults() Config {
 
 // Client is the queue over one Redis (a single server or a cluster).
 type Client struct {
-	rdb    redis.UniversalClient
-	cfg    Config
-	keys   keys
-	tau    int64 // usage decay time constant, ms
+	rdb     redis.UniversalClient
+	cfg     Config
+	keys    keys
+	tau     int64 // usage decay time constant, ms
 	wakeup  *notifier
 	funcs   *functions
 	revoked revocations
