@@ -28,7 +28,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-agent bench-lambda load chaos
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-agent bench-lambda load chaos
 
 all: build
 
@@ -120,11 +120,17 @@ BENCH_QUEUE_ARGS ?= -n 20000 -c 16
 bench-queue: redis-server
 	cd bench && $(GO) run ./cmd/queuebench $(BENCH_QUEUE_ARGS)
 
+## bench-fleet: the queue pushed as a fleet pushes it (issue 16): submits with hundreds of
+## agents waiting, claims among thousands of organizations at their limit, queue positions with
+## thousands of agents known, an agent's death to its job queued again at 10,000 running
+bench-fleet: redis-server
+	cd bench && $(GO) run ./cmd/queuebench -only fleet
+
 ## bench-smoke: bench/ (its own module, beside asynq) vetted, tested and run for a few seconds
 ## on small numbers, so that a change that breaks it fails make test instead of rotting unseen
 bench-smoke: redis-server
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./... && \
-	  $(GO) run ./cmd/queuebench -n 200 -big 2000 -samples 50
+	  $(GO) run ./cmd/queuebench -n 200 -big 2000 -samples 50 -fleet smoke
 
 ## bench-agent: the GPU agent's figures (docs/performance.md): a 2 GiB checkpoint's upload
 ## against a plain PUT to the same S3 server; the emulated trainer's step time alone and during

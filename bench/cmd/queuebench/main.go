@@ -42,7 +42,8 @@ func main() {
 	big := flag.Int("big", 1000000, "queued jobs for the large claim-latency case")
 	samples := flag.Int("samples", 2000, "operations timed for each latency figure")
 	redisArgs := flag.String("redis-args", "", "extra redis-server arguments, the same for both queues")
-	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison, with the Redis commands each side ran`)
+	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison; "fleet": only the fleet cases`)
+	fleetSize := flag.String("fleet", "full", `the fleet cases' sizes: "full" (issue 16's) or "smoke"`)
 	flag.Parse()
 
 	dir, err := os.MkdirTemp("", "queuebench")
@@ -62,20 +63,31 @@ func main() {
 
 	fmt.Printf("redis-server %s, GOMAXPROCS %d, N=%d, C=%d\n\n", serverVersion(ctx, rdb), runtime.GOMAXPROCS(0), *n, *c)
 	fmt.Fprintln(b.out, "measure\tvalue\tnote")
-	theirs := b.asynqLifecycle(*n, *c)
+	sizes := fleetFull
+	if *fleetSize == "smoke" {
+		sizes = fleetSmoke
+	}
+	if *only == "fleet" {
+		b.fleet(sizes)
+		b.out.Flush()
+		return
+	}
+	theirs := b.asynqLifecycle(*n, *c, 1)
+	four := b.asynqLifecycle(*n, *c, 4)
 	ours := b.ourLifecycle(*n, *c)
 	if *only == "lifecycle" {
 		b.out.Flush()
-		fmt.Printf("\nqueue lifecycle ratio hostedtrain/asynq: %.2f\n", ours/theirs)
+		fmt.Printf("\nqueue lifecycle ratio hostedtrain/asynq: %.2f (asynq with four servers: %.2f)\n", ours/theirs, ours/four)
 		return
 	}
+	b.fleet(sizes)
 	b.claimLatency(1000, *samples)
 	b.claimLatency(*big, *samples)
 	b.completeLatency(100, *samples)
 	b.completeLatency(10000, *samples)
 	b.wakeLatency(*samples / 4)
 	b.out.Flush()
-	fmt.Printf("\nqueue lifecycle ratio hostedtrain/asynq: %.2f\n", ours/theirs)
+	fmt.Printf("\nqueue lifecycle ratio hostedtrain/asynq: %.2f (asynq with four servers: %.2f)\n", ours/theirs, ours/four)
 }
 
 type bench struct {
@@ -181,7 +193,7 @@ func parallel(n, c int, f func(worker, i int)) {
 
 // asynqLifecycle enqueues n tasks from c goroutines, then lets an asynq server with
 // concurrency c process them; it returns tasks per second, done as asynq records it.
-func (b *bench) asynqLifecycle(n, c int) float64 {
+func (b *bench) asynqLifecycle(n, c, servers int) float64 {
 	b.flush()
 	opt := asynq.RedisClientOpt{Addr: b.addr, PoolSize: 4 * c}
 	cl := asynq.NewClient(opt)
@@ -194,7 +206,6 @@ func (b *bench) asynqLifecycle(n, c int) float64 {
 		}
 	})
 	enqueued := time.Since(start)
-	srv := asynq.NewServer(opt, asynq.Config{Concurrency: c, LogLevel: asynq.ErrorLevel})
 	mux := asynq.NewServeMux()
 	var handled atomic.Int64
 	all := make(chan struct{})
@@ -204,8 +215,13 @@ func (b *bench) asynqLifecycle(n, c int) float64 {
 		}
 		return nil
 	})
-	if err := srv.Start(mux); err != nil {
-		log.Fatal(err)
+	// servers servers, each with concurrency c, as a fleet of workers would run.
+	srvs := make([]*asynq.Server, servers)
+	for i := range srvs {
+		srvs[i] = asynq.NewServer(opt, asynq.Config{Concurrency: c, LogLevel: asynq.ErrorLevel})
+		if err := srvs[i].Start(mux); err != nil {
+			log.Fatal(err)
+		}
 	}
 	// Every handler has run; done is when asynq has recorded the last of them (its pending and
 	// active lists empty). Two LLENs a poll, so the measuring does not load Redis.
@@ -220,9 +236,15 @@ func (b *bench) asynqLifecycle(n, c int) float64 {
 	}
 	total := time.Since(start)
 	cpu := b.redisCPU() - cpu0
-	srv.Shutdown()
+	for _, srv := range srvs {
+		srv.Shutdown()
+	}
 	rate := float64(n) / total.Seconds()
-	b.row("asynq lifecycle", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("enqueue %v, all done %v; Redis CPU %v/job", enqueued.Round(time.Millisecond), total.Round(time.Millisecond), perJob(cpu, n)))
+	name := "asynq lifecycle"
+	if servers > 1 {
+		name = fmt.Sprintf("asynq lifecycle, %d servers", servers)
+	}
+	b.row(name, fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("enqueue %v, all done %v; Redis CPU %v/job", enqueued.Round(time.Millisecond), total.Round(time.Millisecond), perJob(cpu, n)))
 	return rate
 }
 
