@@ -19,6 +19,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,7 +45,20 @@ func main() {
 	redisArgs := flag.String("redis-args", "", "extra redis-server arguments, the same for both queues")
 	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison; "fleet": only the fleet cases`)
 	fleetSize := flag.String("fleet", "full", `the fleet cases' sizes: "full" (issue 16's) or "smoke"`)
+	stats := flag.Bool("commandstats", false, "with -only lifecycle: print each lifecycle server's command statistics")
+	protocol := flag.Int("protocol", 2, "the RESP version both queues' clients speak")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile here")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	dir, err := os.MkdirTemp("", "queuebench")
 	if err != nil {
@@ -57,9 +71,9 @@ func main() {
 		log.Fatal(err)
 	}
 	defer srv.Stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 4 * *c})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 4 * *c, Protocol: *protocol})
 	defer rdb.Close()
-	b := &bench{ctx: ctx, rdb: rdb, addr: srv.Addr, out: tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)}
+	b := &bench{ctx: ctx, rdb: rdb, addr: srv.Addr, protocol: *protocol, out: tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)}
 
 	fmt.Printf("redis-server %s, GOMAXPROCS %d, N=%d, C=%d\n\n", serverVersion(ctx, rdb), runtime.GOMAXPROCS(0), *n, *c)
 	fmt.Fprintln(b.out, "measure\tvalue\tnote")
@@ -72,9 +86,33 @@ func main() {
 		b.out.Flush()
 		return
 	}
-	theirs := b.asynqLifecycle(*n, *c, 1)
-	four := b.asynqLifecycle(*n, *c, 4)
-	ours := b.ourLifecycle(*n, *c)
+	// Each lifecycle runs on a fresh redis-server of its own (the same arguments): what one
+	// side leaves behind — asynq's servers keep a few things going after Shutdown, a flushed
+	// keyspace is still being freed — must not cost the next one.
+	fresh := func(run func(b *bench) float64) float64 {
+		sdir, err := os.MkdirTemp(dir, "lifecycle")
+		if err != nil {
+			log.Fatal(err)
+		}
+		s, err := redisproc.Start(ctx, redisproc.Options{Dir: sdir, Args: append([]string{"--maxmemory", "0"}, strings.Fields(*redisArgs)...)})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer s.Stop()
+		r := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 4 * *c, Protocol: *protocol})
+		defer r.Close()
+		own := *b
+		own.rdb, own.addr = r, s.Addr
+		rate := run(&own)
+		if *stats && *only == "lifecycle" {
+			info, _ := r.Info(ctx, "commandstats").Result()
+			fmt.Println(info)
+		}
+		return rate
+	}
+	theirs := fresh(func(b *bench) float64 { return b.asynqLifecycle(*n, *c, 1) })
+	four := fresh(func(b *bench) float64 { return b.asynqLifecycle(*n, *c, 4) })
+	ours := fresh(func(b *bench) float64 { return b.ourLifecycle(*n, *c) })
 	if *only == "lifecycle" {
 		b.out.Flush()
 		fmt.Printf("\nqueue lifecycle ratio hostedtrain/asynq: %.2f (asynq with four servers: %.2f)\n", ours/theirs, ours/four)
@@ -91,10 +129,11 @@ func main() {
 }
 
 type bench struct {
-	ctx  context.Context
-	rdb  *redis.Client
-	addr string
-	out  *tabwriter.Writer
+	protocol int
+	ctx      context.Context
+	rdb      *redis.Client
+	addr     string
+	out      *tabwriter.Writer
 }
 
 func serverVersion(ctx context.Context, rdb *redis.Client) string {
@@ -195,8 +234,10 @@ func parallel(n, c int, f func(worker, i int)) {
 // concurrency c process them; it returns tasks per second, done as asynq records it.
 func (b *bench) asynqLifecycle(n, c, servers int) float64 {
 	b.flush()
-	opt := asynq.RedisClientOpt{Addr: b.addr, PoolSize: 4 * c}
-	cl := asynq.NewClient(opt)
+	// asynq gets a client made as ours is (the same protocol and pool).
+	rdb := redis.NewClient(&redis.Options{Addr: b.addr, PoolSize: 4 * c, Protocol: b.protocol})
+	defer rdb.Close()
+	cl := asynq.NewClientFromRedisClient(rdb)
 	defer cl.Close()
 	cpu0 := b.redisCPU()
 	start := time.Now()
@@ -218,7 +259,7 @@ func (b *bench) asynqLifecycle(n, c, servers int) float64 {
 	// servers servers, each with concurrency c, as a fleet of workers would run.
 	srvs := make([]*asynq.Server, servers)
 	for i := range srvs {
-		srvs[i] = asynq.NewServer(opt, asynq.Config{Concurrency: c, LogLevel: asynq.ErrorLevel})
+		srvs[i] = asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: c, LogLevel: asynq.ErrorLevel})
 		if err := srvs[i].Start(mux); err != nil {
 			log.Fatal(err)
 		}
