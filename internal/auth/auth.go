@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -221,7 +222,25 @@ func (ks *KeySet) Issue(req TokenRequest, now time.Time) (string, error) {
 type Verifier struct {
 	keys *KeySet
 	now  func() time.Time
+
+	// verified remembers the tokens this process has verified, so that a caller's every
+	// request after its first costs a map lookup, not a parse of the token: an entry is the
+	// exact token string's principal, kept until the token expires (with the leeway) or for
+	// verifiedFor, whichever comes first. Revocation is checked apart, on every request.
+	mu       sync.Mutex
+	verified map[string]verifiedToken
 }
+
+type verifiedToken struct {
+	p     Principal
+	until time.Time
+}
+
+// verifiedFor bounds how long a verified token is remembered; maxVerified, how many.
+const (
+	verifiedFor = time.Minute
+	maxVerified = 8192
+)
 
 // NewVerifier returns a Verifier; now is the clock that expiry is judged by (nil: time.Now).
 func NewVerifier(keys *KeySet, now func() time.Time) *Verifier {
@@ -234,6 +253,31 @@ func NewVerifier(keys *KeySet, now func() time.Time) *Verifier {
 // Verify checks a raw token and returns the caller it names. Every failure wraps
 // ErrUnauthenticated.
 func (v *Verifier) Verify(raw string) (Principal, error) {
+	now := v.now()
+	v.mu.Lock()
+	hit, ok := v.verified[raw]
+	v.mu.Unlock()
+	if ok && now.Before(hit.until) {
+		return hit.p, nil
+	}
+	p, err := v.verify(raw)
+	if err != nil {
+		return p, err
+	}
+	until := now.Add(verifiedFor)
+	if !p.ExpiresAt.IsZero() && p.ExpiresAt.Add(Leeway).Before(until) {
+		until = p.ExpiresAt.Add(Leeway)
+	}
+	v.mu.Lock()
+	if len(v.verified) >= maxVerified || v.verified == nil {
+		v.verified = make(map[string]verifiedToken, 64) // start over: the callers of the last minute come back
+	}
+	v.verified[raw] = verifiedToken{p: p, until: until}
+	v.mu.Unlock()
+	return p, nil
+}
+
+func (v *Verifier) verify(raw string) (Principal, error) {
 	var c Claims
 	_, err := jwt.ParseWithClaims(raw, &c, v.keyFor,
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),

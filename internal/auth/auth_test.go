@@ -161,3 +161,32 @@ func TestIssueRefusesOrganizationsThatCollide(t *testing.T) {
 		}
 	}
 }
+
+// A verified token is remembered, but never past its expiry and the leeway: a caller's later
+// requests skip the parse, and an expired token is refused all the same. Another string — one
+// character changed — is verified on its own.
+func TestARememberedTokenStillExpires(t *testing.T) {
+	t.Parallel()
+	ks := mustKeys(t)
+	clock := now
+	v := NewVerifier(ks, func() time.Time { return clock })
+	tok, err := ks.Issue(TokenRequest{Org: "acme", Scopes: []string{ScopeJobsRead}, TTL: 10 * time.Second}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(tok); err != nil {
+		t.Fatal(err)
+	}
+	tampered := tok[:len(tok)-2] + map[bool]string{true: "A", false: "B"}[tok[len(tok)-2] != 'A'] + tok[len(tok)-1:]
+	if _, err := v.Verify(tampered); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("a tampered token after the real one was verified: %v", err)
+	}
+	clock = now.Add(10*time.Second + Leeway - time.Millisecond)
+	if _, err := v.Verify(tok); err != nil {
+		t.Errorf("within the leeway: %v", err)
+	}
+	clock = now.Add(10*time.Second + Leeway + time.Millisecond)
+	if _, err := v.Verify(tok); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("past its expiry and the leeway a remembered token was taken: %v", err)
+	}
+}

@@ -12,11 +12,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -41,7 +43,18 @@ func main() {
 	n := flag.Int("n", 10000, "submissions")
 	c := flag.Int("c", 64, "concurrent clients")
 	agents := flag.Int("agents", 200, "emulated agents claiming")
+	cpuProfile := flag.String("cpuprofile", "", "write the process's CPU profile (API, agents and load together) here")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*n, *c, *agents); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
