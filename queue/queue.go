@@ -725,10 +725,6 @@ func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, e
 // a waiting agent claims again at least every MaxClaimWait.
 func (c *Client) agentTTL() time.Duration { return 2*c.cfg.MaxClaimWait + 10*time.Second }
 
-// OutboxKey is the Redis stream of events for webhooks (job events of organizations with a
-// webhook endpoint), for the dispatcher to read.
-func (c *Client) OutboxKey() string { return c.keys.outbox() }
-
 // SetHooked records whether org has a webhook endpoint: only such organizations' events go to
 // the outbox that webhook delivery drains.
 func (c *Client) SetHooked(ctx context.Context, org string, hooked bool) error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
+	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 // Message is what a delivery's body holds: the Standard Webhooks payload shape.
@@ -190,67 +191,38 @@ func (s *Service) launch(ctx, sendCtx context.Context, t *tally) (int, int, erro
 	return events, len(ids), nil
 }
 
-// readOutbox fans out the outbox entries this consumer has not handled: ones another
-// dispatcher took and never acknowledged (it died), then new ones.
+// readOutbox fans out the outbox events this consumer has not handled: ones another
+// dispatcher read and never acknowledged (it died), then new ones. A delivery's id is a hash of
+// its message and endpoint, so an event fanned out twice (acknowledged late) makes nothing
+// twice.
 func (s *Service) readOutbox(ctx context.Context) (int, error) {
-	if err := s.ensureGroup(ctx); err != nil {
-		return 0, err
+	events, err := s.outbox.Read(ctx, s.cfg.Consumer, 200)
+	if err != nil {
+		return 0, fmt.Errorf("webhooks: %w", err)
 	}
-	var msgs []redis.XMessage
-	claimed, _, err := s.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-		Stream: s.k.outbox, Group: group, Consumer: s.cfg.Consumer, MinIdle: 2 * time.Minute, Start: "0", Count: 100,
-	}).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		if strings.Contains(err.Error(), "NOGROUP") {
-			s.groupReady.Store(false) // the stream was removed: make the group again next time
-		}
-		return 0, fmt.Errorf("webhooks: reclaim outbox entries: %w", err)
-	}
-	msgs = append(msgs, claimed...)
-	streams, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: group, Consumer: s.cfg.Consumer, Streams: []string{s.k.outbox, ">"}, Count: 200, Block: -1,
-	}).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, fmt.Errorf("webhooks: read the outbox: %w", err)
-	}
-	for _, st := range streams {
-		msgs = append(msgs, st.Messages...)
-	}
-	for _, m := range msgs {
-		if err := s.fanOut(ctx, m); err != nil {
+	entries := make([]string, 0, len(events))
+	for _, e := range events {
+		if _, err := s.makeDeliveries(ctx, eventOf(e), "", ""); err != nil {
 			return 0, err
 		}
+		entries = append(entries, e.Entry)
 	}
-	return len(msgs), nil
+	if err := s.outbox.Ack(ctx, entries...); err != nil {
+		return 0, fmt.Errorf("webhooks: %w", err)
+	}
+	return len(events), nil
 }
 
-func (s *Service) ensureGroup(ctx context.Context) error {
-	if s.groupReady.Load() {
-		return nil
-	}
-	// From the start of the stream: events written before the first dispatcher ran are
-	// delivered too.
-	err := s.rdb.XGroupCreateMkStream(ctx, s.k.outbox, group, "0").Err()
-	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("webhooks: create the outbox's consumer group: %w", err)
-	}
-	s.groupReady.Store(true)
-	return nil
+// eventOf is the event an outbox event is; its message id comes from the outbox entry, so it
+// is the same every time the entry is read.
+func eventOf(e queue.OutboxEvent) event {
+	return event{msg: "msg_" + e.Entry, org: e.Org, typ: e.Type, jobID: e.JobID, seq: e.Seq,
+		status: string(e.Status), detail: e.Detail, at: e.Time}
 }
 
-// fanOut makes the deliveries of one outbox entry.
-func (s *Service) fanOut(ctx context.Context, m redis.XMessage) error {
-	field := func(k string) string { v, _ := m.Values[k].(string); return v }
-	seq, _ := strconv.ParseInt(field("seq"), 10, 64)
-	ev := event{msg: "msg_" + m.ID, org: field("org"), typ: field("type"), jobID: field("job_id"), seq: seq,
-		status: field("status"), detail: field("detail"), at: fromMS(field("time"))}
-	_, err := s.makeDeliveries(ctx, m.ID, ev, "", "")
-	return err
-}
-
-func (s *Service) makeDeliveries(ctx context.Context, entry string, ev event, only, except string) ([]string, error) {
+func (s *Service) makeDeliveries(ctx context.Context, ev event, only, except string) ([]string, error) {
 	ids, err := fanoutScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()),
-		s.k.outbox, group, entry, ev.org, ev.typ, ev.jobID, ev.seq, ev.msg, ev.status, ev.detail, ms(ev.at), ev.data,
+		ev.org, ev.typ, ev.jobID, ev.seq, ev.msg, ev.status, ev.detail, ms(ev.at), ev.data,
 		only, except, s.cfg.KeepDeliveries).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: fan out %s: %w", ev.msg, err)
@@ -476,7 +448,7 @@ func (s *Service) notifyDisabled(ctx context.Context, org, ep, reason string) er
 		return err
 	}
 	ev := event{msg: "msg_" + randomHex(12), org: org, typ: webhook.EventEndpointDisabled, at: now, data: data}
-	_, err = s.makeDeliveries(context.WithoutCancel(ctx), "", ev, "", ep)
+	_, err = s.makeDeliveries(context.WithoutCancel(ctx), ev, "", ep)
 	return err
 }
 
@@ -613,7 +585,7 @@ func (s *Service) Test(ctx context.Context, org, ep string) (*webhook.Delivery, 
 		return nil, err
 	}
 	ev := event{msg: "msg_test_" + randomHex(10), org: org, typ: webhook.EventTest, at: now, data: data}
-	ids, err := s.makeDeliveries(ctx, "", ev, ep, "")
+	ids, err := s.makeDeliveries(ctx, ev, ep, "")
 	if err != nil {
 		return nil, err
 	}

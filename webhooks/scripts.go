@@ -75,23 +75,22 @@ end
 `
 
 // fanoutScript makes one delivery of a message for each endpoint of the organization that
-// takes it, and acknowledges the outbox entry it came from, in one step. A delivery's id is a
-// hash of the message and the endpoint, so reading the same entry twice (a dispatcher that
-// died before its acknowledgement) makes nothing twice. A delivery about a job waits behind
+// takes it. A delivery's id is a hash of the message and the endpoint, so fanning out the same
+// outbox event twice (a dispatcher that died before acknowledging it) makes nothing twice. A delivery about a job waits behind
 // the endpoint's earlier deliveries of that job. The event is stored once, in ev:{msg}, with
 // how many deliveries refer to it (refs) and how many of those are pending; the deliveries
-// refer to it by the message id. Each new delivery trims its endpoint's log to ARGV[17]
+// refer to it by the message id. Each new delivery trims its endpoint's log to ARGV[14]
 // entries, dropping the oldest finished deliveries.
-// ARGV[3] outbox key  ARGV[4] group  ARGV[5] outbox entry id or ""  ARGV[6] org  ARGV[7] type
-// ARGV[8] job id or ""  ARGV[9] sequence  ARGV[10] message id  ARGV[11] the job's status
-// ARGV[12] detail  ARGV[13] when the event happened (ms)  ARGV[14] the data of an event that
-// is not about a job (JSON) or ""  ARGV[15] only this endpoint (a test; it need not
-// subscribe, and is sent even if disabled) or ""  ARGV[16] not this endpoint or ""
-// ARGV[17] how many deliveries an endpoint's log keeps
+// ARGV[3] org  ARGV[4] type
+// ARGV[5] job id or ""  ARGV[6] sequence  ARGV[7] message id  ARGV[8] the job's status
+// ARGV[9] detail  ARGV[10] when the event happened (ms)  ARGV[11] the data of an event that
+// is not about a job (JSON) or ""  ARGV[12] only this endpoint (a test; it need not
+// subscribe, and is sent even if disabled) or ""  ARGV[13] not this endpoint or ""
+// ARGV[14] how many deliveries an endpoint's log keeps
 // Returns the ids of the deliveries made.
 var fanoutScript = redis.NewScript(prelude + `
-local org, typ, jobid, msg = ARGV[6], ARGV[7], ARGV[8], ARGV[10]
-local only, except, keepn = ARGV[15], ARGV[16], tonumber(ARGV[17])
+local org, typ, jobid, msg = ARGV[3], ARGV[4], ARGV[5], ARGV[7]
+local only, except, keepn = ARGV[12], ARGV[13], tonumber(ARGV[14])
 local function takes(csv)
   for e in string.gmatch(csv or '', '[^,]+') do
     if e == typ or e == '*' then
@@ -135,7 +134,7 @@ for _, ep in ipairs(eps) do
     local did = 'dlv_' .. string.sub(redis.sha1hex(msg .. '|' .. ep), 1, 24)
     local dk = P .. 'dl:' .. did
     if redis.call('EXISTS', dk) == 0 then
-      redis.call('HSET', dk, 'ep', ep, 'org', org, 'msg', msg, 'type', typ, 'job_id', jobid, 'seq', ARGV[9],
+      redis.call('HSET', dk, 'ep', ep, 'org', org, 'msg', msg, 'type', typ, 'job_id', jobid, 'seq', ARGV[6],
         'status', 'pending', 'attempts', 0, 'created_at', ARGV[2], 'next_at', ARGV[2])
       if only ~= '' then
         redis.call('HSET', dk, 'force', '1')
@@ -155,14 +154,11 @@ for _, ep in ipairs(eps) do
 end
 if #made > 0 then
   local ek = evkey(msg)
-  redis.call('HSET', ek, 'org', org, 'type', typ, 'job_id', jobid, 'seq', ARGV[9], 'status', ARGV[11],
-    'detail', ARGV[12], 'time', ARGV[13], 'data', ARGV[14])
+  redis.call('HSET', ek, 'org', org, 'type', typ, 'job_id', jobid, 'seq', ARGV[6], 'status', ARGV[8],
+    'detail', ARGV[9], 'time', ARGV[10], 'data', ARGV[11])
   redis.call('HINCRBY', ek, 'pending', #made)
   redis.call('HINCRBY', ek, 'refs', #made)
   redis.call('PERSIST', ek)
-end
-if ARGV[5] ~= '' then
-  redis.call('XACK', ARGV[3], ARGV[4], ARGV[5])
 end
 return made
 `)

@@ -30,7 +30,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +37,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
+	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 // Jobs is where the dispatcher reads the job an event is about.
@@ -45,10 +45,11 @@ type Jobs interface {
 	Get(ctx context.Context, id string) (*job.Job, error)
 }
 
-// Hooks is the queue's switch that sends an organization's events to the outbox.
+// Hooks is the queue's side of webhooks: the switch that sends an organization's events to
+// the outbox, and the outbox, read as a consumer group.
 type Hooks interface {
 	SetHooked(ctx context.Context, org string, hooked bool) error
-	OutboxKey() string
+	Outbox(group string) *queue.Outbox
 }
 
 // Config configures the service.
@@ -157,9 +158,9 @@ type Service struct {
 	k    keys
 	http *http.Client
 
-	groupReady atomic.Bool   // the outbox's consumer group is known to exist
-	slots      chan struct{} // one per delivery being sent; Concurrency of them
-	freed      chan struct{} // signalled when a delivery ends, for Run to take more
+	outbox *queue.Outbox
+	slots  chan struct{} // one per delivery being sent; Concurrency of them
+	freed  chan struct{} // signalled when a delivery ends, for Run to take more
 }
 
 // New returns the service.
@@ -167,13 +168,12 @@ func New(rdb redis.UniversalClient, cfg Config) (*Service, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	return &Service{rdb: rdb, cfg: cfg, k: keys{p: "{" + cfg.Prefix + "}:wh:", outbox: cfg.Hooks.OutboxKey()},
+	return &Service{rdb: rdb, cfg: cfg, k: keys{p: "{" + cfg.Prefix + "}:wh:"}, outbox: cfg.Hooks.Outbox(group),
 		http: cfg.Guard.Client(cfg.Timeout), slots: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1)}, nil
 }
 
 type keys struct {
-	p      string
-	outbox string
+	p string
 }
 
 // The keys, under "{tag}:wh:" (the scripts build the same names from the prefix):
