@@ -220,7 +220,7 @@ func (s *Server) failure(r *http.Request, err error) *Problem {
 	case r.Context().Err() != nil:
 		s.cfg.Logger.Info("request abandoned by the caller", "method", r.Method, "path", r.URL.Path, "err", err)
 		return unavailable()
-	case queue.Unavailable(err):
+	case errors.Is(err, queue.ErrUnavailable):
 		s.cfg.Logger.Warn("job store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 		return unavailable()
 	}

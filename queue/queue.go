@@ -138,9 +138,12 @@ type Client struct {
 	revoked revocations
 }
 
-// New returns a Client. Close it to stop its pub/sub subscription.
+// New returns a Client. Close it to stop its pub/sub subscription. It marks the errors of
+// rdb's calls that say Redis cannot serve now with ErrUnavailable (a hook, installed once per
+// client).
 func New(rdb redis.UniversalClient, cfg Config) *Client {
 	cfg = cfg.withDefaults()
+	markUnavailable(rdb)
 	k := newKeys(cfg.Prefix)
 	return &Client{
 		rdb: rdb, cfg: cfg, keys: k,

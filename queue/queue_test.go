@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -874,4 +875,34 @@ func privateClient(b bundle) redis.UniversalClient {
 		return redis.NewClusterClient(c.Options())
 	}
 	panic("queue test: unknown client")
+}
+
+// Errors of Redis calls that say it cannot serve now carry ErrUnavailable (what the API turns
+// into 503); a request Redis refused does not, and neither does any error that did not come
+// from Redis.
+func TestAnUnavailableStoreIsNamed(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on: taken and given back.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer rdb.Close()
+	q := New(rdb, Config{})
+	defer q.Close()
+	if _, err := q.Get(context.Background(), "x"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Redis out of reach: %v, want ErrUnavailable", err)
+	}
+	each(t, func(t *testing.T, b bundle) {
+		_, err := b.q.Cancel(b.ctx, "no-such-job")
+		if err == nil || errors.Is(err, ErrUnavailable) {
+			t.Errorf("a request Redis refused: %v", err)
+		}
+	})
+	if errors.Is(&net.OpError{Op: "dial", Err: errors.New("refused")}, ErrUnavailable) {
+		t.Error("a network error of something else reads as the job store's")
+	}
 }
