@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -14,10 +13,6 @@ type Reaper struct {
 	q        *Client
 	interval time.Duration
 	logger   *slog.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // reapBatch bounds the work of one script call, so a backlog never blocks Redis for long.
@@ -71,40 +66,18 @@ func (r *Reaper) archive(ctx context.Context) error {
 	}
 }
 
-// Start runs RunOnce every interval in the background until Stop.
-func (r *Reaper) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cancel != nil {
-		return nil
-	}
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
-	go func() {
-		defer close(r.done)
-		t := time.NewTicker(r.interval)
-		defer t.Stop()
-		for {
-			if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
-				r.logger.Error("reaper", "err", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+// Run runs RunOnce every interval until ctx ends (a lifecycle.Service).
+func (r *Reaper) Run(ctx context.Context) error {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			r.logger.Error("reaper", "err", err)
 		}
-	}()
-	return nil
-}
-
-// Stop ends the loop and waits for it; safe to call more than once.
-func (r *Reaper) Stop() {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
 	}
 }

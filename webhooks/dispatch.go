@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/lifecycle"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
@@ -87,6 +88,15 @@ func (t *tally) stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.st
+}
+
+// Dispatcher is the service's dispatch loop as a lifecycle.Service, looking for work every
+// interval when there was none.
+func (s *Service) Dispatcher(interval time.Duration) lifecycle.Service {
+	return lifecycle.Func(func(ctx context.Context) error {
+		s.Run(ctx, interval)
+		return nil
+	})
 }
 
 // Run dispatches until ctx ends: it takes more due deliveries whenever a sender is free, and

@@ -183,7 +183,7 @@ func (b bundle) dispatchUntil(t *testing.T, what string, cond func() bool) {
 	})
 }
 
-var lifecycle = []string{"job.queued", "job.started", "job.checkpoint", "job.checkpoint", "job.completed"}
+var jobLifecycle = []string{"job.queued", "job.started", "job.checkpoint", "job.checkpoint", "job.completed"}
 
 func TestEndpointsAreKeptPerOrganization(t *testing.T) {
 	t.Parallel()
@@ -268,7 +268,7 @@ func TestJobEventsAreDeliveredSignedAndInOrder(t *testing.T) {
 	for _, id := range ids {
 		evs := perJob[id]
 		for i, e := range evs {
-			if e.msg.Type != lifecycle[i] || e.data.Sequence <= 0 || (i > 0 && e.data.Sequence <= evs[i-1].data.Sequence) {
+			if e.msg.Type != jobLifecycle[i] || e.data.Sequence <= 0 || (i > 0 && e.data.Sequence <= evs[i-1].data.Sequence) {
 				t.Errorf("job %s event %d: %s seq %d", id, i, e.msg.Type, e.data.Sequence)
 			}
 			if e.data.Job == nil || e.data.Job.ID != id || e.data.Job.Config.Model != "m" {

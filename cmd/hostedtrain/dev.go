@@ -29,6 +29,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/httpserver"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/lifecycle"
 	"github.com/hostedtrain/hostedtrain/internal/redisproc"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
@@ -202,8 +203,8 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		logger.Info("stopped")
 	}()
 	// The rest stops in the reverse of the order it starts, within what is left.
-	stops := &stopper{logger: logger}
-	defer func() { stops.run(time.Now().Add(o.drainTimeout - redisStop)) }()
+	stops := &lifecycle.Group{Logger: logger}
+	defer func() { stops.Stop(time.Now().Add(o.drainTimeout - redisStop)) }()
 
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	store, err := blob.NewDir(filepath.Join(data, "objects"))
@@ -213,7 +214,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	qc := o.queue
 	qc.LeaseTTL, qc.HeartbeatInterval, qc.Store = o.leaseTTL, o.heartbeat, store
 	q := queue.New(rdb, qc)
-	stops.add("redis client", func(context.Context) { q.Close(); rdb.Close() })
+	stops.OnStop("redis client", func(context.Context) { q.Close(); rdb.Close() })
 
 	schedule, err := webhooks.ParseSchedule(o.webhookSchedule)
 	if err != nil {
@@ -243,27 +244,18 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	srv := httpserver.New(handler)
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(ln) }()
-	stops.add("API server", func(ctx context.Context) {
+	stops.OnStop("API server", func(ctx context.Context) {
 		if srv.Shutdown(ctx) != nil {
 			_ = srv.Close()
 		}
 	})
 
-	reaper := queue.NewReaper(q, time.Second, logger.With("part", "reaper"))
-	if err := reaper.Start(ctx); err != nil {
-		return err
-	}
-	stops.add("reaper", func(context.Context) { reaper.Stop() })
+	stops.Go(ctx, "reaper", queue.NewReaper(q, time.Second, logger.With("part", "reaper")))
+	stops.Go(ctx, "webhook dispatcher", hooks.Dispatcher(200*time.Millisecond))
 
-	hookCtx, stopHooks := context.WithCancel(ctx)
-	hooksDone := make(chan struct{})
-	go func() { defer close(hooksDone); hooks.Run(hookCtx, 200*time.Millisecond) }()
-	stops.add("webhook dispatcher", func(context.Context) { stopHooks(); <-hooksDone })
-
-	agentCtx, stopAgents := context.WithCancel(ctx)
-	var agents sync.WaitGroup
-	// Agents stop first (their pipelines with them), before the API and Redis go.
-	stops.add("agents", func(context.Context) { stopAgents(); agents.Wait() })
+	// Agents stop first (their pipelines with them), before the API and Redis go; they drain
+	// side by side.
+	var agents []lifecycle.Service
 	emulateFlags := []string{"--emulate.step-time", o.stepTime.String()}
 	if o.emulateCheck != "" {
 		emulateFlags = append(emulateFlags, "--emulate.check", o.emulateCheck)
@@ -292,12 +284,16 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		agents.Add(1)
-		go func() {
-			defer agents.Done()
-			_ = a.Run(agentCtx)
-		}()
+		agents = append(agents, a)
 	}
+	stops.Go(ctx, "agents", lifecycle.Func(func(ctx context.Context) error {
+		var wg sync.WaitGroup
+		for _, a := range agents {
+			wg.Go(func() { _ = a.Run(ctx) })
+		}
+		wg.Wait()
+		return nil
+	}))
 
 	admin, err := keys.Issue(auth.TokenRequest{Subject: "dev-admin", Org: "dev", Scopes: []string{auth.ScopeAdmin}, TTL: 30 * 24 * time.Hour}, time.Now())
 	if err != nil {
@@ -374,39 +370,6 @@ func lockData(data string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
-}
-
-// stopper stops the parts of the stack in the reverse of the order they were added, all
-// within one deadline: a part still stopping when the deadline comes is left behind (it ends
-// with the process; a pipeline is killed with it) and the next goes on, so that a part stuck
-// on a hung or dead Redis cannot hold up the exit.
-type stopper struct {
-	logger *slog.Logger
-	steps  []stopStep
-}
-
-type stopStep struct {
-	name string
-	stop func(ctx context.Context)
-}
-
-func (s *stopper) add(name string, stop func(ctx context.Context)) {
-	s.steps = append(s.steps, stopStep{name, stop})
-}
-
-func (s *stopper) run(deadline time.Time) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	for i := len(s.steps) - 1; i >= 0; i-- {
-		st := s.steps[i]
-		done := make(chan struct{})
-		go func() { defer close(done); st.stop(ctx) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			s.logger.Warn("did not stop within the drain timeout; leaving it", "part", st.name)
-		}
-	}
 }
 
 func writeFileAtomic(path string, b []byte) error {

@@ -108,12 +108,7 @@ func serveAPI(addr, redisAddr, storeDir string) error {
 	}
 	srv := httpserver.New(h)
 	go func() { _ = srv.Serve(ln) }()
-	reaper := queue.NewReaper(q, 500*time.Millisecond, logger)
-	if err := reaper.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	reaper.Stop()
+	_ = queue.NewReaper(q, 500*time.Millisecond, logger).Run(ctx) // until ctx ends
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
