@@ -45,6 +45,8 @@ func main() {
 	redisArgs := flag.String("redis-args", "", "extra redis-server arguments, the same for both queues")
 	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison; "fleet": only the fleet cases`)
 	fleetSize := flag.String("fleet", "full", `the fleet cases' sizes: "full" (issue 16's) or "smoke"`)
+	fleetSubmits := flag.Int("fleet-submits", 0, "submits timed at each number of waiting agents (0: the size's)")
+	fleetRunning := flag.String("fleet-running", "", "running jobs for the reaper case, comma-separated (\"\": the size's; \"none\": skip it)")
 	stats := flag.Bool("commandstats", false, "with -only lifecycle: print each lifecycle server's command statistics")
 	protocol := flag.Int("protocol", 2, "the RESP version both queues' clients speak")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile here")
@@ -80,6 +82,23 @@ func main() {
 	sizes := fleetFull
 	if *fleetSize == "smoke" {
 		sizes = fleetSmoke
+	}
+	if *fleetSubmits > 0 {
+		sizes.submits = *fleetSubmits
+	}
+	switch *fleetRunning {
+	case "":
+	case "none":
+		sizes.running = nil
+	default:
+		sizes.running = nil
+		for _, f := range strings.Split(*fleetRunning, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				log.Fatalf("-fleet-running: %v", err)
+			}
+			sizes.running = append(sizes.running, n)
+		}
 	}
 	if *only == "fleet" {
 		b.fleet(sizes)
