@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
 )
 
 // The queue's operations are one Redis Functions library (Redis 7): the prelude's helpers are
@@ -68,7 +70,7 @@ type lib struct {
 
 func buildLibrary(funcs map[string]string) lib {
 	var body strings.Builder
-	body.WriteString(luaKeys())
+	body.WriteString(rediskeys.Queue.Lua("PFX"))
 	body.WriteString(luaIndexCodes())
 	body.WriteString(luaClaimed())
 	body.WriteString(prelude)

@@ -1,10 +1,15 @@
 package webhooks
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
+)
 
 // The scripts change a delivery's state in one step. Each takes the "{tag}:wh:" prefix as
-// ARGV[1] and now (ms) as ARGV[2], builds its key names from the prefix (all under one hash
-// tag, so one cluster slot), and is routed by KEYS[1], the set of organizations with work due.
+// ARGV[1] and now (ms) as ARGV[2], builds its key names from the prefix with the builders
+// generated from internal/rediskeys (all under one hash tag, so one cluster slot), and is
+// routed by KEYS[1], the set of organizations with work due.
 // Each starts with prelude, the helpers they share.
 
 // prelude keeps the due deliveries per organization: due:{org} holds an organization's
@@ -13,12 +18,9 @@ import "github.com/redis/go-redis/v9"
 // goes round the organizations in dueorgs, so one organization's backlog never stands in
 // front of another's. busy:{org} holds the organization's deliveries being sent, by when
 // their lease runs out.
-const prelude = `
-local P, NOW = ARGV[1], tonumber(ARGV[2])
-local DUEORGS = P .. 'dueorgs'
-local function dueset(org) return P .. 'due:' .. org end
-local function busyset(org) return P .. 'busy:' .. org end
-local function evkey(msg) return P .. 'ev:' .. msg end
+var prelude = rediskeys.Webhooks.Lua("P") + `
+local NOW = tonumber(ARGV[2])
+setKeys(ARGV[1])
 
 -- refresh scores org in dueorgs by its earliest due delivery, or removes it.
 local function refresh(org)
@@ -54,13 +56,13 @@ end
 -- drop removes a delivery, its attempts, its place in the log and the due sets, and its
 -- reference to its event (the event goes with its last delivery). keep is as for settle.
 local function drop(did, keep)
-  local dk = P .. 'dl:' .. did
+  local dk = dlkey(did)
   local d = redis.call('HMGET', dk, 'ep', 'org', 'msg', 'status')
   if not d[1] then
     return
   end
-  redis.call('DEL', dk, P .. 'att:' .. did)
-  redis.call('ZREM', P .. 'log:' .. d[1], did)
+  redis.call('DEL', dk, attkey(did))
+  redis.call('ZREM', logkey(d[1]), did)
   not_due(d[2], did)
   local ek = evkey(d[3])
   if redis.call('EXISTS', ek) == 1 then
@@ -102,7 +104,7 @@ end
 -- trim drops the oldest finished deliveries of ep's log while it holds more than keepn, and
 -- forgets entries whose delivery has expired; it looks at a few, so each call is short.
 local function trim(ep)
-  local lk = P .. 'log:' .. ep
+  local lk = logkey(ep)
   local n = redis.call('ZCARD', lk)
   if n <= keepn then
     return
@@ -111,7 +113,7 @@ local function trim(ep)
     if n <= keepn then
       return
     end
-    local st = redis.call('HGET', P .. 'dl:' .. did, 'status')
+    local st = redis.call('HGET', dlkey(did), 'status')
     if not st then
       redis.call('ZREM', lk, did)
       n = n - 1
@@ -125,24 +127,24 @@ local eps
 if only ~= '' then
   eps = {only}
 else
-  eps = redis.call('SMEMBERS', P .. 'org:' .. org)
+  eps = redis.call('SMEMBERS', orgeps(org))
 end
 local made = {}
 for _, ep in ipairs(eps) do
-  local e = redis.call('HMGET', P .. 'ep:' .. ep, 'org', 'enabled', 'events')
+  local e = redis.call('HMGET', epkey(ep), 'org', 'enabled', 'events')
   if ep ~= except and e[1] == org and (only ~= '' or (e[2] == '1' and takes(e[3]))) then
     local did = 'dlv_' .. string.sub(redis.sha1hex(msg .. '|' .. ep), 1, 24)
-    local dk = P .. 'dl:' .. did
+    local dk = dlkey(did)
     if redis.call('EXISTS', dk) == 0 then
       redis.call('HSET', dk, 'ep', ep, 'org', org, 'msg', msg, 'type', typ, 'job_id', jobid, 'seq', ARGV[6],
         'status', 'pending', 'attempts', 0, 'created_at', ARGV[2], 'next_at', ARGV[2])
       if only ~= '' then
         redis.call('HSET', dk, 'force', '1')
       end
-      redis.call('ZADD', P .. 'log:' .. ep, NOW, did)
+      redis.call('ZADD', logkey(ep), NOW, did)
       trim(ep)
       if jobid ~= '' then
-        if redis.call('RPUSH', P .. 'order:' .. ep .. ':' .. jobid, did) == 1 then
+        if redis.call('RPUSH', orderkey(ep, jobid), did) == 1 then
           due_at(org, did, NOW)
         end
       else
@@ -171,13 +173,13 @@ return made
 // of earlier versions into their organizations' sets.
 // Returns the ids taken.
 var takeScript = redis.NewScript(prelude + `
-local legacy = redis.call('ZRANGE', P .. 'due', 0, 99, 'WITHSCORES')
+local legacy = redis.call('ZRANGE', LEGACY_DUE, 0, 99, 'WITHSCORES')
 for i = 1, #legacy, 2 do
-  local org = redis.call('HGET', P .. 'dl:' .. legacy[i], 'org')
+  local org = redis.call('HGET', dlkey(legacy[i]), 'org')
   if org then
     due_at(org, legacy[i], legacy[i + 1])
   end
-  redis.call('ZREM', P .. 'due', legacy[i])
+  redis.call('ZREM', LEGACY_DUE, legacy[i])
 end
 local want, cap, lease = tonumber(ARGV[4]), tonumber(ARGV[5]), NOW + tonumber(ARGV[3])
 local open = redis.call('ZRANGEBYSCORE', DUEORGS, '-inf', NOW, 'LIMIT', 0, want)
@@ -224,19 +226,19 @@ return taken
 // Returns {the delivery's status, the reason the endpoint was disabled now or ""}.
 var recordScript = redis.NewScript(prelude + `
 local did, outcome = ARGV[3], ARGV[4]
-local dk = P .. 'dl:' .. did
+local dk = dlkey(did)
 local d = redis.call('HMGET', dk, 'ep', 'job_id', 'org', 'msg', 'status')
 if not d[1] then
   return {'missing', ''}
 end
 local ep, jobid, org, msg, was = d[1], d[2], d[3], d[4], d[5]
-local ek = P .. 'ep:' .. ep
+local ek = epkey(ep)
 local disabled = ''
 if outcome ~= 'skipped' then
   redis.call('HINCRBY', dk, 'attempts', 1)
   redis.call('HSET', dk, 'last_at', ARGV[2], 'last_code', ARGV[5], 'last_latency_ms', ARGV[6], 'last_error', ARGV[7])
-  redis.call('LPUSH', P .. 'att:' .. did, ARGV[9])
-  redis.call('LTRIM', P .. 'att:' .. did, 0, 9)
+  redis.call('LPUSH', attkey(did), ARGV[9])
+  redis.call('LTRIM', attkey(did), 0, 9)
   if redis.call('EXISTS', ek) == 1 then
     if outcome == 'delivered' then
       redis.call('HDEL', ek, 'failing_since')
@@ -273,12 +275,12 @@ end
 redis.call('HSET', dk, 'status', status, 'next_at', '')
 not_due(org, did)
 redis.call('EXPIRE', dk, ARGV[12])
-redis.call('EXPIRE', P .. 'att:' .. did, ARGV[12])
+redis.call('EXPIRE', attkey(did), ARGV[12])
 if was == 'pending' then
   settle(msg, ARGV[12])
 end
 if jobid ~= '' then
-  local ok = P .. 'order:' .. ep .. ':' .. jobid
+  local ok = orderkey(ep, jobid)
   if redis.call('LINDEX', ok, 0) == did then
     redis.call('LPOP', ok)
     local nxt = redis.call('LINDEX', ok, 0)
@@ -296,7 +298,7 @@ return {status, disabled}
 // Returns 1, or 0 if the delivery is not the endpoint's, or -1 if its event is no longer kept.
 var redeliverScript = redis.NewScript(prelude + `
 local did = ARGV[3]
-local dk = P .. 'dl:' .. did
+local dk = dlkey(did)
 local d = redis.call('HMGET', dk, 'ep', 'org', 'msg', 'status', 'body')
 if d[1] ~= ARGV[4] then
   return 0
@@ -311,7 +313,7 @@ if d[4] ~= 'pending' and not d[5] then
 end
 redis.call('HSET', dk, 'status', 'pending', 'next_at', ARGV[2], 'force', '1')
 redis.call('PERSIST', dk)
-redis.call('PERSIST', P .. 'att:' .. did)
+redis.call('PERSIST', attkey(did))
 due_at(d[2], did, ARGV[2])
 return 1
 `)
@@ -323,11 +325,11 @@ return 1
 // Returns how many of the endpoint's deliveries are left.
 var purgeScript = redis.NewScript(prelude + `
 local ep = ARGV[3]
-local lk = P .. 'log:' .. ep
+local lk = logkey(ep)
 for _, did in ipairs(redis.call('ZRANGE', lk, 0, tonumber(ARGV[4]) - 1)) do
-  local jobid = redis.call('HGET', P .. 'dl:' .. did, 'job_id')
+  local jobid = redis.call('HGET', dlkey(did), 'job_id')
   if jobid and jobid ~= '' then
-    redis.call('DEL', P .. 'order:' .. ep .. ':' .. jobid)
+    redis.call('DEL', orderkey(ep, jobid))
   end
   drop(did, ARGV[5])
   redis.call('ZREM', lk, did)
@@ -340,7 +342,7 @@ return redis.call('ZCARD', lk)
 // ARGV[6...] the endpoint's fields, name then value
 // Returns 1, or 0 when the organization is at its limit (nothing is written).
 var createScript = redis.NewScript(prelude + `
-local ok = P .. 'org:' .. ARGV[3]
+local ok = orgeps(ARGV[3])
 if redis.call('SCARD', ok) >= tonumber(ARGV[4]) then
   return 0
 end
@@ -348,7 +350,7 @@ local fields = {}
 for i = 6, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
-redis.call('HSET', P .. 'ep:' .. ARGV[5], unpack(fields))
+redis.call('HSET', epkey(ARGV[5]), unpack(fields))
 redis.call('SADD', ok, ARGV[5])
 return 1
 `)
@@ -361,7 +363,7 @@ return 1
 // Returns {0, 0} when counted, or {1 (the endpoint's) or 2 (the organization's), ms until the
 // full window ends}.
 var testRateScript = redis.NewScript(prelude + `
-local ks = {P .. 'rate:test:ep:' .. ARGV[3], P .. 'rate:test:org:' .. ARGV[4]}
+local ks = {eprate(ARGV[3]), orgrate(ARGV[4])}
 local maxes = {tonumber(ARGV[5]), tonumber(ARGV[6])}
 local window = tonumber(ARGV[7])
 for i, k in ipairs(ks) do

@@ -36,6 +36,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
+	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
@@ -176,32 +177,19 @@ type keys struct {
 	p string
 }
 
-// The keys, under "{tag}:wh:" (the scripts build the same names from the prefix):
-//
-//	ep:{id}             hash: an endpoint (org, url, events, enabled, sealed secrets, ...)
-//	org:{org}           set: the organization's endpoint ids
-//	ev:{msg}            hash: an event, once for all its deliveries (type, job, sequence,
-//	                    status, detail, time, or the data of an event not about a job), with
-//	                    how many deliveries refer to it and how many of those are pending
-//	dl:{id}             hash: a delivery (endpoint, message id, type, job, sequence, status,
-//	                    the last attempt's code, latency and error, ...); never a body
-//	att:{id}            list: a delivery's last attempts, newest first
-//	log:{ep}            sorted set: an endpoint's deliveries by creation time
-//	dueorgs             sorted set: organizations with deliveries to attempt, by when
-//	due:{org}           sorted set: an organization's deliveries to attempt, by when
-//	busy:{org}          sorted set: an organization's deliveries being sent, by lease end
-//	order:{ep}:{job}    list: an endpoint's pending deliveries of one job, in sequence order;
-//	                    only the head is due, so a job's events arrive in order
-//	rate:test:ep:{id}   counter: an endpoint's test deliveries this window
-//	rate:test:org:{org} counter: an organization's test deliveries this window
-func (k keys) endpoint(id string) string { return k.p + "ep:" + id }
-func (k keys) org(org string) string     { return k.p + "org:" + org }
-func (k keys) event(msg string) string   { return k.p + "ev:" + msg }
-func (k keys) delivery(id string) string { return k.p + "dl:" + id }
-func (k keys) attempts(id string) string { return k.p + "att:" + id }
-func (k keys) log(ep string) string      { return k.p + "log:" + ep }
-func (k keys) dueOrgs() string           { return k.p + "dueorgs" }
-func (k keys) testRate(ep string) string { return k.p + "rate:test:ep:" + ep }
+// The keys, under "{tag}:wh:", are named in internal/rediskeys (rediskeys.Webhooks), with what
+// each holds; the scripts' key builders are generated from the same table.
+func (k keys) named(lua string, names ...string) string {
+	return rediskeys.Webhooks.NamedKey(k.p, lua, names...)
+}
+func (k keys) endpoint(id string) string { return k.named("epkey", id) }
+func (k keys) org(org string) string     { return k.named("orgeps", org) }
+func (k keys) event(msg string) string   { return k.named("evkey", msg) }
+func (k keys) delivery(id string) string { return k.named("dlkey", id) }
+func (k keys) attempts(id string) string { return k.named("attkey", id) }
+func (k keys) log(ep string) string      { return k.named("logkey", ep) }
+func (k keys) dueOrgs() string           { return rediskeys.Webhooks.FixedName(k.p, "DUEORGS") }
+func (k keys) testRate(ep string) string { return k.named("eprate", ep) }
 
 // group is the outbox's consumer group of webhook dispatchers.
 const group = "webhooks"

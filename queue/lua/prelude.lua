@@ -1,5 +1,5 @@
 -- prelude.lua opens the queue's Redis Functions library, after the key names generated from
--- queue/keys.go; every script file after it becomes one function, which finds its own
+-- internal/rediskeys; every script file after it becomes one function, which finds its own
 -- arguments as locals arg_<name> (generated from queue/args.go). The helpers here are built
 -- once, when the library is loaded, not per call.
 --

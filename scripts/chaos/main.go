@@ -38,6 +38,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/httpserver"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
 	"github.com/hostedtrain/hostedtrain/internal/redisproc"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/queue"
@@ -342,12 +343,12 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 		seen := map[string]map[string]bool{} // job -> tokens seen
 		for probeCtx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
-			leased, err := rdb.ZRange(probeCtx, "{"+prefix+"}:leases", 0, -1).Result()
+			leased, err := rdb.ZRange(probeCtx, rediskeys.Queue.FixedName("{"+prefix+"}:", "LEASES"), 0, -1).Result()
 			if err != nil {
 				continue
 			}
 			for _, id := range leased {
-				tok, err := rdb.HGet(probeCtx, "{"+prefix+"}:job:"+id, "lease_token").Result()
+				tok, err := rdb.HGet(probeCtx, rediskeys.Queue.NamedKey("{"+prefix+"}:", "jobkey", id), "lease_token").Result()
 				if err != nil || tok == "" {
 					continue
 				}
@@ -379,7 +380,7 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	terminal := func() int {
 		cmds, _ := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, id := range ids {
-				p.HGet(ctx, "{"+prefix+"}:job:"+id, "status")
+				p.HGet(ctx, rediskeys.Queue.NamedKey("{"+prefix+"}:", "jobkey", id), "status")
 			}
 			return nil
 		})

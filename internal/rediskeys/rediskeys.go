@@ -1,0 +1,154 @@
+// Package rediskeys is the one home of every Redis key the service uses: the queue's and the
+// webhooks'. Each key is named here once, with what it holds; Go builds names from these tables
+// and each Lua library's key names are generated from them (Lua), so Go and Lua cannot drift.
+//
+// Every key of one namespace shares its hash tag ("{ht}:" for the queue, "{ht}:wh:" for
+// webhooks), so on Redis Cluster one function may touch any of them.
+package rediskeys
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Fixed is a key of which there is one: an index. Lua is the Lua global that holds its full
+// name once a call has begun.
+type Fixed struct{ Lua, Name, What string }
+
+// Named is a key of one thing (a job, an organization, an endpoint…): the namespace's prefix,
+// then Pre, the names joined by Sep, then Post. Lua is the Lua function that builds it, with as
+// many arguments as Args.
+type Named struct {
+	Lua, Pre, Post, What string
+	Args                 int    // how many names it takes (default 1)
+	Sep                  string // between the names (default ":")
+}
+
+// Set is a namespace's keys.
+type Set struct {
+	Fixed []Fixed
+	Named []Named
+}
+
+// Fixed returns the full name of the fixed key lua under prefix.
+func (s Set) FixedName(prefix, lua string) string {
+	for _, f := range s.Fixed {
+		if f.Lua == lua {
+			return prefix + f.Name
+		}
+	}
+	panic("rediskeys: no fixed key " + lua)
+}
+
+// NamedKey returns the full name of the key kind lua of names under prefix.
+func (s Set) NamedKey(prefix, lua string, names ...string) string {
+	for _, n := range s.Named {
+		if n.Lua == lua {
+			if len(names) != max(n.Args, 1) {
+				panic(fmt.Sprintf("rediskeys: %s takes %d names", lua, max(n.Args, 1)))
+			}
+			return prefix + n.Pre + strings.Join(names, n.sep()) + n.Post
+		}
+	}
+	panic("rediskeys: no key kind " + lua)
+}
+
+func (n Named) sep() string {
+	if n.Sep == "" {
+		return ":"
+	}
+	return n.Sep
+}
+
+// Lua is the Lua that names the keys, for a library whose prefix is in the Lua variable pfx
+// (an upvalue set per call): globals for the fixed keys, set by setKeys(prefix), and a
+// builder function for each named kind.
+func (s Set) Lua(pfx string) string {
+	var b strings.Builder
+	names := []string{pfx}
+	for _, f := range s.Fixed {
+		names = append(names, f.Lua)
+	}
+	b.WriteString("-- Generated from internal/rediskeys: the key names.\n")
+	fmt.Fprintf(&b, "local %s\n", strings.Join(names, ", "))
+	fmt.Fprintf(&b, "local function setKeys(p)\n  %s = p\n", pfx)
+	for _, f := range s.Fixed {
+		fmt.Fprintf(&b, "  %s = p .. '%s' -- %s\n", f.Lua, f.Name, f.What)
+	}
+	b.WriteString("end\n")
+	for _, n := range s.Named {
+		args := make([]string, max(n.Args, 1))
+		for i := range args {
+			args[i] = fmt.Sprintf("n%d", i+1)
+		}
+		body := strings.Join(args, " .. '"+n.sep()+"' .. ")
+		post := ""
+		if n.Post != "" {
+			post = " .. '" + n.Post + "'"
+		}
+		fmt.Fprintf(&b, "-- %s\nlocal function %s(%s) return %s .. '%s' .. %s%s end\n",
+			n.What, n.Lua, strings.Join(args, ", "), pfx, n.Pre, body, post)
+	}
+	return b.String()
+}
+
+// Queue is the queue's namespace, under "{prefix}:".
+var Queue = Set{
+	Fixed: []Fixed{
+		{"OUTBOX", "outbox", "the webhook outbox: a stream of the events of organizations with an endpoint"},
+		{"LEASES", "leases", "live jobs by when their lease must be looked at (see heartbeat.lua)"},
+		{"DELAYED", "delayed", "queued jobs waiting out a retry backoff, by ready time"},
+		{"STOPPING", "stopping", "live jobs told to stop, by the end of their grace"},
+		{"DEADLINES", "deadlines", "running jobs by the end of their time limit"},
+		{"AGENTS", "agents", "agent -> the GPUs it last said it had free while waiting"},
+		{"AGENTS_SEEN", "agents:seen", "agents by when they last waited for work (the reaper trims old ones)"},
+		{"META", "meta", "the usage reference time (tref)"},
+		{"ENDED", "ended", "jobs in a terminal state by when they ended: the archiver's input"},
+		{"ORGS", "orgs", "every organization"},
+		{"CLASSES", "classes", "every GPU class a job was ever queued in"},
+		{"READY", "ready", "GPU class -> how many jobs are ready (queued, not backing off) in it"},
+		{"WAITING", "waiting", "waiting claims by when they stop waiting (the reaper trims lapsed ones)"},
+		{"WAIT_ANY", "waiters:-", "waiting claims that take a job needing no GPU"},
+		{"REVOKED", "revocations", "revoked token ids by when their revocation ends"},
+		{"REVOKED_LOG", "revocations:log", "\"<jti> <end ms>\" by when it was revoked, for ten minutes (see revoke.go)"},
+	},
+	Named: []Named{
+		{Lua: "jobkey", Pre: "job:", What: "a job's hash of small fields"},
+		{Lua: "cfgkey", Pre: "cfg:", What: "a job's normalized config (JSON)"},
+		{Lua: "seckey", Pre: "sec:", What: "a job's sealed secrets"},
+		{Lua: "progkey", Pre: "prog:", What: "a job's newest progress report (JSON)"},
+		{Lua: "evkey", Pre: "ev:", What: "a job's events, a list: an event's position is its sequence number"},
+		{Lua: "orgkey", Pre: "org:", What: "an organization's hash: counters, usage, weight, limits, ready classes"},
+		{Lua: "orgjobs", Pre: "org:", Post: ":jobs", What: "an organization's job ids (a lex-ordered set: UUIDv7 ids sort by creation)"},
+		{Lua: "orgindex", Pre: "org:", Post: ":by", What: "an organization's job ids scored by kind, status and creation time (List's filters)"},
+		{Lua: "classq", Pre: "q:", Args: 2, What: "an organization's queue of ready jobs in a GPU class, by rank"},
+		{Lua: "fairkey", Pre: "fair:", What: "the organizations with ready jobs in a GPU class and room to run one, by usage / weight"},
+		{Lua: "waitkey", Pre: "waiters:", What: "waiting claims by how many GPUs of a model they have free"},
+		{Lua: "agentfree", Pre: "agents:free:", What: "agents by how many GPUs of a model they had free when they last waited"},
+		{Lua: "claimkey", Pre: "claim:", What: "a claim an agent names: \"<job> <token> <agent>\" once made, \"-\" once abandoned"},
+		{Lua: "revokedkey", Pre: "revoked:", What: "a revoked token's id (jti), until the token expires"},
+		{Lua: "idemkey", Pre: "idem:", What: "an idempotency key (counted org name, then the key): \"<fingerprint> <job>\""},
+		{Lua: "wakechan", Pre: "wake:", What: "the pub/sub channel of one API process's waiting claims"},
+	},
+}
+
+// Webhooks is the webhook service's namespace, under "{prefix}:wh:".
+var Webhooks = Set{
+	Fixed: []Fixed{
+		{"DUEORGS", "dueorgs", "organizations with deliveries to attempt, by when"},
+		{"LEGACY_DUE", "due", "deliveries to attempt by when, as versions before per-organization queues kept them"},
+	},
+	Named: []Named{
+		{Lua: "epkey", Pre: "ep:", What: "an endpoint's hash (org, url, events, enabled, sealed secrets, ...)"},
+		{Lua: "orgeps", Pre: "org:", What: "an organization's endpoint ids"},
+		{Lua: "evkey", Pre: "ev:", What: "an event, once for all its deliveries, with how many refer to it and how many are pending"},
+		{Lua: "dlkey", Pre: "dl:", What: "a delivery's hash (endpoint, message, type, job, sequence, status, last attempt); never a body"},
+		{Lua: "attkey", Pre: "att:", What: "a delivery's last attempts, newest first"},
+		{Lua: "logkey", Pre: "log:", What: "an endpoint's deliveries by creation time"},
+		{Lua: "dueset", Pre: "due:", What: "an organization's deliveries to attempt, by when"},
+		{Lua: "busyset", Pre: "busy:", What: "an organization's deliveries being sent, by lease end"},
+		{Lua: "orderkey", Pre: "order:", Args: 2, What: "an endpoint's pending deliveries of one job, in sequence order (only the head is due)"},
+		{Lua: "eprate", Pre: "rate:test:ep:", What: "an endpoint's test deliveries this window"},
+		{Lua: "orgrate", Pre: "rate:test:org:", What: "an organization's test deliveries this window"},
+	},
+}
