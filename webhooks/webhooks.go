@@ -35,8 +35,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
-	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
+	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
