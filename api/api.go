@@ -11,8 +11,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
@@ -212,7 +215,8 @@ func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error
 }
 
 // failure logs err and says how to answer it: Redis out of reach (or failing over, or full)
-// is 503 with Retry-After, since the request changed nothing and may be sent again; a caller
+// is 503 with Retry-After, since the request changed nothing and may be sent again, and so is
+// object storage out of reach, under its own name; a caller
 // that went away mid-request (an agent that stopped heartbeating a finished job, say) is not
 // our failure and reads no answer; anything else is 500.
 func (s *Server) failure(r *http.Request, err error) *Problem {
@@ -223,7 +227,22 @@ func (s *Server) failure(r *http.Request, err error) *Problem {
 	case errors.Is(err, queue.ErrUnavailable):
 		s.cfg.Logger.Warn("job store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 		return unavailable()
+	case outOfReach(err):
+		// Not Redis (that is marked above): object storage, the other service a request reads.
+		s.cfg.Logger.Warn("object storage unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		p := newProblem(http.StatusServiceUnavailable, "storage-unavailable",
+			"object storage is unavailable for a moment; nothing was changed; try again after Retry-After seconds")
+		p.retryAfter = RetryAfterSeconds
+		return p
 	}
 	s.cfg.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	return newProblem(http.StatusInternalServerError, "internal", "an internal error occurred; it has been logged")
+}
+
+// outOfReach reports whether err is a network failure: a connection refused, reset or timed
+// out, a name that did not resolve.
+func outOfReach(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.ErrUnexpectedEOF)
 }
