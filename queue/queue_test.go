@@ -906,3 +906,36 @@ func TestAnUnavailableStoreIsNamed(t *testing.T) {
 		t.Error("a network error of something else reads as the job store's")
 	}
 }
+
+// A store written before the fair order was kept per GPU class: its queued jobs are claimable
+// after the first reaper pass, which files their organizations in the per-class orders.
+func TestQueuedJobsOfTheOneFairOrderAreClaimedAfterAnUpgrade(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		j := b.submitSpec(t, "acme", jobSpec("old", 8))
+		// What the old layout left: one order of orgs, no per-class ones, no per-class counts.
+		class := "H100:8"
+		score, err := b.rdb.ZScore(b.ctx, b.q.keys.of("fairkey", class), "acme").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.rdb.ZAdd(b.ctx, b.q.keys.prefix+"fair", redis.Z{Score: score, Member: "acme"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{b.q.keys.of("fairkey", class), b.q.keys.fixed("CLASSES"), b.q.keys.fixed("READY")} {
+			if err := b.rdb.Del(b.ctx, k).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if cl := b.claimFor(t, "a", h100x8); cl != nil {
+			t.Fatalf("claimed %s before the upgrade's pass", cl.Job.ID)
+		}
+		b.reap(t)
+		if cl := b.claimFor(t, "a", h100x8); cl == nil || cl.Job.ID != j.ID {
+			t.Fatalf("after the reaper's pass: %v", cl)
+		}
+		if n, _ := b.rdb.Exists(b.ctx, b.q.keys.prefix+"fair").Result(); n != 0 {
+			t.Error("the old order is still there")
+		}
+	})
+}

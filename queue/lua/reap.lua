@@ -113,6 +113,22 @@ for _, agent in ipairs(due(AGENTS_SEEN, '(' .. int(NOW - tonumber(arg_agent_ttl)
   forget_agent(agent)
 end
 
+-- A store written before the fair order was kept per GPU class (issue 16) has one order of
+-- every org with ready jobs, PFX .. 'fair': its orgs are filed in the per-class orders (and the
+-- per-class counts made) once, here, and the old order goes.
+local old_fair = PFX .. 'fair'
+if redis.call('EXISTS', old_fair) == 1 then
+  for _, org in ipairs(redis.call('ZRANGE', old_fair, 0, -1)) do
+    local o = redis.call('HMGET', orgkey(org), 'classes', 'usage', 'weight', 'running', 'max_running')
+    for _, class in ipairs(split_classes(o[1])) do
+      redis.call('SADD', CLASSES, class)
+      redis.call('HINCRBY', READY, class, redis.call('ZCARD', classq(org, class)))
+    end
+    refile(org, o[1], has_room(o[4], o[5]), score(o[2], o[3]))
+  end
+  redis.call('DEL', old_fair)
+end
+
 local tref = tonumber(redis.call('HGET', META, 'tref'))
 if tref and (NOW - tref) / TAU > 10 then
   local f = math.exp(-(NOW - tref) / TAU)
