@@ -939,3 +939,46 @@ func TestQueuedJobsOfTheOneFairOrderAreClaimedAfterAnUpgrade(t *testing.T) {
 		}
 	})
 }
+
+// Jobs stored before List's index existed are filed in it by the reaper, a batch a pass, so
+// filters find them after an upgrade.
+func TestJobsOfBeforeTheIndexAreFiledInIt(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		var ids []string
+		for i := range 250 {
+			org := []string{"acme", "globex", "initech"}[i%3]
+			ids = append(ids, b.submitSpec(t, org, jobSpec(fmt.Sprint(i), 0)).ID)
+		}
+		// What the old layout left: no index, and no mark that it was made.
+		for _, org := range []string{"acme", "globex", "initech"} {
+			if err := b.rdb.Del(b.ctx, b.q.keys.orgIndex(org)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.rdb.HDel(b.ctx, b.q.keys.meta(), "indexed").Err(); err != nil {
+			t.Fatal(err)
+		}
+		queued := func(org string) int {
+			jobs, _, err := b.q.List(b.ctx, org, job.ListFilter{Statuses: []job.Status{job.Queued}}, "", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(jobs)
+		}
+		if n := queued("acme"); n != 0 {
+			t.Fatalf("%d queued jobs listed before the filing", n)
+		}
+		if _, err := NewReaper(b.q, time.Second, nil).RunOnce(b.ctx); err != nil { // batches until done
+			t.Fatal(err)
+		}
+		for org, want := range map[string]int{"acme": 84, "globex": 83, "initech": 83} {
+			if n := queued(org); n != want {
+				t.Errorf("%s: %d queued jobs listed after the filing, want %d", org, n, want)
+			}
+		}
+		if v, _ := b.rdb.HGet(b.ctx, b.q.keys.meta(), "indexed").Result(); v != "1" {
+			t.Errorf("indexed = %q after the filing", v)
+		}
+	}, func(c *Config) { c.MaxQueued = 1000 })
+}

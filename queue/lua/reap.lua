@@ -129,6 +129,54 @@ if redis.call('EXISTS', old_fair) == 1 then
   redis.call('DEL', old_fair)
 end
 
+-- Jobs stored before List's index existed (issue 16) are filed in it, a batch a pass. META's
+-- `indexed` is "1" once every organization's jobs are; until then `ix_cursor` (SSCAN over
+-- the orgs: "done" after the last step), `ix_orgs` (the orgs of the step, space-separated, the
+-- first being filed) and `ix_after` (the last id filed of it) say where the filing left off.
+local ix = redis.call('HMGET', META, 'indexed', 'ix_cursor', 'ix_orgs', 'ix_after')
+if ix[1] ~= '1' then
+  local cursor, orgs, after = ix[2] or '0', ix[3] or '', ix[4] or ''
+  local left = batch
+  while left > 0 and not (orgs == '' and cursor == 'done') do
+    if orgs == '' then
+      local r = redis.call('SSCAN', ORGS, cursor, 'COUNT', 10)
+      cursor = r[1]
+      if cursor == '0' then
+        cursor = 'done'
+      end
+      orgs = table.concat(r[2], ' ')
+      left = left - 1
+    else
+      local here, rest = string.match(orgs, '^(%S+)%s*(.*)$')
+      local start = '-'
+      if after ~= '' then
+        start = '(' .. after
+      end
+      local ids = redis.call('ZRANGE', orgjobs(here), start, '+', 'BYLEX', 'LIMIT', 0, left)
+      for _, id in ipairs(ids) do
+        local j = redis.call('HMGET', jobkey(id), 'kind', 'status')
+        if j[2] then
+          index_job(id, here, j[1], j[2])
+        end
+      end
+      left = left - #ids
+      if #ids > 0 then
+        after = ids[#ids]
+      end
+      if left > 0 then
+        orgs, after = rest, '' -- every job of this org is filed
+      end
+    end
+  end
+  if orgs == '' and cursor == 'done' then
+    redis.call('HSET', META, 'indexed', '1')
+    redis.call('HDEL', META, 'ix_cursor', 'ix_orgs', 'ix_after')
+  else
+    redis.call('HSET', META, 'ix_cursor', cursor, 'ix_orgs', orgs, 'ix_after', after)
+    more = 1
+  end
+end
+
 local tref = tonumber(redis.call('HGET', META, 'tref'))
 if tref and (NOW - tref) / TAU > 10 then
   local f = math.exp(-(NOW - tref) / TAU)
