@@ -500,7 +500,9 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 		recheck := time.NewTimer(again)
 		select {
 		case <-woken:
-			filed = false // a wake-up takes the waiter out of Redis
+			// A wake-up for this waiter took it out of Redis, but one passed on to every
+			// waiter here did not, and the look may file it again: it is taken back on the way
+			// out in any case (unwait is harmless twice).
 		case <-recheck.C: // a wake-up lost while pub/sub reconnected, or a backoff that ended
 		case <-deadline.C:
 			recheck.Stop()

@@ -980,3 +980,82 @@ func TestJobsOfBeforeTheIndexAreFiledInIt(t *testing.T) {
 		}
 	}, func(c *Config) { c.MaxQueued = 1000 })
 }
+
+// The running limit that holds is the one in force when a job ends, whatever it was when the
+// organization was last filed in the fair orders: a lowered limit is kept to, and a raised
+// one (the organization's own, or the service's default in the calling process) lets its
+// queued jobs run.
+func TestTheRunningLimitInForceIsFollowed(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		if err := b.q.SetOrg(b.ctx, "acme", job.OrgSettings{MaxRunning: 10}); err != nil {
+			t.Fatal(err)
+		}
+		var running []*job.Claim
+		for i := range 8 {
+			b.submitSpec(t, "acme", jobSpec(fmt.Sprint(i), 1))
+		}
+		for range 5 {
+			running = append(running, b.claimFor(t, "a", h100x8))
+		}
+		if err := b.q.SetOrg(b.ctx, "acme", job.OrgSettings{MaxRunning: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.q.Complete(b.ctx, running[0].Job.ID, job.Outcome{Token: running[0].Lease.Token}); err != nil {
+			t.Fatal(err)
+		}
+		if cl := b.claimFor(t, "a", h100x8); cl != nil {
+			t.Fatalf("claimed %s with 4 running and a limit of 2", cl.Job.ID)
+		}
+	})
+	each(t, func(t *testing.T, b bundle) {
+		b.submitSpec(t, "acme", jobSpec("first", 1))
+		b.submitSpec(t, "acme", jobSpec("second", 1))
+		held := b.claimFor(t, "a", h100x8)
+		if cl := b.claimFor(t, "a", h100x8); cl != nil {
+			t.Fatalf("claimed %s at the default limit of 1", cl.Job.ID)
+		}
+		// A process with a higher default (a deploy that raised it) ends the running job.
+		cfg := b.cfg
+		cfg.MaxRunning = 5
+		raised := New(b.rdb, cfg)
+		defer raised.Close()
+		if _, err := raised.Complete(b.ctx, held.Job.ID, job.Outcome{Token: held.Lease.Token}); err != nil {
+			t.Fatal(err)
+		}
+		if cl, err := raised.Claim(b.ctx, job.ClaimRequest{AgentID: "a", GPUs: h100x8}); err != nil || cl == nil {
+			t.Fatalf("with the default raised and nothing running: %v %v", cl, err)
+		}
+	}, func(c *Config) { c.MaxRunning = 1 })
+}
+
+// A writer whose clock runs ahead does not hide later revocations from writers whose clocks
+// are right.
+func TestARevocationFromASkewedClockHidesNoOther(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		ahead := b.cfg
+		ahead.Now = func() time.Time { return b.clock.Now().Add(40 * time.Second) }
+		fast := New(b.rdb, ahead)
+		defer fast.Close()
+		reader := New(b.rdb, b.cfg)
+		defer reader.Close()
+		if _, err := reader.TokenRevoked(b.ctx, "t0"); err != nil { // the reader's first, full load
+			t.Fatal(err)
+		}
+		if err := fast.RevokeToken(b.ctx, "t1", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(b.cfg.RevocationStaleness)
+		if revoked, _ := reader.TokenRevoked(b.ctx, "t1"); !revoked {
+			t.Fatal("the skewed writer's revocation was not seen")
+		}
+		if err := b.q.RevokeToken(b.ctx, "t2", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(b.cfg.RevocationStaleness)
+		if revoked, _ := reader.TokenRevoked(b.ctx, "t2"); !revoked {
+			t.Error("a revocation made after a skewed writer's was never seen")
+		}
+	})
+}

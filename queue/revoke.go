@@ -36,7 +36,7 @@ type revocations struct {
 	mu     sync.Mutex
 	known  map[string]time.Time // jti -> until when it is refused
 	synced time.Time            // when the copy was last refreshed (the client's clock)
-	since  int64                // the log's time (ms) up to which the copy has read
+	since  int64                // when (this reader's clock, ms) the copy last read the log
 }
 
 // RevokeToken refuses the token with id jti from now until until (its expiry) and the
@@ -127,9 +127,10 @@ func (c *Client) refreshRevocations(ctx context.Context, now time.Time) error {
 		if n, err := strconv.ParseInt(end, 10, 64); ok && err == nil {
 			r.known[jti] = time.UnixMilli(n)
 		}
-		r.since = max(r.since, int64(z.Score))
 	}
-	r.since = max(r.since, ms(now)-revocationSkew.Milliseconds())
+	// On from this reader's own clock, never from the writers': one whose clock runs ahead
+	// would move it past what writers with right clocks revoke next.
+	r.since = ms(now)
 	r.synced = now
 	return nil
 }

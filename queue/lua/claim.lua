@@ -35,10 +35,14 @@ end
 
 -- The organization first in fair order across the classes that fit (ties: by name).
 local fitting, fit = {}, {}
-local org, org_score
 for _, class in ipairs(redis.call('SMEMBERS', CLASSES)) do
   if fits(class) then
     fitting[#fitting + 1], fit[class] = class, true
+  end
+end
+local function first_org()
+  local org, org_score
+  for _, class in ipairs(fitting) do
     local head = redis.call('ZRANGE', fairkey(class), '0', '0', 'WITHSCORES')
     if head[1] then
       local sc = tonumber(head[2])
@@ -47,11 +51,28 @@ for _, class in ipairs(redis.call('SMEMBERS', CLASSES)) do
       end
     end
   end
+  return org
+end
+
+-- The fair orders hold only orgs with room, but the limit that decides it may have changed
+-- since an org was filed (the service's default is this call's): an org found without room
+-- is taken out and the next one looked at, a few times at most.
+local org, o
+for _ = 1, 4 do
+  org = first_org()
+  if not org then
+    break
+  end
+  o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'queued', 'running_gpus', 'usage', 'weight',
+    'classes', 'hooked', 'hold_anchor')
+  if has_room(o[1], o[2]) then
+    break
+  end
+  refile(org, o[7], false)
+  org = nil
 end
 
 if org then
-  local o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'queued', 'running_gpus', 'usage', 'weight',
-    'classes', 'hooked', 'hold_anchor')
   local running = tonumber(o[1]) or 0
   local best, best_rank, best_class, best_last
   local mine = {}

@@ -389,8 +389,7 @@ local USAGE_EPOCH = 1735689600000
 -- release ends a live job's hold on a lease and its GPUs: the org's counters, the unused part
 -- of its prepaid usage and the GPU time the hold used (job and org `gpu_ms`, the raw
 -- GPU-milliseconds behind GET /v1/usage), the lease and, if the job has them, its stop and
--- time-limit entries. An org that had no room to run and has now is filed back in the fair
--- orders, and waiting claims woken for its ready jobs. j holds the job's fields as its caller
+-- time-limit entries. The org is filed in the fair orders as its room now is (see below). j holds the job's fields as its caller
 -- read them: org, gpus, charged_until, stop_requested, time_limit_ms, held_since, gpu_ms, and
 -- freed_at where the agent said when it gave the GPUs back (the hold's GPU time ends there,
 -- between the hold's start and now). extra are more job fields to set.
@@ -425,12 +424,13 @@ local function release(id, j, extra)
     org_fields[#org_fields + 1] = int((tonumber(o[6]) or 0) - gpus * (held_since - USAGE_EPOCH))
   end
   redis.call('HSET', orgkey(j.org), unpack(org_fields))
-  if not has_room(running + 1, o[9]) then
-    -- It was at its limit: back in the fair orders, and claims woken for its ready jobs.
-    refile(j.org, o[8], true, score(usage, o[4]))
+  -- In the fair orders or out of them as its room is now, whatever it was before: a limit
+  -- lowered or raised since (its own, or the service's default) is followed here. With room,
+  -- a claim is woken for its ready jobs: one that ran may have been what kept them waiting.
+  local room = has_room(running, o[9])
+  refile(j.org, o[8], room, score(usage, o[4]))
+  if room then
     wake_org(j.org, o[8], 1)
-  elseif refund then
-    rescore(j.org, o[8], score(usage, o[4]))
   end
   -- The lease and stop fields are emptied in the same write (an empty token matches none).
   for i = 1, #(extra or {}) do
