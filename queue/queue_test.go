@@ -1059,3 +1059,22 @@ func TestARevocationFromASkewedClockHidesNoOther(t *testing.T) {
 		}
 	})
 }
+
+// A fair order that names an organization with nothing ready (a drift the functions do not
+// make, but must survive) is mended by the claim that meets it, which goes on to the next.
+func TestAClaimMendsAFairOrderAndGoesOn(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		j := b.submitSpec(t, "globex", jobSpec("real", 8))
+		// acme, with nothing queued, first in the order of H100:8.
+		if err := b.rdb.ZAdd(b.ctx, b.q.keys.of("fairkey", "H100:8"), redis.Z{Score: -1, Member: "acme"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if cl := b.claimFor(t, "a", h100x8); cl == nil || cl.Job.ID != j.ID {
+			t.Fatalf("claimed %v, want globex's job", cl)
+		}
+		if _, err := b.rdb.ZScore(b.ctx, b.q.keys.of("fairkey", "H100:8"), "acme").Result(); !errors.Is(err, redis.Nil) {
+			t.Errorf("acme is still in the order: %v", err)
+		}
+	})
+}

@@ -54,29 +54,12 @@ local function first_org()
   return org
 end
 
--- The fair orders hold only orgs with room, but the limit that decides it may have changed
--- since an org was filed (the service's default is this call's): an org found without room
--- is taken out and the next one looked at, a few times at most.
-local org, o
-for _ = 1, 4 do
-  org = first_org()
-  if not org then
-    break
-  end
-  o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'queued', 'running_gpus', 'usage', 'weight',
-    'classes', 'hooked', 'hold_anchor')
-  if has_room(o[1], o[2]) then
-    break
-  end
-  refile(org, o[7], false)
-  org = nil
-end
-
-if org then
-  local running = tonumber(o[1]) or 0
+-- pick is an org's best-ranked job among the heads of its classes that fit: the job, its
+-- class, and whether it is the last of that class.
+local function pick(org, classes)
   local best, best_rank, best_class, best_last
   local mine = {}
-  for _, class in ipairs(split_classes(o[7])) do
+  for _, class in ipairs(split_classes(classes)) do
     if fit[class] then
       mine[#mine + 1] = class
     end
@@ -84,24 +67,45 @@ if org then
   if #mine == 1 then
     -- One class fits: its head, and whether anything stands behind it; no ranks needed.
     local head = redis.call('ZRANGE', classq(org, mine[1]), '0', '1')
-    best, best_class, best_last = head[1], mine[1], head[2] == nil
+    return head[1], mine[1], head[2] == nil
+  end
+  for _, class in ipairs(mine) do
+    local head = redis.call('ZRANGE', classq(org, class), '0', '1', 'WITHSCORES')
+    if head[1] and (not best or tonumber(head[2]) < best_rank) then
+      best, best_rank, best_class, best_last = head[1], tonumber(head[2]), class, head[3] == nil
+    end
+  end
+  return best, best_class, best_last
+end
+
+-- The fair orders hold only orgs with room and ready jobs, but the limit that decides room may
+-- have changed since an org was filed (the service's default is this call's), and an order
+-- that named an org with nothing ready would be mended here: such an org is taken out and the
+-- next one looked at, a few times at most.
+local org, o, best, best_class, best_last
+for _ = 1, 4 do
+  org = first_org()
+  if not org then
+    break
+  end
+  o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'queued', 'running_gpus', 'usage', 'weight',
+    'classes', 'hooked', 'hold_anchor')
+  if not has_room(o[1], o[2]) then
+    refile(org, o[7], false)
   else
-    for _, class in ipairs(mine) do
-      local head = redis.call('ZRANGE', classq(org, class), '0', '1', 'WITHSCORES')
-      if head[1] and (not best or tonumber(head[2]) < best_rank) then
-        best, best_rank, best_class, best_last = head[1], tonumber(head[2]), class, head[3] == nil
-      end
+    best, best_class, best_last = pick(org, o[7])
+    if best then
+      break
     end
-  end
-  if not best then
-    -- The fair order named an org with nothing ready in the classes that fit: mend it.
     for _, class in ipairs(fitting) do
-      if redis.call('EXISTS', classq(org, class)) == 0 then
-        redis.call('ZREM', fairkey(class), org)
-      end
+      redis.call('ZREM', fairkey(class), org) -- nothing of it ready in any class that fits
     end
-    return {'', 0}
   end
+  org = nil
+end
+
+if org then
+  local running = tonumber(o[1]) or 0
   local id, key = best, jobkey(best)
   redis.call('ZREM', classq(org, best_class), id)
   redis.call('HINCRBY', READY, best_class, -1)
