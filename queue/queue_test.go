@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/redistest"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
 
@@ -1077,4 +1078,32 @@ func TestAClaimMendsAFairOrderAndGoesOn(t *testing.T) {
 			t.Errorf("acme is still in the order: %v", err)
 		}
 	})
+}
+
+// With Redis out of reach, a process that has a copy of the revocations answers from it (a
+// revoked token stays refused) instead of failing every check; only with no copy yet is a
+// check an error.
+func TestRevocationChecksAnswerFromTheCopyWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	rs := redistest.StartRestartable(t)
+	clock := &fakeClock{now: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
+	q := New(rs.Client, Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1)), Now: clock.Now})
+	defer q.Close()
+	ctx := context.Background()
+	if err := q.RevokeToken(ctx, "t1", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if revoked, err := q.TokenRevoked(ctx, "t1"); err != nil || !revoked {
+		t.Fatalf("before: %v %v", revoked, err)
+	}
+	fresh := New(rs.Client, Config{Prefix: q.cfg.Prefix, Now: clock.Now})
+	defer fresh.Close()
+	rs.Stop()
+	clock.Advance(time.Minute)
+	if revoked, err := q.TokenRevoked(ctx, "t1"); err != nil || !revoked {
+		t.Errorf("with Redis down and a copy: %v %v, want the revocation from the copy", revoked, err)
+	}
+	if _, err := fresh.TokenRevoked(ctx, "t1"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("with Redis down and no copy: %v, want ErrUnavailable", err)
+	}
 }

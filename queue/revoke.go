@@ -33,10 +33,11 @@ const (
 )
 
 type revocations struct {
-	mu     sync.Mutex
-	known  map[string]time.Time // jti -> until when it is refused
-	synced time.Time            // when the copy was last refreshed (the client's clock)
-	since  int64                // when (this reader's clock, ms) the copy last read the log
+	mu         sync.Mutex
+	refreshing bool                 // a check is reading Redis for the copy
+	known      map[string]time.Time // jti -> until when it is refused
+	synced     time.Time            // when the copy was last refreshed (the client's clock)
+	since      int64                // when (this reader's clock, ms) the copy last read the log
 }
 
 // RevokeToken refuses the token with id jti from now until until (its expiry) and the
@@ -73,64 +74,79 @@ func (c *Client) RevokeToken(ctx context.Context, jti string, until time.Time) e
 }
 
 // TokenRevoked reports whether the token with id jti is revoked, from this process's copy of
-// the revocations, refreshed first if it is older than RevocationStaleness.
+// the revocations, refreshed first if it is older than RevocationStaleness. While one check
+// refreshes the copy, the others answer from it rather than wait on Redis; a refresh that fails
+// leaves the copy as it was, for the next check to try again. Only the first load, with no copy
+// yet, makes every check wait.
 func (c *Client) TokenRevoked(ctx context.Context, jti string) (bool, error) {
 	r := &c.revoked
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	now := c.cfg.Now()
-	if r.known == nil || now.Sub(r.synced) >= c.cfg.RevocationStaleness || now.Before(r.synced) {
-		if err := c.refreshRevocations(ctx, now); err != nil {
+	r.mu.Lock()
+	due := r.known == nil || now.Sub(r.synced) >= c.cfg.RevocationStaleness || now.Before(r.synced)
+	if due && (r.known == nil || !r.refreshing) {
+		first := r.known == nil
+		full := first || now.Sub(r.synced) >= revocationLogKeep-revocationSkew || now.Before(r.synced)
+		from := r.since - revocationSkew.Milliseconds()
+		r.refreshing = true
+		if !first {
+			r.mu.Unlock()
+		}
+		zs, err := c.fetchRevocations(ctx, full, from)
+		if !first {
+			r.mu.Lock()
+		}
+		r.refreshing = false
+		switch {
+		case err == nil:
+			r.apply(full, zs, now)
+		case r.known == nil:
+			r.mu.Unlock()
 			return false, err
 		}
 	}
 	until, ok := r.known[jti]
+	r.mu.Unlock()
 	return ok && time.Now().Before(until), nil
 }
 
-// refreshRevocations brings the copy up to date: the whole set when there is no copy or it is
-// older than the log keeps, else the log from where the copy left off. r.mu is held.
-func (c *Client) refreshRevocations(ctx context.Context, now time.Time) error {
-	r := &c.revoked
-	full := r.known == nil || now.Sub(r.synced) >= revocationLogKeep-revocationSkew || now.Before(r.synced)
+// fetchRevocations reads the whole set of revocations (full), or the log of recent ones from
+// from (ms) on.
+func (c *Client) fetchRevocations(ctx context.Context, full bool, from int64) ([]redis.Z, error) {
 	if full {
-		all, err := c.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		return c.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
 			Key: c.keys.fixed("REVOKED"), ByScore: true, Start: strconv.FormatInt(time.Now().UnixMilli(), 10), Stop: "+inf",
 		}).Result()
-		if err != nil {
-			return err
-		}
-		known := make(map[string]time.Time, len(all))
-		for _, z := range all {
-			jti, _ := z.Member.(string)
-			known[jti] = time.UnixMilli(int64(z.Score))
-		}
-		r.known, r.synced, r.since = known, now, ms(now)
-		return nil
 	}
-	from := r.since - revocationSkew.Milliseconds()
-	recent, err := c.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+	return c.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
 		Key: c.keys.fixed("REVOKED_LOG"), ByScore: true, Start: strconv.FormatInt(from, 10), Stop: "+inf",
 	}).Result()
-	if err != nil {
-		return err
-	}
-	wall := time.Now()
-	for jti, until := range r.known {
-		if !wall.Before(until) {
-			delete(r.known, jti)
+}
+
+// apply brings the copy up to date with what fetchRevocations read at now: the whole set, or
+// the log's recent entries ("<jti> <end ms>"). r.mu is held.
+func (r *revocations) apply(full bool, zs []redis.Z, now time.Time) {
+	if full {
+		r.known = make(map[string]time.Time, len(zs))
+		for _, z := range zs {
+			jti, _ := z.Member.(string)
+			r.known[jti] = time.UnixMilli(int64(z.Score))
 		}
-	}
-	for _, z := range recent {
-		m, _ := z.Member.(string)
-		jti, end, ok := strings.Cut(m, " ")
-		if n, err := strconv.ParseInt(end, 10, 64); ok && err == nil {
-			r.known[jti] = time.UnixMilli(n)
+	} else {
+		wall := time.Now()
+		for jti, until := range r.known {
+			if !wall.Before(until) {
+				delete(r.known, jti)
+			}
+		}
+		for _, z := range zs {
+			m, _ := z.Member.(string)
+			jti, end, ok := strings.Cut(m, " ")
+			if n, err := strconv.ParseInt(end, 10, 64); ok && err == nil {
+				r.known[jti] = time.UnixMilli(n)
+			}
 		}
 	}
 	// On from this reader's own clock, never from the writers': one whose clock runs ahead
 	// would move it past what writers with right clocks revoke next.
-	r.since = ms(now)
-	r.synced = now
-	return nil
+	r.since, r.synced = ms(now), now
 }
