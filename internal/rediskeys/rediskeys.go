@@ -30,7 +30,7 @@ type Set struct {
 	Named []Named
 }
 
-// Fixed returns the full name of the fixed key lua under prefix.
+// FixedName returns the full name of the fixed key lua under prefix.
 func (s Set) FixedName(prefix, lua string) string {
 	for _, f := range s.Fixed {
 		if f.Lua == lua {

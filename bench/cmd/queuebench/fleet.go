@@ -141,18 +141,11 @@ func (b *bench) claimAmongLimitedOrgs(orgs, samples int) {
 			log.Fatal(err)
 		}
 	})
-	lat := make([]time.Duration, 0, samples)
-	for i := range samples {
-		t := time.Now()
-		cl, err := q.Claim(b.ctx, job.ClaimRequest{AgentID: fmt.Sprint("a", i), GPUs: gpus})
-		lat = append(lat, time.Since(t))
-		if err != nil || cl == nil {
-			log.Fatalf("claim: %v %v", cl, err)
-		}
+	lat := b.timeClaims(q, samples, func(cl *job.Claim) {
 		if strings.HasPrefix(cl.Job.Org, "a-lim") {
 			log.Fatalf("claimed a job of %s, at its limit", cl.Job.Org)
 		}
-	}
+	})
 	b.row(fmt.Sprintf("claim latency, %d orgs, %d at their limit", orgs, limited), fmtLatency(lat), "")
 }
 

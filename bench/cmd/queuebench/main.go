@@ -349,6 +349,24 @@ func perJob(d time.Duration, n int) time.Duration {
 	return (d / time.Duration(n)).Round(100 * time.Nanosecond)
 }
 
+// timeClaims times samples single claims of an 8-GPU agent, each of which must get a job;
+// check, if set, vets each claim.
+func (b *bench) timeClaims(q *queue.Client, samples int, check func(*job.Claim)) []time.Duration {
+	lat := make([]time.Duration, 0, samples)
+	for i := range samples {
+		t := time.Now()
+		cl, err := q.Claim(b.ctx, job.ClaimRequest{AgentID: fmt.Sprint("a", i), GPUs: gpus})
+		lat = append(lat, time.Since(t))
+		if err != nil || cl == nil {
+			log.Fatalf("claim: %v %v", cl, err)
+		}
+		if check != nil {
+			check(cl)
+		}
+	}
+	return lat
+}
+
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	return d[len(d)/2], d[len(d)*99/100]
@@ -377,15 +395,7 @@ func (b *bench) claimLatency(queued, samples int) {
 	start := time.Now()
 	b.fill(q, queued+samples)
 	filled := time.Since(start)
-	lat := make([]time.Duration, 0, samples)
-	for i := range samples {
-		t := time.Now()
-		cl, err := q.Claim(b.ctx, job.ClaimRequest{AgentID: fmt.Sprint("a", i), GPUs: gpus})
-		lat = append(lat, time.Since(t))
-		if err != nil || cl == nil {
-			log.Fatalf("claim: %v %v", cl, err)
-		}
-	}
+	lat := b.timeClaims(q, samples, nil)
 	b.row(fmt.Sprintf("claim latency, %d queued / 100 orgs", queued), fmtLatency(lat), fmt.Sprintf("filled in %v", filled.Round(time.Second)))
 }
 
