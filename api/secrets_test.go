@@ -11,6 +11,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/api/apitest"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 )
 
@@ -55,10 +56,7 @@ func TestSecretsAreNamedButNeverShown(t *testing.T) {
 
 	// At rest: nothing in Redis holds a value in the clear.
 	ctx := context.Background()
-	keys, err := b.s.Redis.Keys(ctx, "*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := b.s.AllKeys("*")
 	for _, k := range keys {
 		dump, err := b.s.Redis.Dump(ctx, k).Result()
 		if err != nil {
@@ -66,7 +64,7 @@ func TestSecretsAreNamedButNeverShown(t *testing.T) {
 		}
 		assertNoSecret(t, "redis key "+k, []byte(dump))
 	}
-	sealed, err := b.s.Redis.Get(ctx, "{ht}:sec:"+j.ID).Result()
+	sealed, err := b.s.Redis.Get(ctx, rediskeys.OwnKey("ht", j.ID, "ownsec")).Result()
 	if err != nil || !strings.HasPrefix(sealed, "v1.") {
 		t.Errorf("stored secrets %q (%v), want a sealed value", sealed, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
 )
 
 // A job that ended (COMPLETED, FAILED, STOPPED) stays in Redis for the retention, then the
@@ -52,6 +53,9 @@ const archiveBatch = 100
 func (c *Client) Archive(ctx context.Context, batch int) (moved int, more bool, err error) {
 	if c.cfg.Store == nil {
 		return 0, false, nil
+	}
+	if err := c.dropLeft(ctx, batch); err != nil {
+		return 0, false, err
 	}
 	moved, more, err = c.archiveDue(ctx, batch)
 	if err != nil || more {
@@ -122,23 +126,16 @@ func (c *Client) archiveCrowded(ctx context.Context, batch int) (moved int, more
 				break
 			}
 			start = "(" + ids[len(ids)-1]
-			statuses := make([]*redis.StringCmd, len(ids))
-			_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for k, id := range ids {
-					statuses[k] = p.HGet(ctx, c.keys.job(id), "status")
-				}
-				return nil
-			})
-			if err != nil && !errors.Is(err, redis.Nil) {
+			// The ended ones are those in the index of ended jobs.
+			ended, err := c.rdb.ZMScore(ctx, c.keys.ended(), ids...).Result()
+			if err != nil {
 				return moved, false, fmt.Errorf("queue: archive: %w", err)
 			}
 			for k, id := range ids {
 				if over == 0 || moved == batch {
 					break
 				}
-				switch job.Status(statuses[k].Val()) {
-				case job.Completed, job.Failed, job.Stopped:
-				default:
+				if ended[k] == 0 {
 					continue
 				}
 				ok, err := c.archiveOne(ctx, id, now)
@@ -155,25 +152,29 @@ func (c *Client) archiveCrowded(ctx context.Context, batch int) (moved int, more
 	return moved, false, nil
 }
 
-// archiveOne writes job id's record and then removes the job from Redis if it is unchanged.
+// archiveOne writes job id's record and then removes the job from Redis if it is unchanged:
+// the queue forgets it (archive.lua), and then its own keys are deleted (dropOwn).
 func (c *Client) archiveOne(ctx context.Context, id string, now time.Time) (bool, error) {
-	var hash *redis.MapStringStringCmd
-	var strs *redis.SliceCmd
-	var events *redis.StringSliceCmd
-	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		hash = p.HGetAll(ctx, c.keys.job(id))
-		strs = p.MGet(ctx, c.keys.config(id), c.keys.progress(id))
-		events = p.LRange(ctx, c.keys.events(id), 0, -1)
-		return nil
-	})
+	if c.split {
+		// One that ended and has not moved to its own slot yet moves first.
+		if _, err := c.settleOne(ctx, id); err != nil {
+			return false, err
+		}
+	}
+	var cfg *redis.StringCmd
+	rec0, err := c.readRecord(ctx, id, true)
+	if err == nil {
+		cfg = c.rdb.Get(ctx, c.keys.own(id, "owncfg"))
+		if err = cfg.Err(); errors.Is(err, redis.Nil) {
+			err = nil
+		}
+	}
 	if err != nil {
 		return false, fmt.Errorf("queue: archive %s: read: %w", id, err)
 	}
-	rec := record{Version: recordVersion, ArchivedAt: now.UTC(), Job: hash.Val(), Events: events.Val()}
+	rec := record{Version: recordVersion, ArchivedAt: now.UTC(), Job: rec0.hash, Events: rec0.events}
 	if len(rec.Job) > 0 {
-		v := strs.Val()
-		rec.Config, _ = v[0].(string)
-		rec.Progress, _ = v[1].(string)
+		rec.Config, rec.Progress = cfg.Val(), rec0.progress
 		b, err := json.Marshal(rec)
 		if err != nil {
 			return false, fmt.Errorf("queue: archive %s: %w", id, err)
@@ -184,11 +185,48 @@ func (c *Client) archiveOne(ctx context.Context, id string, now time.Time) (bool
 	}
 	// Only now that the record is stored may the job leave Redis. (A job with no hash left is
 	// only dropped from the index.)
-	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.Job["finished_at"], "events": len(rec.Events)}).Int()
+	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.Job["finished_at"], "org": rec.Job["org"]}).Int()
 	if err != nil {
 		return false, scriptErr("archive", err)
 	}
+	if n == 1 {
+		if err := c.dropOwn(ctx, id); err != nil {
+			return false, err
+		}
+	}
 	return n == 1 && len(rec.Job) > 0, nil
+}
+
+// dropOwn deletes the own keys of a job the queue has forgotten, and then its entry in
+// DROPPING, which keeps it until this is done.
+func (c *Client) dropOwn(ctx context.Context, id string) error {
+	var own []string
+	for _, k := range rediskeys.JobOwn {
+		own = append(own, c.keys.own(id, k.Lua))
+	}
+	if err := c.rdb.Del(ctx, own...).Err(); err != nil {
+		return fmt.Errorf("queue: archive %s: delete: %w", id, err)
+	}
+	if err := c.rdb.ZRem(ctx, c.keys.dropping(), id).Err(); err != nil {
+		return fmt.Errorf("queue: archive %s: %w", id, err)
+	}
+	return nil
+}
+
+// dropLeft finishes the deletes a crash left (jobs in DROPPING for more than a minute).
+func (c *Client) dropLeft(ctx context.Context, batch int) error {
+	ids, err := c.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
+		Key: c.keys.dropping(), Start: "-inf", Stop: ms(c.cfg.Now().Add(-time.Minute)), ByScore: true, Count: int64(batch),
+	}).Result()
+	if err != nil {
+		return fmt.Errorf("queue: archive: %w", err)
+	}
+	for _, id := range ids {
+		if err := c.dropOwn(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // record reads an archived job's record; job.ErrNotFound if there is none.

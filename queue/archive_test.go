@@ -15,6 +15,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
 	"github.com/hostedtrain/hostedtrain/internal/s3test"
 )
 
@@ -49,7 +50,7 @@ func (b bundle) keysMatching(t *testing.T, pattern string) []string {
 // jobKeys are the keys in Redis that belong to job id.
 func (b bundle) jobKeys(t *testing.T, id string) []string {
 	t.Helper()
-	return b.keysMatching(t, b.q.keys.prefix+"*"+id+"*")
+	return append(b.keysMatching(t, b.q.keys.prefix+"*"+id+"*"), b.keysMatching(t, rediskeys.OwnTag(b.q.keys.tag, id)+"*")...)
 }
 
 func (b bundle) events(t *testing.T, id string) []job.Event {
@@ -119,7 +120,7 @@ func TestArchiveAfterRetention(t *testing.T) {
 				t.Fatalf("job %s has no keys before archiving", id)
 			}
 		}
-		if ks := b.jobKeys(t, stopped.ID); !slices.Contains(ks, b.q.keys.prefix+"sec:"+stopped.ID) {
+		if ks := b.jobKeys(t, stopped.ID); !slices.Contains(ks, b.q.keys.own(stopped.ID, "ownsec")) {
 			t.Fatalf("the stopped job's secrets are not in Redis: %v", ks)
 		}
 
@@ -250,7 +251,7 @@ func TestArchiveNeverLosesAJob(t *testing.T) {
 		}
 
 		// The job changed after the archiver read it: the function removes nothing.
-		n, err := b.q.call(b.ctx, "archive", b.q.keys.job(j.ID), args{"id": j.ID, "finished_at": "1", "events": 1}).Int()
+		n, err := b.q.call(b.ctx, "archive", b.q.keys.job(j.ID), args{"id": j.ID, "finished_at": "1", "org": "acme"}).Int()
 		if err != nil || n != 0 {
 			t.Fatalf("archive of a job unlike its record: %d %v", n, err)
 		}

@@ -12,9 +12,10 @@ import (
 // call, not a value in the wrong slot.
 
 // commonArgs come first in every call (begin reads them): the key prefix, the time (ms), the
-// usage decay time constant (ms), and the service's default running and queued limits per
-// organization (0: none).
-var commonArgs = []string{"prefix", "now", "tau", "max_running", "max_queued"}
+// usage decay time constant (ms), the service's default running and queued limits per
+// organization (0: none), and "1" on a cluster (a job's own keys are then out of a queue
+// function's reach: settle.go).
+var commonArgs = []string{"prefix", "now", "tau", "max_running", "max_queued", "split"}
 
 // restArg ends a function's list when it takes a variable number of values last (checkpoint
 // steps): Lua finds them from ARGV[REST] on.
@@ -31,12 +32,14 @@ var funcArgs = map[string][]string{
 	"finish":   {"id", "token", "how", "reason", "progress", "freed_at", restArg},
 	"release":  {"id", "token", "reason", "progress", "freed_at", restArg},
 	"cancel":   {"id", "grace"},
-	"restart":  {"id", "grace"},
+	"restart":  {"id", "grace", "revive", "progress", "nfields", restArg},
 	"reap":     {"batch", "backoff_base", "backoff_cap", "jitter", "grace", "agent_ttl"},
 	"position": {"id", "org", "class", "priority", "fresh_ms"},
 	"abandon":  {"claim_id", "agent", "mark_ttl"},
 	"set_org":  {"org", "weight", "org_max_running", "org_max_queued"},
-	"archive":  {"id", "finished_at", "events"},
+	"archive":  {"id", "finished_at", "org"},
+	"settle":   {"id", "finished_at", "events"},
+	"put_own":  {"id", "finished_at", "progress", "nfields", restArg},
 }
 
 // args are a call's own arguments by name.

@@ -53,6 +53,10 @@ var (
 	archiveLua string
 	//go:embed lua/unwait.lua
 	unwaitLua string
+	//go:embed lua/settle.lua
+	settleLua string
+	//go:embed lua/put_own.lua
+	putOwnLua string
 )
 
 // library is the source to load and the name its functions carry.
@@ -60,7 +64,7 @@ var library = buildLibrary(map[string]string{
 	"submit": submitLua, "claim": claimLua, "heartbeat": heartbeatLua, "finish": finishLua,
 	"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
 	"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua, "archive": archiveLua,
-	"unwait": unwaitLua,
+	"unwait": unwaitLua, "settle": settleLua, "put_own": putOwnLua,
 })
 
 type lib struct {
@@ -71,6 +75,7 @@ type lib struct {
 func buildLibrary(funcs map[string]string) lib {
 	var body strings.Builder
 	body.WriteString(rediskeys.Queue.Lua("PFX"))
+	body.WriteString(rediskeys.OwnLua("PFX"))
 	body.WriteString(luaIndexCodes())
 	body.WriteString(luaClaimed())
 	body.WriteString(prelude)
@@ -80,7 +85,9 @@ func buildLibrary(funcs map[string]string) lib {
 		panic(err)
 	}
 	for _, n := range names {
-		fmt.Fprintf(&body, "\nredis.register_function('@_%s', function(keys, args)\nbegin(keys, args)\n%s%s\nend)\n", n, luaArgs(n), funcs[n])
+		// The body runs as a function of its own, so that whatever it returns, the jobs it
+		// ended are settled after it (settle_all, prelude.lua).
+		fmt.Fprintf(&body, "\nredis.register_function('@_%s', function(keys, args)\nbegin(keys, args)\nlocal reply = (function()\n%s%s\nend)()\nsettle_all()\nreturn reply\nend)\n", n, luaArgs(n), funcs[n])
 	}
 	sum := sha1.Sum([]byte(body.String()))
 	name := "hostedtrain_" + hex.EncodeToString(sum[:6])
@@ -132,7 +139,7 @@ func (c *Client) call(ctx context.Context, fn, route string, a args, rest ...any
 // callAt is call with the time the function takes for now, for callers that derive other
 // times (a lease's expiry) from the same instant.
 func (c *Client) callAt(ctx context.Context, now time.Time, fn, route string, a args, rest ...any) *redis.Cmd {
-	full, err := argv(fn, []any{c.keys.prefix, ms(now), c.tau, c.cfg.MaxRunning, c.cfg.MaxQueued}, a, rest)
+	full, err := argv(fn, []any{c.keys.prefix, ms(now), c.tau, c.cfg.MaxRunning, c.cfg.MaxQueued, c.splitArg()}, a, rest)
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)

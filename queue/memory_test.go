@@ -14,7 +14,9 @@ import (
 func (b bundle) memory(t *testing.T) int64 {
 	t.Helper()
 	var total int64
-	for _, k := range b.keysMatching(t, b.q.keys.prefix+"*") {
+	// The queue's keys, and every job's own ("{<tag>:<id>}:...").
+	ks := append(b.keysMatching(t, b.q.keys.prefix+"*"), b.keysMatching(t, "{"+b.q.keys.tag+":*")...)
+	for _, k := range ks {
 		n, err := b.rdb.MemoryUsage(b.ctx, k, 0).Result()
 		if err != nil {
 			t.Fatalf("memory usage %s: %v", k, err)

@@ -227,17 +227,26 @@ func (p *property) check(where string) {
 	}
 	leases, _ := b.rdb.ZRange(b.ctx, b.q.keys.leases(), 0, -1).Result()
 	delayed, _ := b.rdb.ZRange(b.ctx, b.q.keys.fixed("DELAYED"), 0, -1).Result()
+	// A job's hash is in the queue's slot while it is live, in its own once it ended and moved.
 	hashes := make([]*redis.MapStringStringCmd, len(p.jobs))
+	owns := make([]*redis.MapStringStringCmd, len(p.jobs))
 	if _, err := b.rdb.Pipelined(b.ctx, func(pl redis.Pipeliner) error {
 		for i, id := range p.jobs {
 			hashes[i] = pl.HGetAll(b.ctx, b.q.keys.job(id))
+			owns[i] = pl.HGetAll(b.ctx, b.q.keys.own(id, "ownjob"))
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
+	settling, _ := b.rdb.ZRange(b.ctx, b.q.keys.settle(), 0, -1).Result()
 	for i, id := range p.jobs {
 		m := hashes[i].Val()
+		if len(m) == 0 {
+			m = owns[i].Val()
+		} else if is := job.Status(m["status"]); (is == job.Completed || is == job.Failed || is == job.Stopped) && !slices.Contains(settling, id) {
+			t.Fatalf("%s: %s job %s is neither moved to its own slot nor due to be", where, is, id)
+		}
 		org, class, status := m["org"], m["class"], job.Status(m["status"])
 		_, inQueueErr := b.rdb.ZScore(b.ctx, b.q.keys.classQueue(org, class), id).Result()
 		inQueue := inQueueErr == nil

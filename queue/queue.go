@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"slices"
@@ -136,6 +137,7 @@ type Client struct {
 	wakeup  *notifier
 	funcs   *functions
 	revoked revocations
+	split   bool // a cluster: a job's own keys are out of a queue function's reach (settle.go)
 }
 
 // New returns a Client. Close it to stop its pub/sub subscription. It marks the errors of
@@ -150,7 +152,13 @@ func New(rdb redis.UniversalClient, cfg Config) *Client {
 		tau:    int64(float64(cfg.UsageHalfLife.Milliseconds()) / math.Ln2),
 		wakeup: newNotifier(rdb, k.wake(randomHex(8))),
 		funcs:  &functions{rdb: rdb},
+		split:  isCluster(rdb),
 	}
+}
+
+func isCluster(rdb redis.UniversalClient) bool {
+	_, ok := rdb.(*redis.ClusterClient)
+	return ok
 }
 
 // Close stops the wake-up subscription; the Redis client is the caller's to close.
@@ -189,13 +197,25 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 	}
 	// A class queue ranks by priority, then age: (100 - priority) * 2^42 + enqueue time (ms).
 	rank := int64(100-sub.Spec.Priority)<<42 + ms(now)
+	// The config and secrets go to the job's own slot: in the submit function on a single
+	// server; on a cluster, before it, and deleted again if the submit does not create the job.
+	config, secrets := string(cfg), sub.SealedSecrets
+	if c.split {
+		if err := c.putConfig(ctx, sub.ID, config, secrets); err != nil {
+			return nil, false, err
+		}
+		config, secrets = "", ""
+	}
 	res, err := c.callAt(ctx, now, "submit", c.keys.job(sub.ID), args{
-		"id": sub.ID, "org": sub.Org, "kind": sub.Spec.Kind, "name": sub.Spec.Name, "config": cfg,
-		"max_attempts": c.cfg.MaxAttempts, "max_steps": sub.Spec.MaxSteps, "secrets": sub.SealedSecrets,
+		"id": sub.ID, "org": sub.Org, "kind": sub.Spec.Kind, "name": sub.Spec.Name, "config": config,
+		"max_attempts": c.cfg.MaxAttempts, "max_steps": sub.Spec.MaxSteps, "secrets": secrets,
 		"priority": sub.Spec.Priority, "class": sub.Spec.Class(), "gpus": sub.Spec.Resources.GPUs,
 		"time_limit": limit.Milliseconds(), "idem_key": idempotencyKey, "fingerprint": fingerprint,
 		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank,
 	}).StringSlice()
+	if c.split && (err != nil || res[0] != "created") {
+		c.dropConfig(ctx, sub.ID)
+	}
 	if err != nil {
 		return nil, false, c.submitErr(sub.Org, err)
 	}
@@ -209,6 +229,24 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 		Config: sub.Spec, Attempt: 1, MaxAttempts: c.cfg.MaxAttempts, Progress: prog,
 		CreatedAt: t, UpdatedAt: t,
 	}, false, nil
+}
+
+// putConfig writes a job's config and secrets to its own slot (on a cluster, before its submit).
+func (c *Client) putConfig(ctx context.Context, id, config, secrets string) error {
+	kv := []any{c.keys.own(id, "owncfg"), config}
+	if secrets != "" {
+		kv = append(kv, c.keys.own(id, "ownsec"), secrets)
+	}
+	if err := c.rdb.MSet(ctx, kv...).Err(); err != nil {
+		return fmt.Errorf("queue: submit: store config: %w", err)
+	}
+	return nil
+}
+
+// dropConfig deletes what putConfig wrote for a submit that created no job. Should it fail (or
+// the process die before it), the keys stay: a config nothing refers to.
+func (c *Client) dropConfig(ctx context.Context, id string) {
+	_ = c.rdb.Del(context.WithoutCancel(ctx), c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Err()
 }
 
 func (c *Client) submitErr(org string, err error) error {
@@ -239,6 +277,13 @@ func (c *Client) Get(ctx context.Context, id string) (*job.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: get %s: %w", id, err)
 	}
+	if len(jobs) == 0 && c.split {
+		// On a cluster the two slots are read side by side, not in order: a job that moved
+		// between the reads is in its own slot now.
+		if jobs, err = c.getMany(ctx, []string{id}); err != nil {
+			return nil, fmt.Errorf("queue: get %s: %w", id, err)
+		}
+	}
 	if len(jobs) == 0 {
 		return c.archived(ctx, id)
 	}
@@ -246,14 +291,19 @@ func (c *Client) Get(ctx context.Context, id string) (*job.Job, error) {
 }
 
 // getMany reads jobs (the hash, the config and the progress of each) in one round trip,
-// skipping ids with no job.
+// skipping ids with no job. A job's record is in the queue's slot while it is live and in its
+// own slot once it has ended and moved (settle.go): both are read, and the queue's copy wins.
 func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) {
 	hashes := make([]*redis.MapStringStringCmd, len(ids))
+	progs := make([]*redis.StringCmd, len(ids))
+	owns := make([]*redis.MapStringStringCmd, len(ids))
 	strs := make([]*redis.SliceCmd, len(ids))
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			hashes[i] = p.HGetAll(ctx, c.keys.job(id))
-			strs[i] = p.MGet(ctx, c.keys.config(id), c.keys.progress(id))
+			progs[i] = p.Get(ctx, c.keys.progress(id))
+			owns[i] = p.HGetAll(ctx, c.keys.own(id, "ownjob"))
+			strs[i] = p.MGet(ctx, c.keys.own(id, "owncfg"), c.keys.own(id, "ownprog"))
 		}
 		return nil
 	})
@@ -262,13 +312,19 @@ func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) 
 	}
 	jobs := make([]*job.Job, 0, len(ids))
 	for i := range ids {
-		m := hashes[i].Val()
+		v := strs[i].Val()
+		cfg, _ := v[0].(string)
+		m, prog := hashes[i].Val(), progs[i].Val()
+		if len(m) == 0 || prog == "" {
+			// Ended and moved (or moved between the reads: its progress went too).
+			prog, _ = v[1].(string)
+		}
+		if len(m) == 0 {
+			m = owns[i].Val()
+		}
 		if len(m) == 0 {
 			continue
 		}
-		v := strs[i].Val()
-		cfg, _ := v[0].(string)
-		prog, _ := v[1].(string)
 		j, err := jobFromMap(m, cfg, prog, c.cfg.Now())
 		if err != nil {
 			return nil, err
@@ -352,20 +408,30 @@ func idPrefix(t time.Time) string {
 }
 
 // Events returns the job's events with a sequence number above after, oldest first, at most
-// limit of them. A job's events are a list; an event's position in it is its sequence number.
+// limit of them. A job's events are a list (in the queue's slot while it is live, in its own
+// once it has ended: settle.go); an event's position in it is its sequence number.
 func (c *Client) Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error) {
-	var events *redis.StringSliceCmd
-	var exists *redis.IntCmd
+	var events, owned *redis.StringSliceCmd
+	var exists, ownExists *redis.IntCmd
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		// The live list before the live hash: if the hash is still there after the list was
+		// read, the list was the live one (a job moves to its own slot, never back but by a
+		// restart, which copies its events).
 		events = p.LRange(ctx, c.keys.events(id), after, after+int64(limit)-1)
 		exists = p.Exists(ctx, c.keys.job(id))
+		ownExists = p.Exists(ctx, c.keys.own(id, "ownjob"))
+		owned = p.LRange(ctx, c.keys.own(id, "ownev"), after, after+int64(limit)-1)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: events %s: %w", id, err)
 	}
 	raw := events.Val()
-	if exists.Val() == 0 && c.cfg.Store != nil {
+	switch {
+	case exists.Val() == 1:
+	case ownExists.Val() == 1:
+		raw = owned.Val()
+	case c.cfg.Store != nil:
 		// An archived job's events are in its record.
 		rec, err := c.record(ctx, id)
 		if errors.Is(err, job.ErrNotFound) {
@@ -399,8 +465,21 @@ func parseEvents(id string, after int64, raw []string) ([]job.Event, error) {
 
 // Cancel stops a job: at once if it is queued, through its agent if one holds it.
 func (c *Client) Cancel(ctx context.Context, id string) (*job.Job, error) {
-	if err := c.call(ctx, "cancel", c.keys.job(id), args{"id": id, "grace": c.cfg.StopGrace.Milliseconds()}).Err(); err != nil {
+	err := c.call(ctx, "cancel", c.keys.job(id), args{"id": id, "grace": c.cfg.StopGrace.Milliseconds()}).Err()
+	c.settleSoon(ctx)
+	if err != nil {
 		err = scriptErr("cancel", err)
+		if errors.Is(err, job.ErrNotFound) {
+			// Not in the queue's slot: a job that ended and moved to its own.
+			if j, gerr := c.Get(ctx, id); gerr == nil {
+				if j.Status == job.Stopped {
+					return j, nil
+				}
+				return nil, fmt.Errorf("queue: cancel: job is %s: %w", j.Status, job.ErrConflict)
+			} else if !errors.Is(gerr, job.ErrNotFound) {
+				return nil, gerr
+			}
+		}
 		if errors.Is(err, job.ErrNotFound) {
 			// An archived job ended long ago: stopping a stopped one is a no-op, as in Redis.
 			j, aerr := c.archived(ctx, id)
@@ -426,7 +505,24 @@ var ErrArchived = fmt.Errorf("the job ended more than the retention ago and is a
 // queued limit as a submit does: past it the answer is a *job.LimitError. An archived job is
 // ErrArchived.
 func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
-	err := c.call(ctx, "restart", c.keys.job(id), args{"id": id, "grace": c.cfg.StopGrace.Milliseconds()}).Err()
+	restart := func(revive args, rest ...any) error {
+		a := args{"id": id, "grace": c.cfg.StopGrace.Milliseconds(), "revive": "", "progress": "", "nfields": 0}
+		maps.Copy(a, revive)
+		err := c.call(ctx, "restart", c.keys.job(id), a, rest...).Err()
+		c.settleSoon(ctx)
+		return err
+	}
+	err := restart(nil)
+	if err != nil && errors.Is(scriptErr("restart", err), job.ErrNotFound) {
+		// A job that ended and moved to its own slot: it comes back with its record.
+		rec, rerr := c.readRecord(ctx, id, true)
+		if rerr != nil {
+			return nil, fmt.Errorf("queue: restart %s: %w", id, rerr)
+		}
+		if len(rec.hash) > 0 {
+			err = restart(args{"revive": "1", "progress": rec.progress, "nfields": 2 * len(rec.hash)}, rec.flat()...)
+		}
+	}
 	if err != nil {
 		if lim := limitErr("", err); lim != nil {
 			if j, gerr := c.Get(ctx, id); gerr == nil {
@@ -575,6 +671,18 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuO
 		}
 		return nil, time.UnixMilli(next), nil
 	}
+	if c.split && len(arr) == 2 {
+		// The config and secrets are in the job's own slot, out of the function's reach.
+		vals, _ := arr[1].([]any)
+		if len(vals) == len(claimedFields) {
+			id, _ := vals[slices.Index(claimedFields, "id")].(string)
+			big, err := c.rdb.MGet(context.WithoutCancel(ctx), c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Result()
+			if err != nil {
+				return nil, time.Time{}, fmt.Errorf("queue: claim: read config of %s: %w", id, err)
+			}
+			arr = append(arr, big...)
+		}
+	}
 	if len(arr) != 4 {
 		return nil, time.Time{}, fmt.Errorf("queue: claim: unexpected reply of %d values", len(arr))
 	}
@@ -663,6 +771,7 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 		"id": id, "token": o.Token, "how": how, "reason": o.Reason, "progress": progressArg(o.Progress),
 		"freed_at": freedArg(o.GPUsFreedAt),
 	}, steps...).Text()
+	c.settleSoon(ctx)
 	if err != nil {
 		return "", stepsErr(how, o.Checkpoints, err)
 	}
@@ -688,6 +797,7 @@ func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Sta
 		"id": id, "token": o.Token, "reason": o.Reason, "progress": progressArg(o.Progress),
 		"freed_at": freedArg(o.GPUsFreedAt),
 	}, steps...).Text()
+	c.settleSoon(ctx)
 	if err != nil {
 		return "", stepsErr("release", o.Checkpoints, err)
 	}
@@ -702,6 +812,7 @@ func (c *Client) AbandonClaim(ctx context.Context, agent, claimID string) (strin
 	// The mark outlives any claim that could still be waiting under the id.
 	mark := c.cfg.LeaseTTL + c.cfg.MaxClaimWait + time.Minute
 	id, err := c.call(ctx, "abandon", c.keys.leases(), args{"claim_id": claimID, "agent": agent, "mark_ttl": mark.Milliseconds()}).Text()
+	c.settleSoon(ctx)
 	if err != nil {
 		return "", scriptErr("abandon", err)
 	}
@@ -719,6 +830,18 @@ func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, e
 	}).Int64Slice()
 	if err != nil {
 		return 0, false, scriptErr("reap", err)
+	}
+	if c.split {
+		// What this pass ended, and what a crash left unmoved.
+		for {
+			moved, more, err := c.Settle(ctx, settleBatch*4)
+			if err != nil {
+				return int(res[0]), false, err
+			}
+			if !more || moved == 0 {
+				break
+			}
+		}
 	}
 	if len(res) != 2 {
 		return 0, false, fmt.Errorf("queue: reap: unexpected reply %v", res)

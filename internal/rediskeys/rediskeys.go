@@ -3,7 +3,9 @@
 // and each Lua library's key names are generated from them (Lua), so Go and Lua cannot drift.
 //
 // Every key of one namespace shares its hash tag ("{ht}:" for the queue, "{ht}:wh:" for
-// webhooks), so on Redis Cluster one function may touch any of them.
+// webhooks), so on Redis Cluster one function may touch any of them. A job's own data — its
+// config and secrets always, its hash, events and progress once it has ended — carries the
+// job's own tag instead, "{ht:<id>}:" (JobOwn), so a cluster spreads jobs over its shards.
 package rediskeys
 
 import (
@@ -92,6 +94,47 @@ func (s Set) Lua(pfx string) string {
 	return b.String()
 }
 
+// Own is a key of one job under the job's own hash tag: "{<tag>:<id>}:" then Name. Lua is the
+// Lua function that builds it from the job's id.
+type Own struct{ Lua, Name, What string }
+
+// JobOwn are the keys a job keeps under its own hash tag, so that on Redis Cluster jobs spread
+// over the shards while the queue's indices stay in one slot. A live job's hash, events and
+// progress are in the queue's slot (Queue's jobkey, evkey, progkey), where the functions that
+// schedule it see them; once it has ended they move here.
+var JobOwn = []Own{
+	{"ownjob", "job", "an ended job's hash of small fields"},
+	{"owncfg", "cfg", "a job's normalized config (JSON), from its submit on"},
+	{"ownsec", "sec", "a job's sealed secrets, from its submit on"},
+	{"ownprog", "prog", "an ended job's newest progress report (JSON)"},
+	{"ownev", "ev", "an ended job's events, a list: an event's position is its sequence number"},
+}
+
+// OwnTag is the hash tag of job id's own keys under the queue's tag (as "ht").
+func OwnTag(tag, id string) string { return "{" + tag + ":" + id + "}:" }
+
+// OwnKey returns the full name of job id's own key lua under the queue's tag.
+func OwnKey(tag, id, lua string) string {
+	for _, o := range JobOwn {
+		if o.Lua == lua {
+			return OwnTag(tag, id) + o.Name
+		}
+	}
+	panic("rediskeys: no own key " + lua)
+}
+
+// OwnLua is the Lua that names a job's own keys, for a library whose queue prefix ("{tag}:")
+// is in the Lua variable pfx: ownslot(id) and a builder per key.
+func OwnLua(pfx string) string {
+	var b strings.Builder
+	b.WriteString("-- Generated from internal/rediskeys: a job's own keys, under its own hash tag.\n")
+	fmt.Fprintf(&b, "local function ownslot(id) return '{' .. string.sub(%s, 2, -3) .. ':' .. id .. '}:' end\n", pfx)
+	for _, o := range JobOwn {
+		fmt.Fprintf(&b, "-- %s\nlocal function %s(id) return ownslot(id) .. '%s' end\n", o.What, o.Lua, o.Name)
+	}
+	return b.String()
+}
+
 // Queue is the queue's namespace, under "{prefix}:".
 var Queue = Set{
 	Fixed: []Fixed{
@@ -109,15 +152,15 @@ var Queue = Set{
 		{"READY", "ready", "GPU class -> how many jobs are ready (queued, not backing off) in it"},
 		{"WAITING", "waiting", "waiting claims by when they stop waiting (the reaper trims lapsed ones)"},
 		{"WAIT_ANY", "waiters:-", "waiting claims that take a job needing no GPU"},
+		{"SETTLE", "settle", "ended jobs whose hash, events and progress are still to move to their own slot, by when they ended (Redis Cluster only)"},
+		{"DROPPING", "dropping", "archived jobs whose own keys are still to delete, by when they were archived"},
 		{"REVOKED", "revocations", "revoked token ids by when their revocation ends"},
 		{"REVOKED_LOG", "revocations:log", "\"<jti> <end ms>\" by when it was revoked, for ten minutes (see revoke.go)"},
 	},
 	Named: []Named{
-		{Lua: "jobkey", Pre: "job:", What: "a job's hash of small fields"},
-		{Lua: "cfgkey", Pre: "cfg:", What: "a job's normalized config (JSON)"},
-		{Lua: "seckey", Pre: "sec:", What: "a job's sealed secrets"},
-		{Lua: "progkey", Pre: "prog:", What: "a job's newest progress report (JSON)"},
-		{Lua: "evkey", Pre: "ev:", What: "a job's events, a list: an event's position is its sequence number"},
+		{Lua: "jobkey", Pre: "job:", What: "a live job's hash of small fields (see JobOwn for one that ended)"},
+		{Lua: "progkey", Pre: "prog:", What: "a live job's newest progress report (JSON)"},
+		{Lua: "evkey", Pre: "ev:", What: "a live job's events, a list: an event's position is its sequence number"},
 		{Lua: "orgkey", Pre: "org:", What: "an organization's hash: counters, usage, weight, limits, ready classes"},
 		{Lua: "orgjobs", Pre: "org:", Post: ":jobs", What: "an organization's job ids (a lex-ordered set: UUIDv7 ids sort by creation)"},
 		{Lua: "orgindex", Pre: "org:", Post: ":by", What: "an organization's job ids scored by kind, status and creation time (List's filters)"},

@@ -45,6 +45,36 @@ func TestLuaNamesKeysAsGoDoes(t *testing.T) {
 	}
 }
 
+// A job's own keys are named alike in Lua and Go, and carry the job's own hash tag.
+func TestLuaNamesOwnKeysAsGoDoes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	var script strings.Builder
+	script.WriteString("local P = ARGV[1]\n")
+	script.WriteString(rediskeys.OwnLua("P"))
+	script.WriteString("local out = {}\n")
+	var want []string
+	for _, o := range rediskeys.JobOwn {
+		fmt.Fprintf(&script, "out[#out + 1] = %s('0192-id')\n", o.Lua)
+		want = append(want, rediskeys.OwnKey("t7", "0192-id", o.Lua))
+	}
+	script.WriteString("return out\n")
+	got, err := rdb.Eval(context.Background(), script.String(), nil, "{t7}:").StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Lua names\n%v\nGo names\n%v", got, want)
+	}
+	for _, k := range want {
+		if !strings.HasPrefix(k, "{t7:0192-id}:") {
+			t.Errorf("%s does not carry the job's own tag", k)
+		}
+	}
+}
+
 // No two kinds of one namespace can name the same key: no fixed name is another's, and no
 // named kind's prefix starts another's unless their ends tell them apart.
 func TestNoTwoKindsShareANamespace(t *testing.T) {

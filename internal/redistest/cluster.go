@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,4 +88,44 @@ func (c *Cluster) Stop() {
 	for _, s := range c.servers {
 		s.Stop()
 	}
+}
+
+// ClusterClient starts a private three-master Redis Cluster for the rest of t and returns a
+// client of it.
+func ClusterClient(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	c, err := StartCluster(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	cc := c.Client()
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// AllKeys lists the keys matching a SCAN pattern on a server, or on every master of a cluster.
+func AllKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	var mu sync.Mutex
+	var out []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			out = append(out, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		err = fmt.Errorf("redistest: cannot list the keys of a %T", rdb)
+	}
+	slices.Sort(out)
+	return out, err
 }

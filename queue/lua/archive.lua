@@ -1,26 +1,30 @@
--- archive removes a job that ended from Redis once the archiver has written its record to
--- object storage: its hash, config, secrets, progress and events, and its entries in its
--- org's index and in the index of ended jobs. It removes nothing unless the job is still as
--- the record has it (ended at the same time, with the same number of events), so a job
--- restarted or changed after it was read stays, and the archiver writes it again later.
+-- archive makes the queue forget a job that ended, once the archiver has written its record to
+-- object storage (archive.go): its entries in its org's indices and in the index of ended jobs.
+-- It forgets nothing unless the job is as the record has it: ended at the same time (its score
+-- in ENDED) and not back in the queue's slot (restarted since it was read, or not yet moved to
+-- its own slot). The job's own keys are then deleted by the caller; DROPPING holds the job until
+-- that is done.
 -- KEYS[1] the job's hash (routes the call)
--- arg_finished_at the finished_at the record holds; arg_events the number of events it holds
--- Returns 1 if the job was removed, 0 if it stays.
+-- arg_finished_at the end the record holds ("": the job has no hash anywhere); arg_org its org
+-- Returns 1 if the queue forgot the job, 0 if it stays.
 local id = arg_id
-local j = redis.call('HMGET', jobkey(id), 'status', 'finished_at', 'org')
-if not j[1] then
+local live = redis.call('HMGET', jobkey(id), 'status', 'org')
+if live[1] then
+  if not is_ended(live[1]) then
+    unmark_ended(id, live[2]) -- queued again: not an ended job any more
+  end
+  return 0
+end
+if arg_finished_at == '' then
   redis.call('ZREM', ENDED, id) -- gone
   return 0
 end
-if not is_ended(j[1]) then
-  unmark_ended(id, j[3]) -- queued again: not an ended job any more
+local at = redis.call('ZSCORE', ENDED, id)
+if not at or tonumber(at) ~= tonumber(arg_finished_at) then
   return 0
 end
-if j[2] ~= arg_finished_at or redis.call('LLEN', evkey(id)) ~= tonumber(arg_events) then
-  return 0
-end
-redis.call('DEL', jobkey(id), cfgkey(id), seckey(id), progkey(id), evkey(id))
-redis.call('ZREM', orgjobs(j[3]), id)
-redis.call('ZREM', orgindex(j[3]), id)
-unmark_ended(id, j[3])
+redis.call('ZREM', orgjobs(arg_org), id)
+redis.call('ZREM', orgindex(arg_org), id)
+unmark_ended(id, arg_org)
+redis.call('ZADD', DROPPING, T, id)
 return 1

@@ -146,7 +146,10 @@ if org then
     unwait(arg_waiter)
   end
   j[CLAIMED_AT.id] = id
-  local big = redis.call('MGET', cfgkey(id), seckey(id))
+  if SPLIT then
+    return {token, j} -- the config and secrets are in the job's own slot: the caller reads them
+  end
+  local big = redis.call('MGET', owncfg(id), ownsec(id))
   return {token, j, big[1], big[2]}
 end
 -- Nothing fits: this agent waits with these GPUs free, which is what queue_reason needs, and

@@ -3,15 +3,23 @@
 -- arguments as locals arg_<name> (generated from queue/args.go). The helpers here are built
 -- once, when the library is loaded, not per call.
 --
--- KEYS[1] only routes the call on Redis Cluster: every key shares the prefix's hash tag, so
--- the functions build the keys they need (including keys of jobs they pick) from the prefix.
-local KEYS, ARGV, NOW, T, TAU, DEF_RUNNING, DEF_QUEUED
+-- KEYS[1] only routes the call on Redis Cluster: the queue's keys share the prefix's hash tag,
+-- so the functions build the keys they need (including keys of jobs they pick) from the prefix.
+-- A job's own keys (owncfg, ownjob, ...) carry the job's own tag: a function touches them only
+-- when it runs on a single server (SPLIT false) or is routed by one of them (settle.go).
+local KEYS, ARGV, NOW, T, TAU, DEF_RUNNING, DEF_QUEUED, SPLIT
+-- TO_SETTLE are the jobs this call ended (mark_ended): once the call's body has returned,
+-- settle_all moves each one's record to its own slot, or files it for Go to (SPLIT).
+local TO_SETTLE = {}
 
 -- begin takes a call's common arguments (queue/args.go's commonArgs): the prefix, now (ms),
--- the usage decay time constant tau (ms), and the default running and queued limits.
+-- the usage decay time constant tau (ms), the default running and queued limits, and whether
+-- the store is a cluster ("1": a job's own keys are out of this call's reach).
 -- Functions run one at a time, so these upvalues are the call's own until it returns.
 local function begin(keys, args)
   KEYS, ARGV = keys, args
+  SPLIT = args[6] == '1'
+  TO_SETTLE = {}
   -- NOW is for arithmetic; T is the same time as the string it came as, for writing: Lua
   -- formats a number for every redis.call it is passed to, and that is costly.
   NOW, T, TAU = tonumber(args[2]), args[2], tonumber(args[3])
@@ -70,6 +78,17 @@ local function emit(id, org, typ, status, detail, hooked)
       'job_id', id, 'org', org, 'seq', seq, 'type', typ, 'status', status, 'time', T, 'detail', detail)
   end
   return seq
+end
+
+-- push_chunked runs cmd (HSET, RPUSH) on key with ARGV[from..to], a thousand values at a time:
+-- Lua's unpack bounds how many values one call may take.
+local function push_chunked(cmd, key, from, to)
+  local i = from
+  while i <= to do
+    local j = math.min(i + 999, to)
+    redis.call(cmd, key, unpack(ARGV, i, j))
+    i = j + 1
+  end
 end
 
 local function is_live(status)
@@ -475,6 +494,7 @@ local function mark_ended(id, org)
   if redis.call('ZADD', ENDED, T, id) == 1 then
     redis.call('HINCRBY', orgkey(org), 'ended', 1)
   end
+  TO_SETTLE[id] = true
 end
 
 -- unmark_ended takes a job out of the index of ended jobs (restarted, or archived).
@@ -482,6 +502,43 @@ local function unmark_ended(id, org)
   if redis.call('ZREM', ENDED, id) == 1 then
     redis.call('HINCRBY', orgkey(org), 'ended', -1)
   end
+  TO_SETTLE[id] = nil
+end
+
+-- move_own moves a job that ended from the queue's slot to its own: its hash, events and
+-- progress replace what its own slot held (a live record is always whole: a revived job's
+-- events and progress were copied back to it). Only on a single server, where a call reaches
+-- every key; on a cluster settle.go does the same in three steps.
+local function move_own(id)
+  local key = jobkey(id)
+  if not is_ended(redis.call('HGET', key, 'status')) then
+    return
+  end
+  redis.call('RENAME', key, ownjob(id))
+  if redis.call('EXISTS', evkey(id)) == 1 then
+    redis.call('RENAME', evkey(id), ownev(id))
+  else
+    redis.call('DEL', ownev(id))
+  end
+  if redis.call('EXISTS', progkey(id)) == 1 then
+    redis.call('RENAME', progkey(id), ownprog(id))
+  else
+    redis.call('DEL', ownprog(id))
+  end
+end
+
+-- settle_all settles the jobs this call ended, once its body has returned (the wrapper each
+-- function gets in functions.go calls it): on a single server they move to their own slot at
+-- once; on a cluster they are filed in SETTLE for the caller (or the reaper) to move.
+local function settle_all()
+  for id in pairs(TO_SETTLE) do
+    if SPLIT then
+      redis.call('ZADD', SETTLE, T, id)
+    else
+      move_own(id)
+    end
+  end
+  TO_SETTLE = {}
 end
 
 -- finish_as ends a job of org and kind in a terminal state.

@@ -4,12 +4,38 @@
 -- ends, so two runs of one job never overlap.
 -- A restart counts against the org's queued limit as a submit does: refused at the limit, and a
 -- held job found without room when its run has stopped ends STOPPED (restart_job).
+-- A job that ended and moved to its own slot comes back to the queue's slot first: the caller
+-- read it there and passes it (arg_revive "1"), and it comes back if it is still the job that
+-- ended then (ENDED has it at the same time), with its events and progress, so its event
+-- numbers go on.
 -- KEYS[1] the job's hash (routes the call)
--- arg_grace ms; the org's queued limit is its own, else DEF_QUEUED
+-- arg_grace ms; the org's queued limit is its own, else DEF_QUEUED; arg_revive "1" with a moved
+-- job's record: arg_progress, arg_nfields hash fields and values from ARGV[REST], then its events.
 -- Returns the job's status; errors NOT_FOUND, CONFLICT <status>, LIMIT_QUEUED <queued> <limit>.
 local id = arg_id
 local key = jobkey(id)
 local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org')
+if not cur[1] and arg_revive == '1' then
+  local n = tonumber(arg_nfields)
+  local finished_at
+  for i = REST, REST + n - 1, 2 do
+    if ARGV[i] == 'finished_at' then
+      finished_at = ARGV[i + 1]
+    end
+  end
+  local at = redis.call('ZSCORE', ENDED, id)
+  if at and finished_at and tonumber(at) == tonumber(finished_at) then
+    push_chunked('HSET', key, REST, REST + n - 1)
+    redis.call('DEL', evkey(id), progkey(id))
+    push_chunked('RPUSH', evkey(id), REST + n, #ARGV)
+    if arg_progress ~= '' then
+      redis.call('SET', progkey(id), arg_progress)
+    end
+    cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org')
+    -- Settled again as it was unless the restart below goes ahead (restart_job unmarks it).
+    TO_SETTLE[id] = true
+  end
+end
 local status, org = cur[1], cur[3]
 if not status then
   return redis.error_reply('NOT_FOUND no such job')

@@ -1,7 +1,7 @@
 -- submit stores a new job, queues it in its organization's queue for its GPU class, and emits
 -- job.queued. With an idempotency key, a repeat of the same body returns the first job.
 -- KEYS[1] the job's hash (routes the call)
--- arg_max_steps 0: none; arg_secrets "" for none; arg_priority -100..100; arg_class "H100:8";
+-- arg_max_steps 0: none; arg_config and arg_secrets ("" for none) only on a single server; arg_priority -100..100; arg_class "H100:8";
 -- arg_time_limit ms, 0 for none; arg_idem_key "" for none; arg_idem_ttl ms; arg_rank the job's
 -- rank in its class queue: (100 - priority) * 2^42 + now.
 -- Returns {"created", id} or {"replayed", id}. Errors: IDEMPOTENCY_CONFLICT <id>;
@@ -41,10 +41,14 @@ if arg_max_steps ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = 'max_steps', arg_max_steps -- bounds the steps agents report
 end
 redis.call('HSET', jobkey(id), unpack(fields))
-if arg_secrets ~= '' then
-  redis.call('MSET', cfgkey(id), arg_config, seckey(id), arg_secrets)
-else
-  redis.call('SET', cfgkey(id), arg_config)
+-- The config and secrets go to the job's own slot: here on a single server; on a cluster the
+-- caller wrote them there before this call (and passes neither).
+if not SPLIT then
+  if arg_secrets ~= '' then
+    redis.call('MSET', owncfg(id), arg_config, ownsec(id), arg_secrets)
+  else
+    redis.call('SET', owncfg(id), arg_config)
+  end
 end
 redis.call('ZADD', orgjobs(org), 0, id)
 index_job(id, org, arg_kind, 'QUEUED')
