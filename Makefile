@@ -28,7 +28,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-agent bench-lambda load chaos
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-cluster bench-agent bench-lambda load chaos
 
 all: build
 
@@ -84,7 +84,7 @@ demo: redis-server sandbox build
 	./scripts/demo.sh
 
 ## test: gofmt, go vet and staticcheck (lint); every test, against real redis-server processes,
-## with the race detector; a short run of each fuzz target (a count of executions; see fuzz
+## with the race detector, and the API's suite again on a Redis Cluster; a short run of each fuzz target (a count of executions; see fuzz
 ## below for why a count); bench/ built and run briefly (bench-smoke)
 test: deps deploy-check
 	@# The dashboard embeds what `make web` vendors from npm: it must be what is committed.
@@ -93,6 +93,9 @@ test: deps deploy-check
 	$(MAKE) --no-print-directory lint
 	python3 -m openapi_spec_validator openapi/openapi.yaml
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@# The API's whole suite again, each test on a private three-master Redis Cluster, where a
+	@# job's own data is on another shard than the queue's indices (docs/design.md).
+	HOSTEDTRAIN_TEST_REDIS=cluster $(GO) test -race -count=1 -timeout 10m ./api
 	$(GO) test -run '^$$' -fuzz '^FuzzJobAdmission$$' -fuzztime 5000x ./api
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime 20000x ./internal/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckURL$$' -fuzztime 20000x ./internal/webhook
@@ -120,6 +123,11 @@ BENCH_QUEUE_ARGS ?= -n 20000 -c 16
 bench-queue: redis-server
 	cd bench && $(GO) run ./cmd/queuebench $(BENCH_QUEUE_ARGS)
 
+## bench-cluster: 100,000 jobs on a three-master Redis Cluster: how their keys and memory spread
+## over the shards, and Redis memory per queued and per ended job
+bench-cluster: redis-server
+	cd bench && $(GO) run ./cmd/queuebench -only cluster -cluster-jobs 100000
+
 ## bench-fleet: the queue pushed as a fleet pushes it (issue 16): submits with hundreds of
 ## agents waiting, claims among thousands of organizations at their limit, queue positions with
 ## thousands of agents known, an agent's death to its job queued again at 10,000 running
@@ -130,7 +138,8 @@ bench-fleet: redis-server
 ## on small numbers, so that a change that breaks it fails make test instead of rotting unseen
 bench-smoke: redis-server
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./... && \
-	  $(GO) run ./cmd/queuebench -n 200 -big 2000 -samples 50 -fleet smoke
+	  $(GO) run ./cmd/queuebench -n 200 -big 2000 -samples 50 -fleet smoke && \
+	  $(GO) run ./cmd/queuebench -only cluster -cluster-jobs 300
 
 ## bench-agent: the GPU agent's figures (docs/performance.md): a 2 GiB checkpoint's upload
 ## against a plain PUT to the same S3 server; the emulated trainer's step time alone and during

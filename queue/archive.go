@@ -157,7 +157,7 @@ func (c *Client) archiveCrowded(ctx context.Context, batch int) (moved int, more
 func (c *Client) archiveOne(ctx context.Context, id string, now time.Time) (bool, error) {
 	if c.split {
 		// One that ended and has not moved to its own slot yet moves first.
-		if _, err := c.settleOne(ctx, id); err != nil {
+		if _, err := c.settleOne(ctx, id, false); err != nil {
 			return false, err
 		}
 	}

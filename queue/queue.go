@@ -466,7 +466,7 @@ func parseEvents(id string, after int64, raw []string) ([]job.Event, error) {
 // Cancel stops a job: at once if it is queued, through its agent if one holds it.
 func (c *Client) Cancel(ctx context.Context, id string) (*job.Job, error) {
 	err := c.call(ctx, "cancel", c.keys.job(id), args{"id": id, "grace": c.cfg.StopGrace.Milliseconds()}).Err()
-	c.settleSoon(ctx)
+	c.settleSoon(ctx, id)
 	if err != nil {
 		err = scriptErr("cancel", err)
 		if errors.Is(err, job.ErrNotFound) {
@@ -509,7 +509,7 @@ func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
 		a := args{"id": id, "grace": c.cfg.StopGrace.Milliseconds(), "revive": "", "progress": "", "nfields": 0}
 		maps.Copy(a, revive)
 		err := c.call(ctx, "restart", c.keys.job(id), a, rest...).Err()
-		c.settleSoon(ctx)
+		c.settleSoon(ctx, id)
 		return err
 	}
 	err := restart(nil)
@@ -771,7 +771,7 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 		"id": id, "token": o.Token, "how": how, "reason": o.Reason, "progress": progressArg(o.Progress),
 		"freed_at": freedArg(o.GPUsFreedAt),
 	}, steps...).Text()
-	c.settleSoon(ctx)
+	c.settleSoon(ctx, id)
 	if err != nil {
 		return "", stepsErr(how, o.Checkpoints, err)
 	}
@@ -797,7 +797,7 @@ func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Sta
 		"id": id, "token": o.Token, "reason": o.Reason, "progress": progressArg(o.Progress),
 		"freed_at": freedArg(o.GPUsFreedAt),
 	}, steps...).Text()
-	c.settleSoon(ctx)
+	c.settleSoon(ctx, id)
 	if err != nil {
 		return "", stepsErr("release", o.Checkpoints, err)
 	}
@@ -812,7 +812,7 @@ func (c *Client) AbandonClaim(ctx context.Context, agent, claimID string) (strin
 	// The mark outlives any claim that could still be waiting under the id.
 	mark := c.cfg.LeaseTTL + c.cfg.MaxClaimWait + time.Minute
 	id, err := c.call(ctx, "abandon", c.keys.leases(), args{"claim_id": claimID, "agent": agent, "mark_ttl": mark.Milliseconds()}).Text()
-	c.settleSoon(ctx)
+	c.settleAnySoon(ctx)
 	if err != nil {
 		return "", scriptErr("abandon", err)
 	}

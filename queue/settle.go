@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -36,10 +37,18 @@ func (c *Client) splitArg() string { return boolArg(c.split) }
 // settleBatch bounds the jobs one settle pass moves.
 const settleBatch = 16
 
-// settleSoon moves to their own slot the jobs the last call may have ended (on a cluster; on a
-// single server the call moved them itself). It is best effort: what it leaves, the reaper
-// moves (Settle).
-func (c *Client) settleSoon(ctx context.Context) {
+// settleSoon moves job id to its own slot if the last call ended it (on a cluster; on a single
+// server the call moved it itself). It is best effort: what it leaves, the reaper moves
+// (Settle).
+func (c *Client) settleSoon(ctx context.Context, id string) {
+	if c.split {
+		_, _ = c.settleOne(context.WithoutCancel(ctx), id, false)
+	}
+}
+
+// settleAnySoon moves what the last call may have ended, when the caller cannot name the jobs
+// (an abandoned claim's).
+func (c *Client) settleAnySoon(ctx context.Context) {
 	if c.split {
 		_, _, _ = c.Settle(context.WithoutCancel(ctx), settleBatch)
 	}
@@ -53,7 +62,7 @@ func (c *Client) Settle(ctx context.Context, batch int) (moved int, more bool, e
 		return 0, false, fmt.Errorf("queue: settle: %w", err)
 	}
 	for _, id := range ids {
-		ok, err := c.settleOne(ctx, id)
+		ok, err := c.settleOne(ctx, id, true)
 		if err != nil {
 			return moved, false, err
 		}
@@ -106,10 +115,14 @@ func (r live) flat() []any {
 }
 
 // settleOne moves job id from the queue's slot to its own, if it ended and is still there.
-func (c *Client) settleOne(ctx context.Context, id string) (bool, error) {
+// filed says the job was found in SETTLE: one that has nothing to move is then taken out of it.
+func (c *Client) settleOne(ctx context.Context, id string, filed bool) (bool, error) {
 	rec, err := c.readRecord(ctx, id, false)
 	if err != nil {
 		return false, fmt.Errorf("queue: settle %s: %w", id, err)
+	}
+	if !filed && !job.Status(rec.hash["status"]).Terminal() {
+		return false, nil // live (or moved already): nothing to do
 	}
 	fin := rec.hash["finished_at"]
 	if fin != "" {

@@ -43,7 +43,8 @@ func main() {
 	big := flag.Int("big", 1000000, "queued jobs for the large claim-latency case")
 	samples := flag.Int("samples", 2000, "operations timed for each latency figure")
 	redisArgs := flag.String("redis-args", "", "extra redis-server arguments, the same for both queues")
-	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison; "fleet": only the fleet cases`)
+	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison; "fleet": only the fleet cases; "cluster": only the cluster case`)
+	clusterJobs := flag.Int("cluster-jobs", 100000, "jobs for the cluster case (spread over the shards, memory per job)")
 	fleetSize := flag.String("fleet", "full", `the fleet cases' sizes: "full" (issue 16's) or "smoke"`)
 	fleetSubmits := flag.Int("fleet-submits", 0, "submits timed at each number of waiting agents (0: the size's)")
 	fleetRunning := flag.String("fleet-running", "", "running jobs for the reaper case, comma-separated (\"\": the size's; \"none\": skip it)")
@@ -102,6 +103,11 @@ func main() {
 	}
 	if *only == "fleet" {
 		b.fleet(sizes)
+		b.out.Flush()
+		return
+	}
+	if *only == "cluster" {
+		b.clusterCase(dir, *clusterJobs, *c)
 		b.out.Flush()
 		return
 	}
