@@ -509,22 +509,13 @@ end
 -- progress replace what its own slot held (a live record is always whole: a revived job's
 -- events and progress were copied back to it). Only on a single server, where a call reaches
 -- every key; on a cluster settle.go does the same in three steps.
+-- A job in TO_SETTLE ended in this call and nothing made it live again (unmark_ended takes it
+-- out); every job has events (job.queued at least). Its progress may be missing: then so is
+-- its own (a revived job's record came back whole), and RENAME's error is ignored.
 local function move_own(id)
-  local key = jobkey(id)
-  if not is_ended(redis.call('HGET', key, 'status')) then
-    return
-  end
-  redis.call('RENAME', key, ownjob(id))
-  if redis.call('EXISTS', evkey(id)) == 1 then
-    redis.call('RENAME', evkey(id), ownev(id))
-  else
-    redis.call('DEL', ownev(id))
-  end
-  if redis.call('EXISTS', progkey(id)) == 1 then
-    redis.call('RENAME', progkey(id), ownprog(id))
-  else
-    redis.call('DEL', ownprog(id))
-  end
+  redis.call('RENAME', jobkey(id), ownjob(id))
+  redis.call('RENAME', evkey(id), ownev(id))
+  redis.pcall('RENAME', progkey(id), ownprog(id))
 end
 
 -- settle_all settles the jobs this call ended, once its body has returned (the wrapper each
