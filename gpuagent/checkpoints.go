@@ -259,13 +259,12 @@ func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 			return err
 		}
 		defer f.Close()
-		h := sha256.New()
-		cr := &countingReader{r: io.TeeReader(f, h)}
-		if err := u.store.Put(ctx, prefix+filepath.ToSlash(rel), cr); err != nil {
+		size, sum, err := u.put(ctx, prefix+filepath.ToSlash(rel), f)
+		if err != nil {
 			return err
 		}
-		m.Files = append(m.Files, jobdata.ManifestFile{Path: filepath.ToSlash(rel), Size: cr.n, SHA256: hex.EncodeToString(h.Sum(nil))})
-		m.Bytes += cr.n
+		m.Files = append(m.Files, jobdata.ManifestFile{Path: filepath.ToSlash(rel), Size: size, SHA256: sum})
+		m.Bytes += size
 		return nil
 	})
 	if err != nil {
@@ -293,6 +292,52 @@ func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 		}
 	}
 	return m.Bytes, nil
+}
+
+// put stores one file of a checkpoint and returns its size and sha256. A store that uploads
+// from an io.ReaderAt (S3) reads the parts at their offsets, several at once, while the
+// file is hashed beside it; any other reads the file once, hashing as it goes. A checkpoint's
+// files are complete before it is uploaded (upstream's marks); one that changed size under the
+// upload is an error, and one that changed its bytes fails its manifest's check at restore.
+func (u *uploader) put(ctx context.Context, key string, f *os.File) (int64, string, error) {
+	at, ok := u.store.(blob.AtPutter)
+	if !ok {
+		h := sha256.New()
+		cr := &countingReader{r: io.TeeReader(f, h)}
+		if err := u.store.Put(ctx, key, cr); err != nil {
+			return 0, "", err
+		}
+		return cr.n, hex.EncodeToString(h.Sum(nil)), nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return 0, "", err
+	}
+	size := st.Size()
+	type hashed struct {
+		n   int64
+		sum []byte
+		err error
+	}
+	hc := make(chan hashed, 1)
+	go func() {
+		h := sha256.New()
+		// Large reads: a checkpoint file is gigabytes, and io.Copy's 32 KiB would be a
+		// system call each.
+		n, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, size+1), make([]byte, 1<<20))
+		hc <- hashed{n, h.Sum(nil), err}
+	}()
+	err = at.PutAt(ctx, key, f, size)
+	got := <-hc
+	switch {
+	case err != nil:
+		return 0, "", err
+	case got.err != nil:
+		return 0, "", got.err
+	case got.n != size:
+		return 0, "", fmt.Errorf("%s changed size while it was uploaded (%d bytes, then %d)", key, size, got.n)
+	}
+	return size, hex.EncodeToString(got.sum), nil
 }
 
 // deleteCheckpoint uncommits a step (manifest first) and then removes its files.

@@ -155,7 +155,33 @@ func TestS3MultipartUploadReadBackWithAWSCLI(t *testing.T) {
 	if got := read(t, st, "jobs/j1/checkpoints/step_10/trainer/model.safetensors"); sha256.Sum256([]byte(got)) != sha256.Sum256(data) {
 		t.Fatal("the object read back differs from what was uploaded")
 	}
-	// The multipart upload left no parts behind, and the object is what S3 says it is.
+	// The same file from its offsets (PutAt: the parts read straight from the file, several at
+	// once), tagged as Put tags it.
+	fh, err = os.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	atKey := "jobs/j1/checkpoints/step_20/trainer/model.safetensors"
+	if err := st.PutAt(ctx, atKey, fh, int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, st, atKey); sha256.Sum256([]byte(got)) != sha256.Sum256(data) {
+		t.Fatal("the object PutAt stored differs from the file")
+	}
+	tags, err := st.Client().GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: aws.String("multipart"), Key: aws.String("deploy-a/" + atKey)})
+	if err != nil || len(tags.TagSet) != 1 || aws.ToString(tags.TagSet[0].Value) != "checkpoints" {
+		t.Errorf("PutAt's tags %v (%v), want hostedtrain-kind=checkpoints", tags, err)
+	}
+	// A part that cannot be read fails the upload, which is aborted: nothing is stored.
+	failKey := "jobs/j1/checkpoints/step_30/trainer/model.safetensors"
+	if err := st.PutAt(ctx, failKey, failingAt{fh, 11 << 20}, int64(len(data))); err == nil {
+		t.Fatal("PutAt of a file that fails to read: no error")
+	}
+	if _, err := st.Get(ctx, failKey); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("a failed PutAt left an object: %v", err)
+	}
+	// The multipart uploads left no parts behind, and the object is what S3 says it is.
 	if ups, err := st.Client().ListMultipartUploads(ctx, listUploads("multipart")); err != nil || len(ups.Uploads) != 0 {
 		t.Errorf("multipart uploads left open: %v %v", ups, err)
 	}
@@ -185,6 +211,19 @@ func TestS3MultipartUploadReadBackWithAWSCLI(t *testing.T) {
 	if !strings.Contains(ls, "checkpoints/step_10/trainer/model.safetensors") || !strings.Contains(ls, " 24129593 ") {
 		t.Errorf("aws s3 ls: %s", ls)
 	}
+}
+
+// failingAt reads as its file does, but fails every read at or past an offset.
+type failingAt struct {
+	f   io.ReaderAt
+	bad int64
+}
+
+func (r failingAt) ReadAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > r.bad {
+		return 0, errors.New("disk error")
+	}
+	return r.f.ReadAt(p, off)
 }
 
 func TestS3PresignedDownload(t *testing.T) {

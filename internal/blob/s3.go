@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -167,6 +168,91 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader) error {
 		return fmt.Errorf("blob: put %s: %w", key, err)
 	}
 	return nil
+}
+
+// PutAt uploads size bytes of r, read at their offsets: a multipart upload's parts go up
+// several at once, each read straight from r (a file) as its request is sent, with no copy
+// through memory — Put's reader can only be read in order, so the transfer manager copies it
+// into part buffers first. An object under the part size goes in one PUT. Each part carries a
+// CRC32 checksum; a failed upload is aborted so no parts are left to bill.
+func (s *S3) PutAt(ctx context.Context, key string, r io.ReaderAt, size int64) error {
+	k, err := s.key(key)
+	if err != nil {
+		return err
+	}
+	var tagging *string
+	if kind := KindOf(key); kind != "" {
+		tagging = aws.String("hostedtrain-kind=" + kind)
+	}
+	crc := types.ChecksumAlgorithmCrc32
+	part := s.cfg.PartSize
+	if size < part {
+		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: k, Tagging: tagging,
+			Body: io.NewSectionReader(r, 0, size), ContentLength: aws.Int64(size), ChecksumAlgorithm: crc})
+		if err != nil {
+			return fmt.Errorf("blob: put %s: %w", key, err)
+		}
+		return nil
+	}
+	if size/part >= maxParts {
+		part = size/maxParts + 1
+	}
+	mpu, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(s.cfg.Bucket), Key: k,
+		Tagging: tagging, ChecksumAlgorithm: crc})
+	if err != nil {
+		return fmt.Errorf("blob: put %s: %w", key, err)
+	}
+	n := int((size + part - 1) / part)
+	done := make([]types.CompletedPart, n)
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, s.cfg.Concurrency)
+	var wg sync.WaitGroup
+parts:
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-pctx.Done():
+			break parts
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			off := int64(i) * part
+			num, length := int32(i+1), min(part, size-off)
+			out, err := s.client.UploadPart(pctx, &s3.UploadPartInput{Bucket: aws.String(s.cfg.Bucket), Key: k,
+				UploadId: mpu.UploadId, PartNumber: &num, Body: io.NewSectionReader(r, off, length),
+				ContentLength: aws.Int64(length), ChecksumAlgorithm: crc})
+			if err != nil {
+				cancel(fmt.Errorf("part %d: %w", num, err))
+				return
+			}
+			done[i] = types.CompletedPart{PartNumber: &num, ETag: out.ETag, ChecksumCRC32: out.ChecksumCRC32}
+		}()
+	}
+	wg.Wait()
+	err = context.Cause(pctx)
+	if err == nil {
+		_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String(s.cfg.Bucket), Key: k,
+			UploadId: mpu.UploadId, MultipartUpload: &types.CompletedMultipartUpload{Parts: done}})
+	}
+	if err != nil {
+		// Abort even when ctx ended, so no orphaned parts are left to bill.
+		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer acancel()
+		_, _ = s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: aws.String(s.cfg.Bucket), Key: k, UploadId: mpu.UploadId})
+		return fmt.Errorf("blob: put %s: %w", key, err)
+	}
+	return nil
+}
+
+// maxParts is S3's limit on a multipart upload's parts.
+const maxParts = 10000
+
+// AtPutter is a store that uploads from an io.ReaderAt (S3: see PutAt).
+type AtPutter interface {
+	PutAt(ctx context.Context, key string, r io.ReaderAt, size int64) error
 }
 
 // Get opens the object for reading.
