@@ -213,7 +213,10 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 		"time_limit": limit.Milliseconds(), "idem_key": idempotencyKey, "fingerprint": fingerprint,
 		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank,
 	}).StringSlice()
-	if c.split && (err != nil || res[0] != "created") {
+	var refused redis.Error
+	if c.split && (errors.As(err, &refused) || (err == nil && res[0] != "created")) {
+		// Only when the function answered that it made no job: with no answer (a lost reply,
+		// a cancelled request) it may have made one, and the config must stay.
 		c.dropConfig(ctx, sub.ID)
 	}
 	if err != nil {
@@ -277,13 +280,6 @@ func (c *Client) Get(ctx context.Context, id string) (*job.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: get %s: %w", id, err)
 	}
-	if len(jobs) == 0 && c.split {
-		// On a cluster the two slots are read side by side, not in order: a job that moved
-		// between the reads is in its own slot now.
-		if jobs, err = c.getMany(ctx, []string{id}); err != nil {
-			return nil, fmt.Errorf("queue: get %s: %w", id, err)
-		}
-	}
 	if len(jobs) == 0 {
 		return c.archived(ctx, id)
 	}
@@ -294,6 +290,10 @@ func (c *Client) Get(ctx context.Context, id string) (*job.Job, error) {
 // skipping ids with no job. A job's record is in the queue's slot while it is live and in its
 // own slot once it has ended and moved (settle.go): both are read, and the queue's copy wins.
 func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) {
+	return c.getManyOnce(ctx, ids, false)
+}
+
+func (c *Client) getManyOnce(ctx context.Context, ids []string, reread bool) ([]*job.Job, error) {
 	hashes := make([]*redis.MapStringStringCmd, len(ids))
 	progs := make([]*redis.StringCmd, len(ids))
 	owns := make([]*redis.MapStringStringCmd, len(ids))
@@ -311,6 +311,7 @@ func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) 
 		return nil, err
 	}
 	jobs := make([]*job.Job, 0, len(ids))
+	var missing []string
 	for i := range ids {
 		v := strs[i].Val()
 		cfg, _ := v[0].(string)
@@ -323,6 +324,7 @@ func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) 
 			m = owns[i].Val()
 		}
 		if len(m) == 0 {
+			missing = append(missing, ids[i])
 			continue
 		}
 		j, err := jobFromMap(m, cfg, prog, c.cfg.Now())
@@ -330,6 +332,16 @@ func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) 
 			return nil, err
 		}
 		jobs = append(jobs, j)
+	}
+	if c.split && len(missing) > 0 && !reread {
+		// On a cluster the two slots are read side by side, not in order: a job that moved
+		// between the reads is in its own slot now.
+		again, err := c.getManyOnce(ctx, missing, true)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, again...)
+		slices.SortFunc(jobs, func(a, b *job.Job) int { return slices.Index(ids, a.ID) - slices.Index(ids, b.ID) })
 	}
 	return jobs, nil
 }
@@ -411,6 +423,10 @@ func idPrefix(t time.Time) string {
 // limit of them. A job's events are a list (in the queue's slot while it is live, in its own
 // once it has ended: settle.go); an event's position in it is its sequence number.
 func (c *Client) Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error) {
+	return c.events(ctx, id, after, limit, false)
+}
+
+func (c *Client) events(ctx context.Context, id string, after int64, limit int, reread bool) ([]job.Event, error) {
 	var events, owned *redis.StringSliceCmd
 	var exists, ownExists *redis.IntCmd
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -425,6 +441,11 @@ func (c *Client) Events(ctx context.Context, id string, after int64, limit int) 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: events %s: %w", id, err)
+	}
+	if c.split && exists.Val() == 0 && ownExists.Val() == 0 && !reread {
+		// Read side by side on a cluster: a job that moved between the reads is in its own
+		// slot now.
+		return c.events(ctx, id, after, limit, true)
 	}
 	raw := events.Val()
 	switch {
@@ -677,6 +698,10 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuO
 		if len(vals) == len(claimedFields) {
 			id, _ := vals[slices.Index(claimedFields, "id")].(string)
 			big, err := c.rdb.MGet(context.WithoutCancel(ctx), c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Result()
+			if err != nil {
+				// Once more: the claim is made, and without its config the agent cannot run it.
+				big, err = c.rdb.MGet(context.WithoutCancel(ctx), c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Result()
+			}
 			if err != nil {
 				return nil, time.Time{}, fmt.Errorf("queue: claim: read config of %s: %w", id, err)
 			}

@@ -126,11 +126,16 @@ func (c *Client) settleOne(ctx context.Context, id string, filed bool) (bool, er
 	}
 	fin := rec.hash["finished_at"]
 	if fin != "" {
-		err := c.call(ctx, "put_own", c.keys.own(id, "ownjob"), args{
+		put, err := c.call(ctx, "put_own", c.keys.own(id, "ownjob"), args{
 			"id": id, "finished_at": fin, "progress": rec.progress, "nfields": 2 * len(rec.hash),
-		}, rec.flat()...).Err()
+		}, rec.flat()...).Int()
 		if err != nil {
 			return false, fmt.Errorf("queue: settle %s: %w", id, scriptErr("put_own", err))
+		}
+		if put == 0 {
+			// What was read is stale (a later end is there) or the job is gone: settle
+			// nothing of it; settle.lua below only drops the entry of a job not ended now.
+			fin = ""
 		}
 	}
 	// With no end to copy (gone, or live again) this only takes the job out of SETTLE.

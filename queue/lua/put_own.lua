@@ -1,17 +1,18 @@
 -- put_own writes an ended job's hash, events and progress to the job's own slot, replacing
--- what was there (settle.go, on a cluster) — unless what is there ended later: a copy of a
--- newer end that was written first.
+-- what was there (settle.go, on a cluster) — unless what is there is newer, or the job is gone.
+-- A job's events only grow from one end to the next (a restart takes them back and adds to
+-- them), so a copy with more events than this one is of a later end, written first by a
+-- faster settler. A job with no config left was archived: a slow settler must not bring it back.
 -- KEYS[1] the job's own hash (routes the call to the job's slot)
 -- arg_finished_at the copy's end (ms); arg_progress JSON or ""; arg_nfields how many of the
 -- further values are the hash's fields and values; ARGV[REST..] those, then the events.
--- Returns 1 if written, 0 if a newer copy is there.
+-- Returns 1 if written, 0 if not.
 local id = arg_id
-local have = tonumber(redis.call('HGET', ownjob(id), 'finished_at'))
-if have and have > tonumber(arg_finished_at) then
+local n = tonumber(arg_nfields)
+if redis.call('EXISTS', owncfg(id)) == 0 or redis.call('LLEN', ownev(id)) > #ARGV - (REST + n) + 1 then
   return 0
 end
 redis.call('DEL', ownjob(id), ownev(id), ownprog(id))
-local n = tonumber(arg_nfields)
 push_chunked('HSET', ownjob(id), REST, REST + n - 1)
 push_chunked('RPUSH', ownev(id), REST + n, #ARGV)
 if arg_progress ~= '' then
