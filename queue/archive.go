@@ -155,11 +155,15 @@ func (c *Client) archiveCrowded(ctx context.Context, batch int) (moved int, more
 // archiveOne writes job id's record and then removes the job from Redis if it is unchanged:
 // the queue forgets it (archive.lua), and then its own keys are deleted (dropOwn).
 func (c *Client) archiveOne(ctx context.Context, id string, now time.Time) (bool, error) {
-	if c.split {
-		// One that ended and has not moved to its own slot yet moves first.
-		if _, err := c.settleOne(ctx, id, false); err != nil {
+	// One that ended and has not moved to its own slot yet (on a cluster, or in a store being
+	// migrated: migrate.go) moves first.
+	if !c.migrated.done.Load() {
+		if err := c.migrateJobs(ctx, []string{id}); err != nil {
 			return false, err
 		}
+	}
+	if _, err := c.settleOne(ctx, id, false); err != nil {
+		return false, err
 	}
 	var cfg *redis.StringCmd
 	rec0, err := c.readRecord(ctx, id, true)

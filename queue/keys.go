@@ -25,20 +25,22 @@ func (k keys) of(lua string, names ...string) string {
 // own is job id's key lua under the job's own hash tag.
 func (k keys) own(id, lua string) string { return rediskeys.OwnKey(k.tag, id, lua) }
 
-func (k keys) job(id string) string       { return k.of("jobkey", id) }
-func (k keys) progress(id string) string  { return k.of("progkey", id) }
-func (k keys) events(id string) string    { return k.of("evkey", id) }
-func (k keys) org(org string) string      { return k.of("orgkey", org) }
-func (k keys) orgJobs(org string) string  { return k.of("orgjobs", org) }
-func (k keys) orgIndex(org string) string { return k.of("orgindex", org) }
-func (k keys) revoked(jti string) string  { return k.of("revokedkey", jti) }
-func (k keys) wake(proc string) string    { return k.of("wakechan", proc) }
-func (k keys) leases() string             { return k.fixed("LEASES") }
-func (k keys) outbox() string             { return k.fixed("OUTBOX") }
-func (k keys) meta() string               { return k.fixed("META") }
-func (k keys) ended() string              { return k.fixed("ENDED") }
-func (k keys) settle() string             { return k.fixed("SETTLE") }
-func (k keys) dropping() string           { return k.fixed("DROPPING") }
+func (k keys) job(id string) string        { return k.of("jobkey", id) }
+func (k keys) oldConfig(id string) string  { return k.of("oldcfgkey", id) }
+func (k keys) oldSecrets(id string) string { return k.of("oldseckey", id) }
+func (k keys) progress(id string) string   { return k.of("progkey", id) }
+func (k keys) events(id string) string     { return k.of("evkey", id) }
+func (k keys) org(org string) string       { return k.of("orgkey", org) }
+func (k keys) orgJobs(org string) string   { return k.of("orgjobs", org) }
+func (k keys) orgIndex(org string) string  { return k.of("orgindex", org) }
+func (k keys) revoked(jti string) string   { return k.of("revokedkey", jti) }
+func (k keys) wake(proc string) string     { return k.of("wakechan", proc) }
+func (k keys) leases() string              { return k.fixed("LEASES") }
+func (k keys) outbox() string              { return k.fixed("OUTBOX") }
+func (k keys) meta() string                { return k.fixed("META") }
+func (k keys) ended() string               { return k.fixed("ENDED") }
+func (k keys) settle() string              { return k.fixed("SETTLE") }
+func (k keys) dropping() string            { return k.fixed("DROPPING") }
 func (k keys) classQueue(org, class string) string {
 	return k.of("classq", org, class)
 }

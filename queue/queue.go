@@ -130,14 +130,15 @@ func (c Config) withDefaults() Config {
 
 // Client is the queue over one Redis (a single server or a cluster).
 type Client struct {
-	rdb     redis.UniversalClient
-	cfg     Config
-	keys    keys
-	tau     int64 // usage decay time constant, ms
-	wakeup  *notifier
-	funcs   *functions
-	revoked revocations
-	split   bool // a cluster: a job's own keys are out of a queue function's reach (settle.go)
+	rdb      redis.UniversalClient
+	cfg      Config
+	keys     keys
+	tau      int64 // usage decay time constant, ms
+	wakeup   *notifier
+	funcs    *functions
+	revoked  revocations
+	split    bool // a cluster: a job's own keys are out of a queue function's reach (settle.go)
+	migrated migrated
 }
 
 // New returns a Client. Close it to stop its pub/sub subscription. It marks the errors of
@@ -298,15 +299,28 @@ func (c *Client) getManyOnce(ctx context.Context, ids []string, reread bool) ([]
 	progs := make([]*redis.StringCmd, len(ids))
 	owns := make([]*redis.MapStringStringCmd, len(ids))
 	strs := make([]*redis.SliceCmd, len(ids))
+	// Until the store is migrated (migrate.go), a job's config may still be at its old key.
+	legacy := !c.migrated.done.Load()
+	olds := make([]*redis.StringCmd, len(ids))
+	var done *redis.StringCmd
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			hashes[i] = p.HGetAll(ctx, c.keys.job(id))
 			progs[i] = p.Get(ctx, c.keys.progress(id))
 			owns[i] = p.HGetAll(ctx, c.keys.own(id, "ownjob"))
 			strs[i] = p.MGet(ctx, c.keys.own(id, "owncfg"), c.keys.own(id, "ownprog"))
+			if legacy {
+				olds[i] = p.Get(ctx, c.keys.oldConfig(id))
+			}
+		}
+		if legacy {
+			done = p.HGet(ctx, c.keys.meta(), "own_done")
 		}
 		return nil
 	})
+	if legacy && done.Val() == "1" {
+		c.migrated.done.Store(true)
+	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
@@ -315,6 +329,9 @@ func (c *Client) getManyOnce(ctx context.Context, ids []string, reread bool) ([]
 	for i := range ids {
 		v := strs[i].Val()
 		cfg, _ := v[0].(string)
+		if cfg == "" && legacy {
+			cfg = olds[i].Val()
+		}
 		m, prog := hashes[i].Val(), progs[i].Val()
 		if len(m) == 0 || prog == "" {
 			// Ended and moved (or moved between the reads: its progress went too).
@@ -702,6 +719,10 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuO
 				// Once more: the claim is made, and without its config the agent cannot run it.
 				big, err = c.rdb.MGet(context.WithoutCancel(ctx), c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Result()
 			}
+			if err == nil && big[0] == nil {
+				// A store the reaper has not migrated yet (migrate.go).
+				big, err = c.rdb.MGet(context.WithoutCancel(ctx), c.keys.oldConfig(id), c.keys.oldSecrets(id)).Result()
+			}
 			if err != nil {
 				return nil, time.Time{}, fmt.Errorf("queue: claim: read config of %s: %w", id, err)
 			}
@@ -856,8 +877,9 @@ func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, e
 	if err != nil {
 		return 0, false, scriptErr("reap", err)
 	}
-	if c.split {
-		// What this pass ended, and what a crash left unmoved.
+	{
+		// What this pass ended (on a cluster), what a crash left unmoved, and the ended jobs
+		// of a store being migrated (migrate.go).
 		for {
 			moved, more, err := c.Settle(ctx, settleBatch*4)
 			if err != nil {

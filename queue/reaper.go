@@ -30,6 +30,16 @@ func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
 // reports how many jobs it changed; then it archives the jobs due for it. Healthy leases never
 // come due (see heartbeat.lua), so a pass costs what is due, not what is running.
 func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
+	// A store written before jobs had their own slots is migrated first (migrate.go).
+	for {
+		more, err := r.q.MigrateOwn(ctx, reapBatch)
+		if err != nil {
+			return 0, err
+		}
+		if !more {
+			break
+		}
+	}
 	total := 0
 	for {
 		n, more, err := r.q.Reap(ctx, reapBatch)

@@ -161,6 +161,8 @@ var Queue = Set{
 		{Lua: "jobkey", Pre: "job:", What: "a live job's hash of small fields (see JobOwn for one that ended)"},
 		{Lua: "progkey", Pre: "prog:", What: "a live job's newest progress report (JSON)"},
 		{Lua: "evkey", Pre: "ev:", What: "a live job's events, a list: an event's position is its sequence number"},
+		{Lua: "oldcfgkey", Pre: "cfg:", What: "a job's config as stores before issue 15 kept it (the reaper moves it to the job's own slot)"},
+		{Lua: "oldseckey", Pre: "sec:", What: "a job's sealed secrets as stores before issue 15 kept them (moved likewise)"},
 		{Lua: "orgkey", Pre: "org:", What: "an organization's hash: counters, usage, weight, limits, ready classes"},
 		{Lua: "orgjobs", Pre: "org:", Post: ":jobs", What: "an organization's job ids (a lex-ordered set: UUIDv7 ids sort by creation)"},
 		{Lua: "orgindex", Pre: "org:", Post: ":by", What: "an organization's job ids scored by kind, status and creation time (List's filters)"},

@@ -150,6 +150,9 @@ if org then
     return {token, j} -- the config and secrets are in the job's own slot: the caller reads them
   end
   local big = redis.call('MGET', owncfg(id), ownsec(id))
+  if not big[1] then
+    big = redis.call('MGET', oldcfgkey(id), oldseckey(id)) -- a store the reaper has not migrated yet
+  end
   return {token, j, big[1], big[2]}
 end
 -- Nothing fits: this agent waits with these GPUs free, which is what queue_reason needs, and
