@@ -101,7 +101,11 @@ func (r *nodeReceiver) state(t *testing.T) receiverState {
 func TestDevDeliversSignedWebhooksToAReceiverThatWasDown(t *testing.T) {
 	t.Parallel()
 	recv := startNodeReceiver(t)
-	d := startDev(t, "20ms", "--webhook-schedule", "300ms,300ms,500ms,1s,1s,1s,1s")
+	// Retries every second for two minutes: the receiver stays down until both jobs have
+	// completed, which on a loaded machine takes far longer than a short schedule lasts, and a
+	// delivery whose retries ran out would never come.
+	schedule := "300ms,300ms,500ms" + strings.Repeat(",1s", 120)
+	d := startDev(t, "20ms", "--webhook-schedule", schedule)
 	if !strings.Contains(d.out.String(), "loopback allowed") {
 		t.Errorf("dev does not say webhooks may reach this machine:\n%s", d.out.String())
 	}
