@@ -171,7 +171,7 @@ func (b bundle) run(t *testing.T, org string) string {
 	}
 	return j.ID
 }
-// dispatchUntil runs dispatch rounds until cond holds.
+
 // dispatchUntil dispatches until cond holds, for at most two minutes: on a loaded machine the
 // bounds test's 215 deliveries of a 256 KiB job take far longer than on a quiet one.
 func (b bundle) dispatchUntil(t *testing.T, what string, cond func() bool) {
