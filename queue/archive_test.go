@@ -7,44 +7,24 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
+	"github.com/hostedtrain/hostedtrain/internal/redistest"
 	"github.com/hostedtrain/hostedtrain/internal/s3test"
 )
 
 // keysMatching lists the keys that match a SCAN pattern, on every master of a cluster.
 func (b bundle) keysMatching(t *testing.T, pattern string) []string {
 	t.Helper()
-	var mu sync.Mutex
-	var out []string
-	scan := func(ctx context.Context, c *redis.Client) error {
-		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for it.Next(ctx) {
-			mu.Lock()
-			out = append(out, it.Val())
-			mu.Unlock()
-		}
-		return it.Err()
-	}
-	var err error
-	switch c := b.rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(b.ctx, scan)
-	case *redis.Client:
-		err = scan(b.ctx, c)
-	}
+	keys, err := redistest.AllKeys(b.ctx, b.rdb, pattern)
 	if err != nil {
 		t.Fatalf("scan %s: %v", pattern, err)
 	}
-	slices.Sort(out)
-	return out
+	return keys
 }
 
 // jobKeys are the keys in Redis that belong to job id.
