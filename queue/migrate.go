@@ -92,24 +92,50 @@ func (c *Client) migrateJobs(ctx context.Context, ids []string) error {
 		return fmt.Errorf("queue: migrate: %w", err)
 	}
 	var ended []redis.Z
-	for i, id := range ids {
-		if cfg := cfgs[i].Val(); cfg != "" {
-			// The new key is written first (never over a newer one), then the old one goes:
-			// a crash between leaves both, and the next pass finishes.
-			_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var moved []string
+	// The new keys are written first (never over newer ones), then the old ones go: a crash
+	// between leaves both, and the next pass finishes; a reader that finds neither the old key
+	// nor (read after it) the new one cannot exist.
+	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			if cfg := cfgs[i].Val(); cfg != "" {
+				moved = append(moved, id)
 				p.SetNX(ctx, c.keys.own(id, "owncfg"), cfg, 0)
 				if sec := secs[i].Val(); sec != "" {
 					p.SetNX(ctx, c.keys.own(id, "ownsec"), sec, 0)
 				}
-				return nil
-			})
-			if err == nil {
-				err = c.rdb.Del(ctx, c.keys.oldConfig(id), c.keys.oldSecrets(id)).Err()
-			}
-			if err != nil {
-				return fmt.Errorf("queue: migrate %s: %w", id, err)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queue: migrate: %w", err)
+	}
+	if len(moved) > 0 {
+		live := make([]*redis.IntCmd, len(moved))
+		own := make([]*redis.IntCmd, len(moved))
+		_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range moved {
+				p.Del(ctx, c.keys.oldConfig(id), c.keys.oldSecrets(id))
+				live[i] = p.Exists(ctx, c.keys.job(id))
+				own[i] = p.Exists(ctx, c.keys.own(id, "ownjob"))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("queue: migrate: %w", err)
+		}
+		// A job another reaper archived while this one read it has no hash left anywhere: the
+		// keys just written would be nobody's, so they go again.
+		for i, id := range moved {
+			if live[i].Val() == 0 && own[i].Val() == 0 {
+				if err := c.rdb.Del(ctx, c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Err(); err != nil {
+					return fmt.Errorf("queue: migrate: %w", err)
+				}
+			}
+		}
+	}
+	for i, id := range ids {
 		if job.Status(statuses[i].Val()).Terminal() {
 			ended = append(ended, redis.Z{Score: 0, Member: id})
 		}
@@ -118,6 +144,7 @@ func (c *Client) migrateJobs(ctx context.Context, ids []string) error {
 		if err := c.rdb.ZAdd(ctx, c.keys.settle(), ended...).Err(); err != nil {
 			return fmt.Errorf("queue: migrate: %w", err)
 		}
+		return c.settleAll(ctx)
 	}
 	return nil
 }

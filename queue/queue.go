@@ -331,6 +331,10 @@ func (c *Client) getManyOnce(ctx context.Context, ids []string, reread bool) ([]
 		cfg, _ := v[0].(string)
 		if cfg == "" && legacy {
 			cfg = olds[i].Val()
+			if cfg == "" {
+				// Moved by the reaper between the reads (on a cluster they are side by side).
+				cfg = c.rdb.Get(ctx, c.keys.own(ids[i], "owncfg")).Val()
+			}
 		}
 		m, prog := hashes[i].Val(), progs[i].Val()
 		if len(m) == 0 || prog == "" {
@@ -719,9 +723,13 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuO
 				// Once more: the claim is made, and without its config the agent cannot run it.
 				big, err = c.rdb.MGet(context.WithoutCancel(ctx), c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Result()
 			}
-			if err == nil && big[0] == nil {
-				// A store the reaper has not migrated yet (migrate.go).
+			if err == nil && big[0] == nil && !c.migrated.done.Load() {
+				// A store the reaper has not migrated yet (migrate.go): the old keys, then the
+				// new ones once more, as the reaper may have moved them between the reads.
 				big, err = c.rdb.MGet(context.WithoutCancel(ctx), c.keys.oldConfig(id), c.keys.oldSecrets(id)).Result()
+				if err == nil && big[0] == nil {
+					big, err = c.rdb.MGet(context.WithoutCancel(ctx), c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Result()
+				}
 			}
 			if err != nil {
 				return nil, time.Time{}, fmt.Errorf("queue: claim: read config of %s: %w", id, err)
@@ -877,18 +885,10 @@ func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, e
 	if err != nil {
 		return 0, false, scriptErr("reap", err)
 	}
-	{
-		// What this pass ended (on a cluster), what a crash left unmoved, and the ended jobs
-		// of a store being migrated (migrate.go).
-		for {
-			moved, more, err := c.Settle(ctx, settleBatch*4)
-			if err != nil {
-				return int(res[0]), false, err
-			}
-			if !more || moved == 0 {
-				break
-			}
-		}
+	// What this pass ended (on a cluster), what a crash left unmoved, and the ended jobs of a
+	// store being migrated (migrate.go).
+	if err := c.settleAll(ctx); err != nil {
+		return int(res[0]), false, err
 	}
 	if len(res) != 2 {
 		return 0, false, fmt.Errorf("queue: reap: unexpected reply %v", res)

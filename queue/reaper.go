@@ -30,16 +30,6 @@ func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
 // reports how many jobs it changed; then it archives the jobs due for it. Healthy leases never
 // come due (see heartbeat.lua), so a pass costs what is due, not what is running.
 func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
-	// A store written before jobs had their own slots is migrated first (migrate.go).
-	for {
-		more, err := r.q.MigrateOwn(ctx, reapBatch)
-		if err != nil {
-			return 0, err
-		}
-		if !more {
-			break
-		}
-	}
 	total := 0
 	for {
 		n, more, err := r.q.Reap(ctx, reapBatch)
@@ -54,7 +44,26 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	return total, r.archive(ctx)
+	if err := r.archive(ctx); err != nil {
+		return total, err
+	}
+	return total, r.migrate(ctx)
+}
+
+// migrateBatches bounds the migration's share of one pass, so the reaper's own work never
+// waits on it.
+const migrateBatches = 20
+
+// migrate moves part of a store written before jobs had their own slots (migrate.go), after the
+// pass's own work; the next passes go on from where it stopped.
+func (r *Reaper) migrate(ctx context.Context) error {
+	for range migrateBatches {
+		more, err := r.q.MigrateOwn(ctx, reapBatch)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // archive moves every job due for it out of Redis, batch by batch.

@@ -61,6 +61,7 @@ func (c *Client) Settle(ctx context.Context, batch int) (moved int, more bool, e
 	if err != nil {
 		return 0, false, fmt.Errorf("queue: settle: %w", err)
 	}
+	var skipped []redis.Z
 	for _, id := range ids {
 		ok, err := c.settleOne(ctx, id, true)
 		if err != nil {
@@ -68,9 +69,28 @@ func (c *Client) Settle(ctx context.Context, batch int) (moved int, more bool, e
 		}
 		if ok {
 			moved++
+		} else {
+			skipped = append(skipped, redis.Z{Score: float64(ms(c.cfg.Now())), Member: id})
+		}
+	}
+	if len(skipped) > 0 {
+		// To the back (if still filed), so that entries that cannot move now never keep the
+		// ones behind them from being looked at.
+		if err := c.rdb.ZAddXX(ctx, c.keys.settle(), skipped...).Err(); err != nil {
+			return moved, false, fmt.Errorf("queue: settle: %w", err)
 		}
 	}
 	return moved, len(ids) == batch, nil
+}
+
+// settleAll settles batch after batch until a batch is short or moves nothing.
+func (c *Client) settleAll(ctx context.Context) error {
+	for {
+		moved, more, err := c.Settle(ctx, settleBatch*4)
+		if err != nil || !more || moved == 0 {
+			return err
+		}
+	}
 }
 
 // live is a job's record as one slot holds it.
