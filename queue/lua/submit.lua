@@ -53,6 +53,11 @@ end
 redis.call('ZADD', orgjobs(org), 0, id)
 index_job(id, org, arg_kind, 'QUEUED')
 if not o[1] then
+  if redis.call('SCARD', ORGS) == 0 then
+    -- The store's first job: written as jobs have their own slots, so nothing to migrate
+    -- (migrate.go).
+    redis.call('HSETNX', META, 'own_done', '1')
+  end
   redis.call('SADD', ORGS, org) -- a new organization
 end
 redis.call('HSET', orgkey(org), 'queued', int(queued + 1))
