@@ -58,7 +58,13 @@ func (c *Client) MigrateOwn(ctx context.Context, batch int) (more bool, err erro
 		if len(ids) == 0 {
 			continue
 		}
-		if err := c.migrateJobs(ctx, ids); err != nil {
+		// The batch's ended jobs move to their own slots now (the archiver settles the one it
+		// migrates itself).
+		err = c.migrateJobs(ctx, ids)
+		if err == nil {
+			err = c.settleAll(ctx)
+		}
+		if err != nil {
 			return false, err
 		}
 		next := orgs[i] + " " + ids[len(ids)-1]
@@ -75,7 +81,8 @@ func (c *Client) MigrateOwn(ctx context.Context, batch int) (more bool, err erro
 }
 
 // migrateJobs moves the config and secrets of jobs ids from the old keys to their own slots and
-// files those that ended, and are still in the queue's slot, to be settled.
+// files those that ended, and are still in the queue's slot, to be settled; the caller settles
+// them.
 func (c *Client) migrateJobs(ctx context.Context, ids []string) error {
 	cfgs := make([]*redis.StringCmd, len(ids))
 	secs := make([]*redis.StringCmd, len(ids))
@@ -144,7 +151,6 @@ func (c *Client) migrateJobs(ctx context.Context, ids []string) error {
 		if err := c.rdb.ZAdd(ctx, c.keys.settle(), ended...).Err(); err != nil {
 			return fmt.Errorf("queue: migrate: %w", err)
 		}
-		return c.settleAll(ctx)
 	}
 	return nil
 }
