@@ -131,7 +131,7 @@ func TestBadJobsGetTheirOwnErrors(t *testing.T) {
 		{"env is neither a list nor a table", "", "application/toml", "model = \"Qwen/Qwen3-4B\"\nenv = \"gsm8k\"\n", 422,
 			[]fieldWant{{"/env", 2, "must be a list or a table"}}},
 		{"env without an id", "", "application/toml", "model = \"Qwen/Qwen3-4B\"\n[[env]]\nweight = 2\n", 422,
-			[]fieldWant{{"/env/0/id", 2, `missing required key "id"`}}},
+			[]fieldWant{{"/env/0/id", 2, `an environment needs id = "owner/name", or taskset = { id = "owner/name" }`}}},
 		{"env id that could reach a shell", "", "application/toml", "model = \"Qwen/Qwen3-4B\"\n[[env]]\nid = \"a/b;rm -rf ~\"\n", 422,
 			[]fieldWant{{"/env/0/id", 3, "an environment id is `name` or `owner/name`"}}},
 		{"env id that could reach a path", "", "application/toml", "model = \"Qwen/Qwen3-4B\"\n[[env]]\nid = \"../../etc/passwd\"\n", 422,

@@ -135,19 +135,46 @@ type rlTrainSampling struct {
 	ExtraBody           map[string]any `toml:"extra_body,omitempty"`
 }
 
+// rlSource is one [[orchestrator.train.source]] or [[orchestrator.eval.source]]: prime-rl's
+// per-environment knobs (ratio, group_size, num_examples, sampling), the verifiers env
+// (taskset, timeout, retries, the one agent's harness and bounds) and how its server is hosted.
 type rlSource struct {
-	Name  string      `toml:"name"`
-	Ratio *float64    `toml:"ratio,omitempty"`
-	Env   rlSourceEnv `toml:"env"`
+	Name        string         `toml:"name"`
+	Ratio       *float64       `toml:"ratio,omitempty"`
+	GroupSize   int            `toml:"group_size,omitempty"`
+	NumExamples *int           `toml:"num_examples,omitempty"`
+	Sampling    map[string]any `toml:"sampling,omitempty"`
+	Env         rlSourceEnv    `toml:"env"`
+	Serve       *rlServe       `toml:"serve,omitempty"`
 }
 
 type rlSourceEnv struct {
 	Taskset map[string]any `toml:"taskset"`
+	Timeout *rlEnvTimeout  `toml:"timeout,omitempty"`
 	Retries *rlRetryConf   `toml:"retries,omitempty"`
+	Agent   map[string]any `toml:"agent,omitempty"`
+}
+
+type rlEnvTimeout struct {
+	Episode  float64 `toml:"episode,omitempty"`
+	Finalize float64 `toml:"finalize,omitempty"`
 }
 
 type rlRetryConf struct {
-	MaxRetries int `toml:"max_retries"`
+	MaxRetries int      `toml:"max_retries"`
+	Include    []string `toml:"include,omitempty"`
+	Exclude    []string `toml:"exclude,omitempty"`
+}
+
+type rlServe struct {
+	Pool rlPool `toml:"pool"`
+}
+
+type rlPool struct {
+	Type       string `toml:"type"`
+	NumWorkers int    `toml:"num_workers,omitempty"`
+	MaxWorkers int    `toml:"max_workers,omitempty"`
+	Multiplex  int    `toml:"multiplex,omitempty"`
 }
 
 type rlEval struct {
@@ -252,7 +279,11 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 	if f.Orchestrator.Renderer, err = rendererTable(s); err != nil {
 		return nil, 0, err
 	}
-	if s.Loss == "sft" {
+	if s.Loss == "sft" && s.TeacherClient != nil {
+		// The teacher at the endpoint the job named, with the key its secrets hold.
+		f.Orchestrator.Algo = &rlAlgo{Type: "sft", Sampling: rlAlgoSampling{Source: rlFrozenModel{
+			Name: s.Teacher, BaseURL: s.TeacherClient.BaseURL, APIKeyVar: s.TeacherClient.APIKeyVar}}}
+	} else if s.Loss == "sft" {
 		hm, ok := upstream.ProviderModel(s.Teacher)
 		if !ok {
 			return nil, 0, fmt.Errorf("the sft teacher %s is not a provider-hosted model", s.Teacher)
@@ -342,17 +373,80 @@ func sources(envs []jobspec.Env, eval bool) []rlSource {
 			taskset[k] = v
 		}
 		taskset["id"] = e.ID
-		src := rlSource{Name: name, Env: rlSourceEnv{Taskset: taskset}}
-		if !eval {
+		src := rlSource{Name: name, GroupSize: e.GroupSize, Env: rlSourceEnv{Taskset: taskset}}
+		if eval {
+			src.NumExamples = e.NumExamples
+		} else {
 			w := e.Weight
 			src.Ratio = &w
 		}
-		if e.MaxRetries != nil {
+		src.Sampling = sourceSampling(e.Sampling, eval)
+		switch {
+		case e.Retries != nil:
+			src.Env.Retries = &rlRetryConf{MaxRetries: e.Retries.MaxRetries, Include: e.Retries.Include, Exclude: e.Retries.Exclude}
+		case e.MaxRetries != nil:
 			src.Env.Retries = &rlRetryConf{MaxRetries: *e.MaxRetries}
+		}
+		if t := e.Timeout; t != nil {
+			src.Env.Timeout = &rlEnvTimeout{Episode: t.Episode, Finalize: t.Finalize}
+		}
+		src.Env.Agent = agentTable(e)
+		if p := e.Pool; p != nil {
+			src.Serve = &rlServe{Pool: rlPool{Type: p.Type, NumWorkers: p.NumWorkers, MaxWorkers: p.MaxWorkers, Multiplex: p.Multiplex}}
 		}
 		out = append(out, src)
 	}
 	return out
+}
+
+// sourceSampling is an environment's own sampling as prime-rl's per-source sampling takes it
+// (train: temperature, max_completion_tokens, extra_body; eval also top_p and
+// reasoning_effort); what it has no key for is in jobspec.Unsupported. nil: the group's.
+func sourceSampling(sp *jobspec.Sampling, eval bool) map[string]any {
+	if sp == nil {
+		return nil
+	}
+	t := map[string]any{}
+	if sp.Temperature != nil {
+		t["temperature"] = *sp.Temperature
+	}
+	if sp.MaxTokens > 0 {
+		t["max_completion_tokens"] = sp.MaxTokens
+	}
+	if len(sp.ExtraBody) > 0 {
+		t["extra_body"] = wholeNumbers(sp.ExtraBody)
+	}
+	if eval {
+		if sp.TopP != nil {
+			t["top_p"] = *sp.TopP
+		}
+		if sp.ReasoningEffort != "" {
+			t["reasoning_effort"] = sp.ReasoningEffort
+		}
+	}
+	if len(t) == 0 {
+		return nil
+	}
+	return t
+}
+
+// agentTable is the environment's one agent seat (verifiers' SingleAgentEnvConfig.agent): its
+// harness and its bounds on turns and tokens. nil: verifiers' defaults.
+func agentTable(e jobspec.Env) map[string]any {
+	t := map[string]any{}
+	if len(e.Harness) > 0 {
+		t["harness"] = wholeNumbers(e.Harness)
+	}
+	for k, v := range map[string]int{"max_turns": e.MaxTurns, "max_input_tokens": e.MaxInputTokens,
+		"max_output_tokens": e.MaxOutputTokens, "max_total_tokens": e.MaxTotalTokens} {
+		if v > 0 {
+			t[k] = v
+		}
+	}
+	if len(t) == 0 {
+		return nil
+	}
+	return t
 }
 
 // envName is an environment id's name part: "owner/name@1.0" → "name", the module

@@ -9,6 +9,7 @@
 package jobspec
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -102,9 +103,12 @@ type Spec struct {
 	EnvFiles []string `json:"env_files,omitempty"`
 
 	// rl
-	Loss     string `json:"loss,omitempty"`
-	Teacher  string `json:"teacher,omitempty"`
-	MaxSteps int    `json:"max_steps,omitempty"`
+	Loss    string `json:"loss,omitempty"`
+	Teacher string `json:"teacher,omitempty"`
+	// TeacherClient is where an sft run's teacher is called when the job says (the prime CLI's
+	// [teacher.client]); nil: the provider the teacher's id names.
+	TeacherClient *TeacherClient `json:"teacher_client,omitempty"`
+	MaxSteps      int            `json:"max_steps,omitempty"`
 	// SeqLen is the longest sequence (prompt and completion) the trainer takes.
 	SeqLen int `json:"seq_len,omitempty"`
 	// Renderer names the chat renderer prime-rl renders the model with when the model is not
@@ -135,12 +139,56 @@ type Spec struct {
 }
 
 // Env is one Environments Hub environment; a pinned version is part of ID (`owner/name@1.0`).
+// Args are its taskset's settings (the legacy `args`, or the v1 form's `taskset` table less
+// its id). The rest are the prime CLI's per-environment knobs, each as verifiers and prime-rl
+// name it (see gpuagent's sources for where each goes).
 type Env struct {
 	ID         string         `json:"id"`
 	Name       string         `json:"name,omitempty"`
 	Args       map[string]any `json:"args,omitempty"`
 	Weight     float64        `json:"weight"`
 	MaxRetries *int           `json:"max_retries,omitempty"`
+	// GroupSize is this environment's rollouts per example (0: the run's).
+	GroupSize       int            `json:"group_size,omitempty"`
+	Harness         map[string]any `json:"harness,omitempty"`
+	Pool            *Pool          `json:"pool,omitempty"`
+	Timeout         *EnvTimeout    `json:"timeout,omitempty"`
+	Retries         *EnvRetries    `json:"retries,omitempty"`
+	Sampling        *Sampling      `json:"sampling,omitempty"`
+	MaxTurns        int            `json:"max_turns,omitempty"`
+	MaxInputTokens  int            `json:"max_input_tokens,omitempty"`
+	MaxOutputTokens int            `json:"max_output_tokens,omitempty"`
+	MaxTotalTokens  int            `json:"max_total_tokens,omitempty"`
+	// NumExamples is an eval environment's examples (-1: all; nil: the eval's).
+	NumExamples *int `json:"num_examples,omitempty"`
+}
+
+// Pool is an environment server's worker pool (verifiers' serve.pool): static, a fixed
+// NumWorkers; elastic, up to MaxWorkers, adding one when Multiplex episodes per worker run.
+type Pool struct {
+	Type       string `json:"type"`
+	NumWorkers int    `json:"num_workers,omitempty"`
+	MaxWorkers int    `json:"max_workers,omitempty"`
+	Multiplex  int    `json:"multiplex,omitempty"`
+}
+
+// EnvTimeout bounds an episode and its finalization, in seconds (verifiers' env timeout).
+type EnvTimeout struct {
+	Episode  float64 `json:"episode,omitempty"`
+	Finalize float64 `json:"finalize,omitempty"`
+}
+
+// EnvRetries are whole-episode retries (verifiers' RetryConfig).
+type EnvRetries struct {
+	MaxRetries int      `json:"max_retries"`
+	Include    []string `json:"include,omitempty"`
+	Exclude    []string `json:"exclude,omitempty"`
+}
+
+// TeacherClient is an OpenAI-compatible endpoint and the secret that holds its key.
+type TeacherClient struct {
+	BaseURL   string `json:"base_url"`
+	APIKeyVar string `json:"api_key_var"`
 }
 
 // Resources is what a job needs from one node.
@@ -278,34 +326,41 @@ type input struct {
 	EnvFiles  []string          `json:"env_files"`
 	Secrets   map[string]string `json:"secrets"`
 
-	Loss                   string              `json:"loss"`
-	Teacher                string              `json:"teacher"`
-	MaxSteps               *int                `json:"max_steps"`
-	SeqLen                 int                 `json:"seq_len"`
-	Renderer               string              `json:"renderer"`
-	BatchSize              *int                `json:"batch_size"`
-	RolloutsPerExample     *int                `json:"rollouts_per_example"`
-	MaxInflightRollouts    int                 `json:"max_inflight_rollouts"`
-	OversamplingFactor     float64             `json:"oversampling_factor"`
-	LearningRate           float64             `json:"learning_rate"`
-	UseLoRA                *bool               `json:"use_lora"`
-	LoRARank               int                 `json:"lora_rank"`
-	LoRAAlpha              int                 `json:"lora_alpha"`
-	UseDifficultyFiltering *bool               `json:"use_difficulty_filtering"`
-	DifficultyThreshold    *float64            `json:"difficulty_threshold"`
-	NumGPUs                int                 `json:"num_gpus"`
-	TensorParallelSize     int                 `json:"tensor_parallel_size"`
-	PipelineParallelSize   int                 `json:"pipeline_parallel_size"`
-	CheckpointID           string              `json:"checkpoint_id"`
-	Sampling               *Sampling           `json:"sampling"`
-	Eval                   *OnlineEval         `json:"eval"`
-	Val                    *Val                `json:"val"`
-	PreBatchFilters        []Filter            `json:"pre_batch_filters"`
-	PostBatchFilters       []Filter            `json:"post_batch_filters"`
-	Wandb                  *Wandb              `json:"wandb"`
-	Checkpoints            *checkpointsInput   `json:"checkpoints"`
-	Checkpointing          *checkpointingInput `json:"checkpointing"`
-	Adapters               *Adapters           `json:"adapters"`
+	Loss                   string           `json:"loss"`
+	Teacher                json.RawMessage  `json:"teacher"`
+	MaxSteps               *int             `json:"max_steps"`
+	SeqLen                 int              `json:"seq_len"`
+	Renderer               string           `json:"renderer"`
+	BatchSize              *int             `json:"batch_size"`
+	RolloutsPerExample     *int             `json:"rollouts_per_example"`
+	MaxInflightRollouts    int              `json:"max_inflight_rollouts"`
+	OversamplingFactor     float64          `json:"oversampling_factor"`
+	LearningRate           float64          `json:"learning_rate"`
+	UseLoRA                *bool            `json:"use_lora"`
+	LoRARank               int              `json:"lora_rank"`
+	LoRAAlpha              int              `json:"lora_alpha"`
+	UseDifficultyFiltering *bool            `json:"use_difficulty_filtering"`
+	DifficultyThreshold    *float64         `json:"difficulty_threshold"`
+	NumGPUs                int              `json:"num_gpus"`
+	TensorParallelSize     int              `json:"tensor_parallel_size"`
+	PipelineParallelSize   int              `json:"pipeline_parallel_size"`
+	CheckpointID           string           `json:"checkpoint_id"`
+	Sampling               *Sampling        `json:"sampling"`
+	Eval                   *evalInput       `json:"eval"`
+	Val                    *Val             `json:"val"`
+	PreBatchFilters        []map[string]any `json:"pre_batch_filters"`
+	PostBatchFilters       []map[string]any `json:"post_batch_filters"`
+	// The prime CLI's platform settings and deprecated keys: accepted, not applied.
+	ClusterName        *string             `json:"cluster_name"`
+	Infrastructure     map[string]any      `json:"infrastructure"`
+	RunConfig          map[string]any      `json:"run_config"`
+	Tailscale          *tailscale          `json:"tailscale"`
+	TrajectoryStrategy *string             `json:"trajectory_strategy"`
+	Buffer             map[string]any      `json:"buffer"`
+	Wandb              *Wandb              `json:"wandb"`
+	Checkpoints        *checkpointsInput   `json:"checkpoints"`
+	Checkpointing      *checkpointingInput `json:"checkpointing"`
+	Adapters           *Adapters           `json:"adapters"`
 
 	ReflectionModel string   `json:"reflection_model"`
 	MaxCalls        int      `json:"max_calls"`
@@ -319,6 +374,34 @@ type input struct {
 	SaveResults bool `json:"save_results"`
 }
 
+// evalInput is [eval] as written: OnlineEval's settings, its environments as written and the
+// deprecated eval_base_model.
+type evalInput struct {
+	Interval           int             `json:"interval"`
+	NumExamples        int             `json:"num_examples"`
+	RolloutsPerExample int             `json:"rollouts_per_example"`
+	SkipFirstStep      *bool           `json:"skip_first_step"`
+	EvalBaseModel      *bool           `json:"eval_base_model"`
+	Sampling           *Sampling       `json:"sampling"`
+	Env                json.RawMessage `json:"env"`
+}
+
+// teacherTable is the prime CLI's [teacher].
+type teacherTable struct {
+	Model  string `json:"model"`
+	Client *struct {
+		BaseURL        string            `json:"base_url"`
+		APIKeyVar      string            `json:"api_key_var"`
+		HeadersFromEnv map[string]string `json:"headers_from_env"`
+		SkipModelCheck *bool             `json:"skip_model_check"`
+	} `json:"client"`
+	Sampling map[string]any `json:"sampling"`
+}
+
+type tailscale struct {
+	Enabled bool `json:"enabled"`
+}
+
 type checkpointsInput struct {
 	Interval  int  `json:"interval"`
 	KeepCloud *int `json:"keep_cloud"`
@@ -330,12 +413,27 @@ type checkpointingInput struct {
 }
 
 type envInput struct {
-	ID         string         `json:"id"`
-	Name       string         `json:"name"`
-	Args       map[string]any `json:"args"`
-	Weight     float64        `json:"weight"`
-	MaxRetries *int           `json:"max_retries"`
-	Version    string         `json:"version"`
+	ID                 string         `json:"id"`
+	Name               string         `json:"name"`
+	Args               map[string]any `json:"args"`
+	Taskset            map[string]any `json:"taskset"`
+	Harness            map[string]any `json:"harness"`
+	Pool               *Pool          `json:"pool"`
+	Timeout            *EnvTimeout    `json:"timeout"`
+	Retries            *EnvRetries    `json:"retries"`
+	Sampling           *Sampling      `json:"sampling"`
+	Weight             float64        `json:"weight"`
+	Ratio              float64        `json:"ratio"`
+	GroupSize          int            `json:"group_size"`
+	MaxTurns           int            `json:"max_turns"`
+	MaxInputTokens     int            `json:"max_input_tokens"`
+	MaxOutputTokens    int            `json:"max_output_tokens"`
+	MaxTotalTokens     int            `json:"max_total_tokens"`
+	Multiplex          int            `json:"multiplex"`
+	MaxRetries         *int           `json:"max_retries"`
+	Version            string         `json:"version"`
+	NumExamples        *int           `json:"num_examples"`
+	RolloutsPerExample int            `json:"rollouts_per_example"`
 }
 
 // normalizer carries the issues found while normalizing one file.
@@ -445,7 +543,7 @@ func (n *normalizer) rl(in input, s *Spec) error {
 	case in.Model == "":
 		s.Model = in.ModelName
 	}
-	envs, err := n.envList(in.Env, "/env")
+	envs, err := n.envList(in.Env, "/env", false)
 	if err != nil {
 		return err
 	}
@@ -453,14 +551,28 @@ func (n *normalizer) rl(in input, s *Spec) error {
 	if len(envs) == 0 {
 		n.fail("/env", `a job needs at least one environment: add an [[env]] table with id = "owner/name"`)
 	}
+	n.primeOnly(in)
 
 	s.Loss = or(in.Loss, "rl")
-	s.Teacher = in.Teacher
+	if err := n.teacher(in.Teacher, s); err != nil {
+		return err
+	}
 	switch {
+	case s.Loss == "opd":
+		n.fail("/loss", `loss = "opd" (on-policy distillation) is not offered for hosted runs: it scores the policy's tokens with a teacher's log-probabilities, which a provider's API does not give; use "sft" to distill a teacher's answers, or "rl"`)
 	case s.Teacher != "" && s.Loss != "sft":
 		n.fail("/teacher", `teacher is for distillation: it applies only with loss = "sft"`)
 	case s.Loss == "sft" && s.Teacher == "":
 		n.fail("/loss", `loss = "sft" distills a teacher's answers: add teacher = "<model>" (a provider-hosted model such as openai/gpt-4.1-mini)`)
+	case s.Loss == "sft" && s.TeacherClient != nil:
+		// The teacher is called at the user's own endpoint, with the key the job's secrets hold.
+		key := s.TeacherClient.APIKeyVar
+		switch {
+		case ReservedEnv(key):
+			n.fail("/teacher/client/api_key_var", "%s is a variable the service sets for a job; name the secret that holds the teacher's key otherwise", key)
+		case in.Secrets[key] == "":
+			n.fail("/teacher/client/api_key_var", "the teacher's key %s is not among the job's secrets: add it to an env_file or pass -e %s", key, key)
+		}
 	case s.Loss == "sft":
 		// prime-rl samples an sft run's rollouts from a frozen model behind an API
 		// (SFTAlgoConfig needs sampling.source with a base_url); it hosts only the policy.
@@ -468,7 +580,8 @@ func (n *normalizer) rl(in input, s *Spec) error {
 			n.needsKey("/teacher", s.Teacher, hm, in.Secrets)
 		} else {
 			n.fail("/teacher", "the teacher %s would have to be served beside the policy, which hostedtrain does not do yet: "+
-				"prime-rl samples an sft run from a model behind an API; choose a provider-hosted teacher (OpenAI, Anthropic or Gemini models)", s.Teacher)
+				"prime-rl samples an sft run from a model behind an API; choose a provider-hosted teacher (OpenAI, Anthropic or Gemini models), "+
+				"or name the endpoint that serves it in [teacher.client] (base_url, api_key_var)", s.Teacher)
 		}
 	}
 	s.MaxSteps = deref(in.MaxSteps, DefaultMaxSteps)
@@ -549,8 +662,20 @@ func (n *normalizer) rl(in input, s *Spec) error {
 	}
 	// (A temperature schedule is not applied at all: Unsupported says so, and nothing else.)
 	if in.Eval != nil {
-		ev := *in.Eval
-		envs, err := n.envList(mustJSON(in.Eval.Env), "/eval/env")
+		ev := OnlineEval{Interval: in.Eval.Interval, NumExamples: in.Eval.NumExamples,
+			RolloutsPerExample: in.Eval.RolloutsPerExample, Sampling: in.Eval.Sampling}
+		switch {
+		case in.Eval.SkipFirstStep != nil:
+			ev.SkipFirstStep = *in.Eval.SkipFirstStep
+			if in.Eval.EvalBaseModel != nil {
+				n.warn("/eval/eval_base_model", "eval_base_model is deprecated and ignored because skip_first_step is also set; remove eval_base_model")
+			}
+		case in.Eval.EvalBaseModel != nil:
+			ev.SkipFirstStep = !*in.Eval.EvalBaseModel
+			n.warn("/eval/eval_base_model", "eval_base_model is deprecated: prime-rl renamed it skip_first_step, with the inverse meaning; "+
+				"taken as skip_first_step = %t (write that instead)", ev.SkipFirstStep)
+		}
+		envs, err := n.envList(in.Eval.Env, "/eval/env", true)
 		if err != nil {
 			return err
 		}
@@ -562,8 +687,8 @@ func (n *normalizer) rl(in input, s *Spec) error {
 		}
 	}
 	s.Val = in.Val
-	s.PreBatchFilters = in.PreBatchFilters
-	s.PostBatchFilters = in.PostBatchFilters
+	s.PreBatchFilters = n.filters("/pre_batch_filters", in.PreBatchFilters)
+	s.PostBatchFilters = n.filters("/post_batch_filters", in.PostBatchFilters)
 	s.Wandb = in.Wandb
 	s.Adapters = in.Adapters
 
@@ -594,13 +719,17 @@ func (n *normalizer) sampling(ptr string, sp *Sampling) {
 	if sp == nil {
 		return
 	}
+	if sp.TempScheduler != nil && sp.TempScheduler.Type == "" {
+		sp.TempScheduler.Type = "linear" // the prime CLI's default
+	}
 	if sp.EnableThinking != nil && sp.ReasoningEffort != "" {
 		n.fail(ptr+"/reasoning_effort", "set enable_thinking or reasoning_effort, not both: reasoning_effort already turns thinking on at a level")
 	}
 }
 
-// envList reads `[[env]]` (a list) or a single `[env]` table, at ptr.
-func (n *normalizer) envList(raw json.RawMessage, ptr string) ([]Env, error) {
+// envList reads `[[env]]` (a list) or a single `[env]` table, at ptr; eval says they are
+// [[eval.env]], which alone take num_examples and rollouts_per_example.
+func (n *normalizer) envList(raw json.RawMessage, ptr string, eval bool) ([]Env, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -622,21 +751,175 @@ func (n *normalizer) envList(raw json.RawMessage, ptr string) ([]Env, error) {
 	}
 	out := make([]Env, 0, len(list))
 	for i, e := range list {
-		id := n.envID(ptrs[i]+"/id", e.ID)
-		if e.Version != "" {
-			base, pinned, hasPin := strings.Cut(id, "@")
-			if hasPin && pinned != e.Version {
-				n.fail(ptrs[i]+"/version", "version %q disagrees with the version in id %q; keep one", e.Version, e.ID)
-			}
-			id = base + "@" + e.Version
-		}
-		w := e.Weight
-		if w == 0 {
-			w = 1
-		}
-		out = append(out, Env{ID: id, Name: e.Name, Args: e.Args, Weight: w, MaxRetries: e.MaxRetries})
+		out = append(out, n.env(ptrs[i], e, eval))
 	}
 	return out, nil
+}
+
+// env reads one environment at ptr: the legacy form (id, args) or the prime CLI's v1 form (a
+// taskset table), with its knobs.
+func (n *normalizer) env(ptr string, e envInput, eval bool) Env {
+	id, args := e.ID, e.Args
+	if tid, ok := e.Taskset["id"].(string); ok {
+		if id != "" && id != tid {
+			n.fail(ptr+"/taskset/id", "id %q and taskset.id %q name different environments; keep one", id, tid)
+		}
+		id = tid
+		settings := make(map[string]any, len(e.Taskset))
+		for k, v := range e.Taskset {
+			if k != "id" {
+				settings[k] = v
+			}
+		}
+		if len(settings) > 0 {
+			if len(args) > 0 {
+				n.fail(ptr+"/args", "the taskset's settings are both in the taskset table and in args; keep one")
+			}
+			args = settings
+		}
+	}
+	if id == "" {
+		n.fail(ptr+"/id", `an environment needs id = "owner/name", or taskset = { id = "owner/name" }`)
+	}
+	id = n.envID(ptr+"/id", id)
+	if e.Version != "" {
+		base, pinned, hasPin := strings.Cut(id, "@")
+		if hasPin && pinned != e.Version {
+			n.fail(ptr+"/version", "version %q disagrees with the version in id %q; keep one", e.Version, id)
+		}
+		id = base + "@" + e.Version
+	}
+	w := e.Weight
+	switch {
+	case e.Weight > 0 && e.Ratio > 0:
+		n.fail(ptr+"/ratio", "set ratio or weight, not both (weight is hostedtrain's name for the prime CLI's ratio)")
+	case w == 0:
+		w = cmp.Or(e.Ratio, 1)
+	}
+	out := Env{ID: id, Name: e.Name, Args: args, Weight: w, MaxRetries: e.MaxRetries, GroupSize: e.GroupSize,
+		Harness: e.Harness, Timeout: e.Timeout, Retries: e.Retries, Sampling: e.Sampling, MaxTurns: e.MaxTurns,
+		MaxInputTokens: e.MaxInputTokens, MaxOutputTokens: e.MaxOutputTokens, MaxTotalTokens: e.MaxTotalTokens}
+	n.sampling(ptr+"/sampling", e.Sampling)
+	if e.Retries != nil && e.MaxRetries != nil && *e.MaxRetries != e.Retries.MaxRetries {
+		n.fail(ptr+"/max_retries", "max_retries (%d) disagrees with retries.max_retries (%d); keep one", *e.MaxRetries, e.Retries.MaxRetries)
+	}
+	out.Pool = n.pool(ptr, e.Pool, e.Multiplex)
+	switch {
+	case !eval && e.NumExamples != nil:
+		n.fail(ptr+"/num_examples", "num_examples applies to [[eval.env]] only; a training environment's examples are drawn until max_steps")
+	case !eval && e.RolloutsPerExample > 0:
+		n.fail(ptr+"/rollouts_per_example", "rollouts_per_example in an environment applies to [[eval.env]] only; here it is group_size")
+	case e.NumExamples != nil && *e.NumExamples == 0:
+		n.fail(ptr+"/num_examples", "num_examples must be -1 (all) or a positive number")
+	case e.GroupSize > 0 && e.RolloutsPerExample > 0 && e.GroupSize != e.RolloutsPerExample:
+		n.fail(ptr+"/group_size", "group_size (%d) and rollouts_per_example (%d) are two names of one setting and cannot differ", e.GroupSize, e.RolloutsPerExample)
+	}
+	if eval {
+		out.NumExamples = e.NumExamples
+		out.GroupSize = cmp.Or(e.GroupSize, e.RolloutsPerExample)
+	}
+	return out
+}
+
+// pool reads an environment's worker pool and its multiplex (the prime CLI keeps it beside
+// the pool; verifiers in the elastic pool).
+func (n *normalizer) pool(ptr string, p *Pool, multiplex int) *Pool {
+	if p == nil && multiplex == 0 {
+		return nil
+	}
+	out := Pool{Type: "elastic"}
+	if p != nil {
+		out = *p
+		out.Type = cmp.Or(out.Type, "elastic")
+	}
+	switch {
+	case out.Type == "static" && (out.MaxWorkers > 0 || out.Multiplex > 0 || multiplex > 0):
+		n.fail(ptr+"/pool", "a static pool has a fixed num_workers; max_workers and multiplex belong to an elastic pool")
+	case out.Type == "elastic" && out.NumWorkers > 0:
+		n.fail(ptr+"/pool/num_workers", "an elastic pool grows up to max_workers; num_workers belongs to a static pool (type = \"static\")")
+	case multiplex > 0 && out.Multiplex > 0 && multiplex != out.Multiplex:
+		n.fail(ptr+"/multiplex", "multiplex (%d) disagrees with pool.multiplex (%d); keep one", multiplex, out.Multiplex)
+	case multiplex > 0:
+		out.Multiplex = multiplex
+	}
+	return &out
+}
+
+// teacher reads `teacher`: a model id, or the prime CLI's [teacher] table.
+func (n *normalizer) teacher(raw json.RawMessage, s *Spec) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if raw[0] == '"' {
+		return json.Unmarshal(raw, &s.Teacher)
+	}
+	var t teacherTable
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return fmt.Errorf("jobspec: teacher: %w", err)
+	}
+	s.Teacher = t.Model
+	if c := t.Client; c != nil {
+		s.TeacherClient = &TeacherClient{BaseURL: c.BaseURL, APIKeyVar: c.APIKeyVar}
+		if len(c.HeadersFromEnv) > 0 {
+			n.warn("/teacher/client/headers_from_env", "not applied: prime-rl calls a teacher with its key alone, no further headers")
+		}
+	}
+	if len(t.Sampling) > 0 {
+		n.warn("/teacher/sampling", "not applied: prime-rl samples an sft run's teacher with the run's own [sampling]")
+	}
+	return nil
+}
+
+// filters reads batch filters: their type and enforce, and says which of their own settings
+// (which the prime CLI passes through) go unapplied.
+func (n *normalizer) filters(ptr string, raw []map[string]any) []Filter {
+	if raw == nil {
+		return nil
+	}
+	out := make([]Filter, 0, len(raw))
+	for i, f := range raw {
+		t, _ := f["type"].(string)
+		fl := Filter{Type: t}
+		if e, ok := f["enforce"].(bool); ok {
+			fl.Enforce = &e
+		}
+		keys := make([]string, 0, len(f))
+		for k := range f {
+			if k != "type" && k != "enforce" {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			n.warn(fmt.Sprintf("%s/%d/%s", ptr, i, escapePointer(k)), "not applied: prime-rl's %s filter has no setting %q", t, k)
+		}
+		out = append(out, fl)
+	}
+	return out
+}
+
+// primeOnly warns about the prime CLI's settings for Prime's own platform, and takes its
+// deprecated keys with the CLI's own warnings: all are accepted and none applied.
+func (n *normalizer) primeOnly(in input) {
+	if in.ClusterName != nil {
+		n.warn("/cluster_name", "not applied: hostedtrain places a job on a node by the GPUs it needs")
+	}
+	if in.Infrastructure != nil {
+		n.warn("/infrastructure", "not applied: a job's GPUs come from num_gpus, or from its model")
+	}
+	if in.RunConfig != nil {
+		n.warn("/run_config", "not applied: run_config is a setting of Prime's own service")
+	}
+	if in.Tailscale != nil && in.Tailscale.Enabled {
+		n.warn("/tailscale", "not applied: hostedtrain's nodes take no remote logins; follow the run with its logs, metrics and checkpoints")
+	}
+	if in.TrajectoryStrategy != nil {
+		n.warn("/trajectory_strategy", "trajectory_strategy is deprecated and ignored")
+	}
+	if in.Buffer != nil {
+		n.warn("/buffer", "[buffer] is deprecated and ignored: the difficulty-filtering buffer was removed from the trainer "+
+			"(enforce a zero_advantage filter in [[pre_batch_filters]] instead)")
+	}
 }
 
 // envFromID reads the `env_id` (and `args`) of GEPA and eval files.
@@ -774,14 +1057,6 @@ func ptrOr(cond bool, a, b string) string {
 }
 
 func roundUp(n, m int) int { return (n + m - 1) / m * m }
-
-func mustJSON(v any) json.RawMessage {
-	if v == nil {
-		return nil
-	}
-	b, _ := json.Marshal(v)
-	return b
-}
 
 func gpuSource(explicit int) string {
 	if explicit > 0 {

@@ -47,7 +47,13 @@ func Unsupported(s Spec) []Issue {
 	if s.Adapters != nil {
 		add("/adapters", "adapter exports are not built yet; the LoRA adapters are in every checkpoint")
 	}
+	for i, e := range s.Env {
+		envSampling(add, fmt.Sprintf("/env/%d/sampling", i), e.Sampling, false)
+	}
 	if ev := s.Eval; ev != nil {
+		for i, e := range ev.Env {
+			envSampling(add, fmt.Sprintf("/eval/env/%d/sampling", i), e.Sampling, true)
+		}
 		if ev.Sampling != nil && ev.Sampling.EnableThinking != nil {
 			add("/eval/sampling/enable_thinking", "prime-rl's eval sampling has no thinking switch; evaluations render as training does")
 		}
@@ -59,4 +65,25 @@ func Unsupported(s Spec) []Issue {
 		}
 	}
 	return out
+}
+
+// envSampling says which of an environment's own sampling settings prime-rl's per-source
+// sampling has no key for (train: temperature, max_tokens, extra_body; eval also top_p and
+// reasoning_effort).
+func envSampling(add func(string, string, ...any), ptr string, sp *Sampling, eval bool) {
+	if sp == nil {
+		return
+	}
+	if sp.TopP != nil && !eval {
+		add(ptr+"/top_p", "prime-rl samples training rollouts with top_p = 1, so an environment's top_p is not applied")
+	}
+	if sp.ReasoningEffort != "" && !eval {
+		add(ptr+"/reasoning_effort", "prime-rl sets the reasoning effort of training rollouts for the whole run ([sampling]), not per environment")
+	}
+	if sp.EnableThinking != nil {
+		add(ptr+"/enable_thinking", "prime-rl switches thinking for the whole run ([sampling]), not per environment")
+	}
+	if sp.TempScheduler != nil {
+		add(ptr+"/temp_scheduler", "prime-rl has no temperature schedule")
+	}
 }
