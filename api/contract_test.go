@@ -100,6 +100,8 @@ func TestBadJobsGetTheirOwnErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const env = "\n[[env]]\nid = \"gsm8k\"\n"
+	// A full fine-tune's prime-rl config, less its [deployment] and [inference] (8 lines).
+	const fft = "max_steps = 5\n[model]\nname = \"Qwen/Qwen3-0.6B\"\n[orchestrator]\nbatch_size = 8\n[[orchestrator.train.source]]\nenv.taskset.id = \"gsm8k\"\n[trainer]\n"
 	cases := []struct {
 		name   string
 		kind   string
@@ -183,11 +185,23 @@ func TestBadJobsGetTheirOwnErrors(t *testing.T) {
 		{"bad secret name", "", "application/toml", "model = \"Qwen/Qwen3-4B\"" + env + "[secrets]\n\"BAD-NAME\" = \"sk-value\"\n", 422,
 			[]fieldWant{{"/secrets/BAD-NAME", 5, "environment variable name"}}},
 		{"unknown kind", "", "application/toml", "kind = \"ppo\"\nmodel = \"Qwen/Qwen3-4B\"" + env, 422,
-			[]fieldWant{{"/kind", 1, `kind must be "rl", "gepa" or "eval"`}}},
+			[]fieldWant{{"/kind", 1, `kind must be "rl", "gepa", "eval" or "fft"`}}},
 		{"kind that disagrees with the command", "gepa", "application/toml", "kind = \"rl\"\nmodel = \"Qwen/Qwen3-4B\"" + env, 422,
 			[]fieldWant{{"/kind", 1, "submitted as a gepa job"}}},
 		{"JSON errors have lines too", "", "application/json", "{\n  \"model\": \"m\",\n  \"max_stepz\": 3,\n  \"env\": [{\"id\": \"gsm8k\"}]\n}", 422,
 			[]fieldWant{{"/max_stepz", 3, "did you mean max_steps?"}}},
+		{"a full fine-tune on two nodes", "", "application/toml", fft + "[deployment]\ntype = \"multi_node\"\nnum_train_nodes = 2\n[inference]\n", 422,
+			[]fieldWant{{"/deployment", 9, "one node"}}},
+		{"a full fine-tune larger than a node", "", "application/toml", fft + "[deployment]\nnum_train_gpus = 8\nnum_infer_gpus = 2\n[inference]\n", 422,
+			[]fieldWant{{"/deployment", 9, "at most 8"}}},
+		{"a full fine-tune without inference", "", "application/toml", fft + "[deployment]\nnum_train_gpus = 1\n", 422,
+			[]fieldWant{{"/inference", 0, "add an [inference] table"}}},
+		{"a full fine-tune that picks its processes' GPUs", "", "application/toml", fft + "[deployment]\nnum_train_gpus = 1\n[inference]\n[trainer.env_vars]\nCUDA_VISIBLE_DEVICES = \"0\"\n", 422,
+			[]fieldWant{{"/trainer/env_vars/CUDA_VISIBLE_DEVICES", 13, "the service sets"}}},
+		{"a full fine-tune on SLURM", "", "application/toml", "type = \"full_finetune\"\n" + fft + "[inference]\n[slurm]\njob_name = \"x\"\n", 422,
+			[]fieldWant{{"/slurm", 11, "not a SLURM cluster"}}},
+		{"a full fine-tune without a model", "", "application/toml", "type = \"full_finetune\"\n[inference]\n[[orchestrator.train.source]]\nenv.taskset.id = \"gsm8k\"\n", 422,
+			[]fieldWant{{"/model", 0, "names its model"}}},
 		{"a bad kind parameter", "ppo", "application/toml", "model = \"Qwen/Qwen3-4B\"" + env, 400, nil},
 		{"another content type", "", "text/yaml", "model: m\n", 415, nil},
 	}

@@ -31,7 +31,8 @@ func admit(r *http.Request) (*admitted, *Problem) {
 		return nil, newProblem(http.StatusBadRequest, "invalid-job", "the job must be a TOML document or a JSON object")
 	}
 	b := requestBody(r)
-	if q := r.URL.Query().Get("kind"); q != "" && m["kind"] != q {
+	// `train submit` (kind rl) takes full fine-tunes too, as `prime train` does.
+	if q := r.URL.Query().Get("kind"); q != "" && m["kind"] != q && (q != jobspec.KindRL || m["kind"] != jobspec.KindFFT) {
 		fe := FieldError{Pointer: "/kind", Message: fmt.Sprintf("this file says kind = %q, but it was submitted as a %s job; "+
 			"drop the kind line or submit it with the matching command", m["kind"], q)}
 		b.place(&fe)

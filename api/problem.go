@@ -266,7 +266,7 @@ func (h hints) collect(err error, out *[]FieldError) {
 		}
 		*out = append(*out, FieldError{Pointer: ptr, Message: "must be " + describeOneOf(se.Schema)})
 	case "discriminator":
-		*out = append(*out, FieldError{Pointer: ptr + "/kind", Message: `kind must be "rl", "gepa" or "eval"`})
+		*out = append(*out, FieldError{Pointer: ptr + "/kind", Message: `kind must be "rl", "gepa", "eval" or "fft"`})
 	default:
 		*out = append(*out, h.fieldError(se))
 	}
@@ -350,13 +350,15 @@ func (h hints) unknownKey(key string, topLevel bool, s *openapi3.Schema) string 
 	if topLevel {
 		var owners []string
 		for kind, ks := range h.kinds {
-			if _, ok := ks.Properties[key]; ok {
+			// A full fine-tune's keys are prime-rl's, and a file becomes one by its shape, not
+			// by a key a user misplaced.
+			if _, ok := ks.Properties[key]; ok && kind != jobspec.KindFFT {
 				owners = append(owners, kind)
 			}
 		}
 		sort.Strings(owners)
 		if len(owners) > 0 {
-			how := map[string]string{"rl": "hostedtrain train submit", "gepa": "hostedtrain gepa submit", "eval": "hostedtrain eval submit"}
+			how := map[string]string{"rl": "hostedtrain train submit", "gepa": "hostedtrain gepa submit", "eval": "hostedtrain eval submit", "fft": "hostedtrain train submit"}
 			return fmt.Sprintf("%s: it is a setting of %s jobs; submit such a file with `%s` (or set kind = %q)",
 				msg, strings.Join(owners, " and "), how[owners[0]], owners[0])
 		}

@@ -140,7 +140,7 @@ func TestConformance(t *testing.T) {
 				}
 			}
 			resumes := []int{0}
-			if spec.Kind == jobspec.KindRL {
+			if jobspec.RunsPrimeRL(spec.Kind) {
 				resumes = append(resumes, min(spec.Checkpoints.Interval, spec.MaxSteps))
 			}
 			for _, resume := range resumes {
@@ -165,7 +165,7 @@ func TestConformance(t *testing.T) {
 					what += fmt.Sprintf(", resuming from step %d", resume)
 				}
 				switch spec.Kind {
-				case jobspec.KindRL:
+				case jobspec.KindRL, jobspec.KindFFT:
 					rl = append(rl, rendered{what: what, file: filepath.Join(out, "rl.toml"), resume: resume, ports: upstream.Ports{Base: base}})
 				case jobspec.KindGEPA:
 					gp = append(gp, rendered{what: what, file: filepath.Join(out, "gepa.toml")})

@@ -37,7 +37,7 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 	}
 	kind := r.claim.Job.Config.Kind
 	evalFailed := ""
-	if kind != jobspec.KindRL && run.started && run.code == 0 && run.cause == causeNone {
+	if !jobspec.RunsPrimeRL(kind) && run.started && run.code == 0 && run.cause == causeNone {
 		r.uploadArtifacts(final, p.rendered.OutputDir)
 		if res, rows := r.collectResults(p.rendered.OutputDir); res != nil {
 			evalFailed = failedEvals(res)

@@ -54,7 +54,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	}
 
 	runDir := RunDir(r.dir, r.claim.Job.ID)
-	if spec.Kind == jobspec.KindRL {
+	if jobspec.RunsPrimeRL(spec.Kind) {
 		committed, err := jobdata.CommittedSteps(ctx, r.store, r.claim.Job.ID)
 		if err != nil {
 			return nil, failed("list checkpoints: %v", err)

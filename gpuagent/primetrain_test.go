@@ -32,10 +32,12 @@ var primeTrainDifferences = map[string]string{
 	// server.
 	"testdata/prime-train/env-id-spaces.toml": "an id that is neither an Environments Hub id nor a package name " +
 		"cannot be installed on a node",
-	// Not built yet (issue 17): the full fine-tune path, a whole prime-rl config as a job.
-	"real-configs/prime-train/prime-rl-nightly-fft-alphabet-sort.toml": "full fine-tune configs are not a job kind yet",
-	"real-configs/prime-train/prime-rl-nightly-fft-reverse-text.toml":  "full fine-tune configs are not a job kind yet",
-	"real-configs/prime-train/prime-rl-nightly-fft-wordle.toml":        "full fine-tune configs are not a job kind yet",
+	// A full fine-tune is not schema-checked by the CLI (Prime's backend runs it); here it must
+	// run on one of the service's nodes, its policy served there, in the job's sandbox.
+	"testdata/prime-train/fft-multi-node.toml":        "a job runs on one node",
+	"testdata/prime-train/fft-no-inference.toml":      "a run serves its policy on its own GPUs",
+	"testdata/prime-train/fft-reserved-env-vars.toml": "env_vars may not set the variables the service sets for a job",
+	"testdata/prime-train/fft-too-many-gpus.toml":     "more GPUs than a node has (prime-rl refuses it too)",
 }
 
 // TestPrimeTrainVerdicts puts every `prime train` file at hand — upstream's own

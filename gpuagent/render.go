@@ -95,7 +95,7 @@ func Render(in RenderInput) (*Rendered, error) {
 	out := &Rendered{Files: map[string][]byte{}, OutputDir: filepath.Join(in.Dir, "outputs")}
 	vars := map[string]string{"prime_rl": in.Pipeline.PrimeRL, "output_dir": out.OutputDir}
 	switch in.Spec.Kind {
-	case jobspec.KindRL:
+	case jobspec.KindRL, jobspec.KindFFT:
 		return out, renderRL(in, out, vars)
 	case jobspec.KindGEPA:
 		return out, renderGEPA(in, out, vars)
@@ -110,7 +110,18 @@ func renderRL(in RenderInput, out *Rendered, vars map[string]string) error {
 		return fmt.Errorf("this agent has no rl command configured")
 	}
 	run := rlRun{jobID: in.JobID, spec: in.Spec, gpus: in.GPUs, ports: in.Ports, secrets: in.Secrets, providers: in.Providers}
-	cfg, servers, err := run.rlConfig()
+	var cfg []byte
+	var servers int
+	var err error
+	broadcasts := in.Spec.LoRA == nil // an rl job broadcasts weights over NCCL unless it trains adapters
+	if in.Spec.Kind == jobspec.KindFFT {
+		if in.GPUs != in.Spec.Resources.GPUs {
+			return fmt.Errorf("render: the full fine-tune's deployment takes %d GPUs; it was given %d", in.Spec.Resources.GPUs, in.GPUs)
+		}
+		cfg, servers, broadcasts, err = run.fftConfig()
+	} else {
+		cfg, servers, err = run.rlConfig()
+	}
 	if err != nil {
 		return err
 	}
@@ -127,8 +138,12 @@ func renderRL(in RenderInput, out *Rendered, vars map[string]string) error {
 		out.Preflight = expand(in.Pipeline.Preflight, vars, lists)
 	}
 	out.RunDir = filepath.Join(out.OutputDir, in.JobID)
-	out.Ports = in.Ports.All(servers, in.Spec.LoRA == nil)
-	out.Notes = rlNotes(in.Spec, in.Secrets)
+	out.Ports = in.Ports.All(servers, broadcasts)
+	if in.Spec.Kind == jobspec.KindFFT {
+		out.Notes = rlNotesFor(in.Spec, in.Secrets)
+	} else {
+		out.Notes = rlNotes(in.Spec, in.Secrets)
+	}
 	return nil
 }
 

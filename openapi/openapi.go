@@ -100,9 +100,15 @@ func decodeJSONBody(r io.Reader, h http.Header, s *openapi3.SchemaRef, enc opena
 	return v, err
 }
 
+// withKind gives a job file without a kind the request's: a file the prime CLI would send
+// down its full fine-tune path is a full fine-tune (fft) where the request's kind is rl, as
+// `prime train` dispatches it.
 func withKind(v map[string]any, h http.Header) {
 	if k := h.Get(KindHeader); k != "" {
 		if _, ok := v["kind"]; !ok {
+			if k == jobspec.KindRL && jobspec.IsFullFinetune(v) {
+				k = jobspec.KindFFT
+			}
 			v["kind"] = k
 		}
 	}
@@ -147,7 +153,7 @@ func Load() (*Spec, error) {
 // KindSchemas are the job schemas by kind, for telling users which kind a key belongs to.
 func (s *Spec) KindSchemas() map[string]*openapi3.Schema {
 	out := map[string]*openapi3.Schema{}
-	for kind, name := range map[string]string{jobspec.KindRL: "RLJob", jobspec.KindGEPA: "GEPAJob", jobspec.KindEval: "EvalJob"} {
+	for kind, name := range map[string]string{jobspec.KindRL: "RLJob", jobspec.KindGEPA: "GEPAJob", jobspec.KindEval: "EvalJob", jobspec.KindFFT: "FFTJob"} {
 		if ref := s.Doc.Components.Schemas[name]; ref != nil {
 			out[kind] = ref.Value
 		}

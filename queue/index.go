@@ -21,7 +21,7 @@ import (
 // scores, and List with filters reads only the jobs that pass them. The Lua side's codes are
 // generated from these tables (luaIndexCodes).
 
-var kindCodes = []string{jobspec.KindRL, jobspec.KindGEPA, jobspec.KindEval}
+var kindCodes = []string{jobspec.KindRL, jobspec.KindGEPA, jobspec.KindEval, jobspec.KindFFT}
 
 var statusCodes = []job.Status{job.Queued, job.Pending, job.Running, job.Completed, job.Failed, job.Stopped}
 

@@ -22,6 +22,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
+	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
 )
 
 var binDir string
@@ -196,6 +197,49 @@ func TestDevRunsTheQuickstartToCompletion(t *testing.T) {
 	cps, err := api.JobCheckpoints(context.Background(), j.ID)
 	if err != nil || len(cps) == 0 || cps[len(cps)-1].Step != 20 || cps[len(cps)-1].Status != "committed" {
 		t.Errorf("checkpoints: %+v, %v", cps, err)
+	}
+	d.stop(t)
+}
+
+// A full fine-tune — a whole prime-rl config, as `prime train` sends down its full fine-tune
+// path — runs as its own kind: the agent lays its ports and checkpoints over it and the
+// emulated prime-rl (which checks it with the pinned prime-rl's own code) trains it to the end.
+func TestDevRunsAFullFinetuneToCompletion(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "20ms", append([]string{"--emulate-check", strings.Join(upstreamtest.Command(t), " ")}, upstreamtest.SandboxFlags(t)...)...)
+	out, code := d.cli(t, "train", "submit", "../../testdata/prime-train/fft-type-marker.toml", "--wait", "--poll", "100ms", "-o", "json")
+	if code != 0 {
+		t.Fatalf("submit --wait exited %d:\n%s", code, out)
+	}
+	var j job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil {
+		t.Fatalf("last line is not the job: %v\n%s", err, out)
+	}
+	if j.Kind != "fft" || j.Status != job.Completed || j.Progress.Step != 10 || j.Progress.CheckpointStep != 10 ||
+		j.Config.Resources.GPUs != 2 || j.Config.Model != "Qwen/Qwen3-0.6B" {
+		t.Errorf("finished job: kind %s, status %s, step %d, checkpoint %d, config %+v", j.Kind, j.Status, j.Progress.Step,
+			j.Progress.CheckpointStep, j.Config)
+	}
+	cps, err := client.New(d.url, d.token).JobCheckpoints(context.Background(), j.ID)
+	if err != nil || len(cps) == 0 || cps[len(cps)-1].Step != 10 || cps[len(cps)-1].Status != "committed" {
+		t.Errorf("checkpoints: %+v, %v", cps, err)
+	}
+	// Its settings are prime-rl's, and prime-rl's own code judges them on the node: a key the
+	// trainer does not have fails the job before any step, in upstream's words.
+	body, err := os.ReadFile("../../testdata/prime-train/fft-type-marker.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "typo.toml")
+	if err := os.WriteFile(bad, append(body, []byte("\n[trainer.optim]\nlrr = 1e-5\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = d.cli(t, "train", "submit", bad, "--wait", "--poll", "100ms", "-o", "json")
+	if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil {
+		t.Fatalf("last line is not the job (%d): %v\n%s", code, err, out)
+	}
+	if j.Status != job.Failed || j.Progress.Step != 0 || !strings.Contains(j.Error, "lrr") {
+		t.Errorf("a config prime-rl refuses: status %s, step %d, error %q", j.Status, j.Progress.Step, j.Error)
 	}
 	d.stop(t)
 }

@@ -288,7 +288,7 @@ func newListCmd() *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringVar(&status, "status", "", "only these statuses, comma-separated (QUEUED, PENDING, RUNNING, COMPLETED, FAILED, STOPPED)")
-	f.StringVar(&kind, "kind", "", "only jobs of this kind: rl, gepa or eval")
+	f.StringVar(&kind, "kind", "", "only jobs of this kind: rl, gepa, eval or fft (full fine-tune)")
 	f.StringVar(&since, "since", "", "only jobs created since: a duration back from now (24h) or a time (2026-11-22T10:00:00Z)")
 	f.StringVar(&before, "before", "", "only jobs created before: a duration back from now or a time")
 	f.IntVar(&limit, "limit", 20, "jobs per page (1-100)")

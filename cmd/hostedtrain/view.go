@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
 // The table views of the CLI, kept apart from the commands so golden files can pin them.
@@ -92,11 +93,11 @@ func renderJob(out io.Writer, j *job.Job) {
 			fmt.Fprintf(w, "upstream\t%s\n", u.String())
 		}
 	}
-	if j.Kind == "rl" {
+	if jobspec.RunsPrimeRL(j.Kind) {
 		fmt.Fprintf(w, "steps\t%d/%d\n", j.Progress.Step, j.Progress.MaxSteps)
 		fmt.Fprintf(w, "last reward\t%s\n", reward(j.Progress))
 	}
-	if j.Kind == "rl" {
+	if jobspec.RunsPrimeRL(j.Kind) {
 		if j.Progress.Checkpoints > 0 {
 			fmt.Fprintf(w, "checkpoints\t%d kept, newest at step %d\n", j.Progress.Checkpoints, j.Progress.CheckpointStep)
 		} else {

@@ -132,6 +132,9 @@ type Spec struct {
 	Checkpoints         *Checkpoints         `json:"checkpoints,omitempty"`
 	Adapters            *Adapters            `json:"adapters,omitempty"`
 
+	// fft: the prime-rl config as the job wrote it, less the service's keys (see KindFFT).
+	PrimeRL map[string]any `json:"prime_rl,omitempty"`
+
 	// gepa
 	GEPA *GEPA `json:"gepa,omitempty"`
 	// eval
@@ -453,7 +456,18 @@ func (n *normalizer) warn(ptr, format string, args ...any) {
 // Spec and its secrets, and checks the rules the schema cannot say. The value is not modified.
 // The error is for values the schema should have refused; rule violations are Result.Errors.
 func Normalize(v map[string]any) (Result, error) {
-	raw, err := json.Marshal(v)
+	top := v
+	if v["kind"] == KindFFT {
+		// A full fine-tune is a prime-rl config: only the service's own keys read as the
+		// other kinds' do (its `model` is a table).
+		top = map[string]any{}
+		for _, k := range fftPlatformKeys {
+			if x, ok := v[k]; ok {
+				top[k] = x
+			}
+		}
+	}
+	raw, err := json.Marshal(top)
 	if err != nil {
 		return Result{}, fmt.Errorf("jobspec: encode: %w", err)
 	}
@@ -504,6 +518,8 @@ func Normalize(v map[string]any) (Result, error) {
 			StateColumns:    in.StateColumns,
 		}
 		s.Resources = Resources{GPUs: n.serving(in.Secrets, modelAt{s.Model, "/model"}, modelAt{s.GEPA.ReflectionModel, ptrOr(in.ReflectionModel != "", "/reflection_model", "/model")}), GPUType: DefaultGPUType}
+	case KindFFT:
+		n.fft(v, in, s)
 	case KindEval:
 		n.envFromID(in, s)
 		s.Evaluation = &Evaluation{
@@ -523,7 +539,7 @@ func Normalize(v map[string]any) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("jobspec: unknown kind %q", s.Kind)
 	}
-	if s.Model == "" {
+	if s.Model == "" && s.Kind != KindFFT {
 		n.fail("/model", `a job needs a model: add model = "Qwen/Qwen3-4B-Instruct-2507" (or another Hugging Face id)`)
 	}
 	if s.Kind == KindRL {

@@ -161,7 +161,7 @@ function jobsPage() {
   const status = el('select', { id: 'filter-status', onchange: () => { state.status = status.value; load(); } },
     ['', 'QUEUED', 'PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPPED'].map((s) => el('option', { value: s }, s || 'any status')));
   const kind = el('select', { id: 'filter-kind', onchange: () => { state.kind = kind.value; load(); } },
-    ['', 'rl', 'gepa', 'eval'].map((k) => el('option', { value: k }, k || 'any kind')));
+    ['', 'rl', 'fft', 'gepa', 'eval'].map((k) => el('option', { value: k }, k || 'any kind')));
   app.replaceChildren(el('h1', {}, 'Jobs'), el('div', { class: 'filters' }, status, kind),
     el('table', { id: 'jobs' }, el('thead', {}, el('tr', {},
       ['Status', 'Job', 'Model', 'Environments', 'Step', 'Reward', 'Age'].map((h) => el('th', {}, h)))), body), more);
@@ -303,7 +303,7 @@ function jobPage(id) {
     const pairs = [
       ['job', el('span', { class: 'mono' }, j.id)], ['kind', j.kind], ['model', j.config.model], ['environments', envs],
       ['gpus', j.config.resources.gpus ? `${j.config.resources.gpus}×${j.config.resources.gpu_type}` : 'none'],
-      ...(j.kind === 'rl' ? [['step', `${j.progress.step}/${j.progress.max_steps}`]] : []), ['score', fmt(score(j))],
+      ...((j.kind === 'rl' || j.kind === 'fft') ? [['step', `${j.progress.step}/${j.progress.max_steps}`]] : []), ['score', fmt(score(j))],
       ['attempt', `${j.attempt} of ${j.max_attempts}`], ['gpu time', gpuTime(j.gpu_seconds)],
       ['created', new Date(j.created_at).toLocaleString()],
     ];

@@ -1,0 +1,142 @@
+package gpuagent
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
+)
+
+// fftConfig is the rl.toml of a full fine-tune: the job's own prime-rl config with what the
+// agent decides laid over it — every port in the job's block (the inference server and its
+// backend, vLLM's data-parallel RPC, the orchestrator's client of it, the environment servers,
+// the rollout transport and the weight broadcast), the checkpoint interval, and W&B off without
+// its key. The output folder and run name are the pipeline's flags, as for an rl job. It
+// returns the file, the number of environment servers and whether the weight broadcast binds a
+// port.
+func (r rlRun) fftConfig() ([]byte, int, bool, error) {
+	s := r.spec
+	cfg, _ := wholeNumber(deepCopy(s.PrimeRL)).(map[string]any)
+	if cfg == nil {
+		return nil, 0, false, fmt.Errorf("render: the full fine-tune has no prime-rl config")
+	}
+	if s.Checkpoints != nil {
+		table(cfg, "ckpt")["interval"] = s.Checkpoints.Interval
+	}
+	notes := rlNotesFor(s, r.secrets)
+	if m := table(cfg, "monitors"); m["wandb"] != nil && !hasSecret(r.secrets, "WANDB_API_KEY") {
+		delete(m, "wandb")
+	}
+	inf := table(cfg, "inference")
+	table(inf, "server")["port"] = r.ports.Inference()
+	inf["backend_port"] = r.ports.Backend()
+	table(inf, "vllm")["data_parallel_rpc_port"] = r.ports.DPRPC()
+	orch := table(cfg, "orchestrator")
+	table(table(orch, "model"), "client")["base_url"] = fmt.Sprintf("http://localhost:%d/v1", r.ports.Inference())
+	orch["env_server_base_port"] = r.ports.EnvServerBase()
+	rt := table(cfg, "rollout_transport")
+	if rt["type"] == nil {
+		rt["type"] = "zmq" // prime-rl's default, on the job's port
+	}
+	if rt["type"] == "zmq" {
+		rt["port"] = r.ports.ZMQ()
+	}
+	// The weight broadcast: prime-rl's own choice (the filesystem with LoRA, else NCCL) unless
+	// the config makes one; a broadcast over the network rendezvouses on the job's port.
+	wb := table(cfg, "weight_broadcast")
+	if wb["type"] == nil {
+		wb["type"] = "nccl"
+		if _, lora := dig(cfg, "trainer", "model", "lora").(map[string]any); lora {
+			wb["type"] = "filesystem"
+		}
+	}
+	broadcasts := wb["type"] != "filesystem"
+	if broadcasts {
+		wb["port"] = r.ports.NCCL()
+	}
+	servers := len(sliceAt(orch, "train", "source")) + len(sliceAt(orch, "eval", "source"))
+	if err := upstream.CheckEnvServers(servers); err != nil {
+		return nil, 0, false, err
+	}
+
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "# The job's own prime-rl config (a full fine-tune), as hostedtrain runs it for job %s on prime-rl %s:\n",
+		r.jobID, upstream.Pinned().Short().PrimeRL)
+	fmt.Fprintf(&buf, "# its ports are in the job's block (%d-%d), its checkpoints every %d steps.\n",
+		r.ports.Base, r.ports.Base+upstream.PortBlockSize-1, s.Checkpoints.Interval)
+	for _, n := range notes {
+		fmt.Fprintf(&buf, "# %s.\n", n)
+	}
+	enc := toml.NewEncoder(&buf)
+	enc.SetIndentTables(false)
+	if err := enc.Encode(cfg); err != nil {
+		return nil, 0, false, fmt.Errorf("render rl.toml: %w", err)
+	}
+	return buf.Bytes(), servers, broadcasts, nil
+}
+
+// rlNotesFor are an fft job's notes: W&B without its key (prime-rl has every other key the
+// job wrote).
+func rlNotesFor(s jobspec.Spec, secrets []string) []string {
+	if s.Wandb != nil && !hasSecret(secrets, "WANDB_API_KEY") {
+		return []string{"W&B is off: the job has no WANDB_API_KEY among its secrets"}
+	}
+	return nil
+}
+
+func hasSecret(secrets []string, name string) bool {
+	for _, s := range secrets {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}
+
+// table is the table at key of m, made if missing.
+func table(m map[string]any, key string) map[string]any {
+	t, ok := m[key].(map[string]any)
+	if !ok {
+		t = map[string]any{}
+		m[key] = t
+	}
+	return t
+}
+
+func dig(v any, path ...string) any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func sliceAt(m map[string]any, path ...string) []any {
+	l, _ := dig(m, path...).([]any)
+	return l
+}
+
+// deepCopy copies a decoded JSON value, so the render never changes the job's spec.
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = deepCopy(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = deepCopy(e)
+		}
+		return out
+	}
+	return v
+}

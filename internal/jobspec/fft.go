@@ -1,0 +1,269 @@
+package jobspec
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// KindFFT is a full fine-tune: a whole prime-rl config (the `uv run rl @ rl.toml` file), as the
+// prime CLI sends it down its full fine-tune path. The agent runs it as written, with its own
+// output folder, run name, ports and checkpoint upload laid over it (gpuagent's fftConfig), on a
+// node of its own GPUs. Its schema is prime-rl's RLConfig: the pinned prime-rl validates the
+// written config on the node before any GPU time (the pipeline's preflight), and the checks here
+// are the ones that must hold before it is queued.
+const KindFFT = "fft"
+
+// RunsPrimeRL says whether a kind runs prime-rl's rl launcher: checkpoints, metrics.jsonl and
+// resume apply to it.
+func RunsPrimeRL(kind string) bool { return kind == KindRL || kind == KindFFT }
+
+// fftPlatformKeys are the keys of a full fine-tune file that are the service's, not prime-rl's:
+// they are taken out of the config the agent writes.
+var fftPlatformKeys = []string{"kind", "type", "name", "priority", "time_limit", "image_tag", "gpu_type",
+	"env_file", "env_files", "secrets"}
+
+// fftManagedKeys are prime-rl settings the agent sets for every run (where it writes, what it
+// resumes from): a file's own are dropped with a warning.
+var fftManagedKeys = map[string]string{
+	"output_dir": "the run writes to the job's own folder",
+	"run":        "the run is named after the job",
+	"resume":     "the service resumes a run from its newest stored checkpoint",
+	"clean":      "each run starts in a fresh folder",
+	"dry_run":    "the agent checks every config before it starts (a dry run of its own)",
+}
+
+// IsFullFinetune is the prime CLI's test (prime_cli/commands/rl.py, _is_full_finetune): a
+// top-level type = "full_finetune", or a [deployment] table that sizes the run or names its
+// type. Such a file is a whole prime-rl config.
+func IsFullFinetune(v map[string]any) bool {
+	if v["type"] == "full_finetune" {
+		return true
+	}
+	d, ok := v["deployment"].(map[string]any)
+	if !ok {
+		return false
+	}
+	if t := d["type"]; t == "single_node" || t == "multi_node" {
+		return true
+	}
+	for _, k := range []string{"num_train_gpus", "num_infer_gpus", "num_train_nodes", "num_infer_nodes"} {
+		if _, ok := d[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// fft reads a full fine-tune: the config less the service's keys, and what the service needs
+// to know of it (model, steps, GPUs, environments, checkpoints, W&B).
+func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
+	cfg := make(map[string]any, len(v))
+	for k, val := range v {
+		cfg[k] = val
+	}
+	for _, k := range fftPlatformKeys {
+		delete(cfg, k)
+	}
+	if t, ok := v["type"]; ok && t != "full_finetune" {
+		n.fail("/type", `type is "full_finetune" (a whole prime-rl config) or absent`)
+	}
+	if g, ok := v["gpu_type"].(string); ok && !strings.EqualFold(g, DefaultGPUType) {
+		n.fail("/gpu_type", "this service's nodes have %s GPUs; gpu_type %q cannot be placed", DefaultGPUType, g)
+	}
+	if _, ok := v["image_tag"]; ok {
+		n.warn("/image_tag", "not applied: every run uses the prime-rl this service pins")
+	}
+	managed := make([]string, 0, len(fftManagedKeys))
+	for k := range fftManagedKeys {
+		if _, ok := cfg[k]; ok {
+			managed = append(managed, k)
+		}
+	}
+	sort.Strings(managed)
+	for _, k := range managed {
+		n.warn("/"+k, "not applied: %s", fftManagedKeys[k])
+		delete(cfg, k)
+	}
+	if _, ok := cfg["slurm"]; ok {
+		n.fail("/slurm", "a run here goes to one of the service's nodes, not a SLURM cluster; remove [slurm]")
+	}
+
+	// The model: the shared [model], else the trainer's (prime-rl's default model is not a
+	// choice anyone makes on purpose).
+	s.Model = str(dig(cfg, "model", "name"))
+	if s.Model == "" {
+		s.Model = str(dig(cfg, "trainer", "model", "name"))
+	}
+	if s.Model == "" {
+		n.fail("/model", `a full fine-tune names its model: add [model] name = "Qwen/Qwen3-4B-Instruct-2507"`)
+	}
+	if steps, ok := num(cfg["max_steps"]); ok {
+		s.MaxSteps = int(steps)
+	}
+
+	// One node: the trainer's and inference's GPUs together.
+	d, _ := cfg["deployment"].(map[string]any)
+	if t := str(d["type"]); t == "multi_node" || d["num_train_nodes"] != nil || d["num_infer_nodes"] != nil {
+		n.fail("/deployment", "a job runs on one node of up to 8 GPUs; multi-node deployments are not offered")
+	}
+	train, infer := 1.0, 1.0
+	if x, ok := num(d["num_train_gpus"]); ok {
+		train = x
+	}
+	if x, ok := num(d["num_infer_gpus"]); ok {
+		infer = x
+	}
+	gpus := int(train + infer)
+	if gpus > 8 || train < 1 || infer < 1 {
+		n.fail("/deployment", "num_train_gpus (%d) and num_infer_gpus (%d) must each be at least 1 and together at most 8, one node's GPUs", int(train), int(infer))
+	}
+	s.Resources = Resources{GPUs: gpus, GPUType: DefaultGPUType}
+	if _, ok := cfg["inference"].(map[string]any); !ok {
+		n.fail("/inference", "a run here serves its policy on its own GPUs: add an [inference] table (prime-rl then starts vLLM on the node)")
+	}
+	if _, ok := dig(cfg, "trainer", "metrics_server").(map[string]any); ok {
+		n.warn("/trainer/metrics_server", "not applied: the service reads a run's metrics from metrics.jsonl")
+		delete(cfg["trainer"].(map[string]any), "metrics_server")
+	}
+	n.envVars(cfg, "")
+
+	// The environments, to install on the node before the run (and to show).
+	for i, src := range items(dig(cfg, "orchestrator", "train", "source")) {
+		if e, ok := n.fftSource(fmt.Sprintf("/orchestrator/train/source/%d", i), src); ok {
+			s.Env = append(s.Env, e)
+		}
+	}
+	if len(s.Env) == 0 {
+		n.fail("/orchestrator/train/source", `a run trains on at least one environment: add [[orchestrator.train.source]] with env.taskset.id = "owner/name"`)
+	}
+	for i, src := range items(dig(cfg, "orchestrator", "eval", "source")) {
+		if e, ok := n.fftSource(fmt.Sprintf("/orchestrator/eval/source/%d", i), src); ok {
+			if s.Eval == nil {
+				s.Eval = &OnlineEval{}
+			}
+			s.Eval.Env = append(s.Eval.Env, e)
+		}
+	}
+
+	// Checkpoints: the run's own interval, else the service's default (a run without them could
+	// not resume after its node was lost).
+	ck := Checkpoints{Interval: DefaultCheckpointInterval, KeepCloud: DefaultKeepCloud}
+	if s.MaxSteps > 0 {
+		ck.Interval = min(ck.Interval, s.MaxSteps)
+	}
+	c, _ := cfg["ckpt"].(map[string]any)
+	if x, ok := num(c["interval"]); ok && x >= 1 {
+		ck.Interval = int(x)
+	}
+	for _, k := range []string{"output_dir", "keep_last"} {
+		if _, ok := c[k]; ok {
+			n.warn("/ckpt/"+k, "not applied: the service stores each checkpoint and keeps the newest %d in storage", ck.KeepCloud)
+			delete(c, k)
+		}
+	}
+	s.Checkpoints = &ck
+	if w, ok := dig(cfg, "monitors", "wandb").(map[string]any); ok {
+		s.Wandb = &Wandb{Project: str(w["project"]), Entity: str(w["entity"]), Name: str(w["name"])}
+		if in.Secrets["WANDB_API_KEY"] == "" {
+			n.warn("/monitors/wandb", "there is no WANDB_API_KEY among the secrets, so this run will not log to W&B; "+
+				"add WANDB_API_KEY to an env_file or pass -e WANDB_API_KEY")
+		}
+	}
+	s.PrimeRL = cfg
+}
+
+// fftSource reads one source of a full fine-tune: its taskset id (the environment to install).
+func (n *normalizer) fftSource(ptr string, src any) (Env, bool) {
+	m, _ := src.(map[string]any)
+	id := str(dig(m, "env", "taskset", "id"))
+	if id == "" {
+		id = str(dig(m, "env", "id"))
+	}
+	if id == "" {
+		n.fail(ptr+"/env/taskset/id", `a source names its environment: env.taskset.id = "owner/name"`)
+		return Env{}, false
+	}
+	if !envIDPattern.MatchString(id) {
+		n.fail(ptr+"/env/taskset/id", "an environment id is `name` or `owner/name`, optionally `@version` (letters, digits, `.`, `_`, `-`), e.g. primeintellect/alphabet-sort@0.1.5")
+		return Env{}, false
+	}
+	w := 1.0
+	if x, ok := num(m["ratio"]); ok && x > 0 {
+		w = x
+	}
+	return Env{ID: n.envID(ptr+"/env/taskset/id", id), Name: str(m["name"]), Weight: w}, true
+}
+
+// envVars refuses, anywhere in a config, an env_vars table that names a variable the service
+// sets for a job's processes (the GPUs it sees, what it loads, where it reaches).
+func (n *normalizer) envVars(v any, ptr string) {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := ptr + "/" + escapePointer(k)
+			if vars, ok := x[k].(map[string]any); ok && k == "env_vars" {
+				names := make([]string, 0, len(vars))
+				for name := range vars {
+					names = append(names, name)
+				}
+				sort.Strings(names)
+				for _, name := range names {
+					if ReservedEnv(name) {
+						n.fail(p+"/"+escapePointer(name), "%s is a variable the service sets for a job's processes; a run may not set it", name)
+					}
+				}
+				continue
+			}
+			n.envVars(x[k], p)
+		}
+	case []any:
+		for i, e := range x {
+			n.envVars(e, fmt.Sprintf("%s/%d", ptr, i))
+		}
+	}
+}
+
+// envIDPattern is the contract's EnvID pattern (openapi.yaml), for ids inside a prime-rl config,
+// which the schema leaves to prime-rl.
+var envIDPattern = regexp.MustCompile(`^([A-Za-z0-9][A-Za-z0-9_.-]*/)?[A-Za-z0-9][A-Za-z0-9_.-]*(@[A-Za-z0-9][A-Za-z0-9.+_-]*)?$`)
+
+// dig is the value at a path of tables, or nil.
+func dig(v any, path ...string) any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func num(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case int64:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+func items(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
