@@ -28,7 +28,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-cluster bench-agent bench-lambda load chaos
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic prime-client sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-cluster bench-agent bench-lambda load chaos
 
 all: build
 
@@ -181,7 +181,7 @@ load: redis-server
 bench-jobs:
 	$(GO) test -run '^$$' -bench BenchmarkJobAdmission -benchmem -cpu 1 -count 5 ./api
 
-deps: redis-server sandbox spec-validator versitygw awscli moto pydantic webhook-receiver web chromium
+deps: redis-server sandbox spec-validator versitygw awscli moto pydantic prime-client webhook-receiver web chromium
 
 ## web: the dashboard's vendored libraries (uPlot, Redoc) copied from npm into api/web, where
 ## the API embeds them; and playwright-core for the browser test
@@ -265,6 +265,13 @@ pydantic:
 	  $(call pip_install,'$(PYDANTIC)'); }
 	@python3 -c 'import sys, pydantic; sys.exit(0 if sys.version_info >= (3, 11) and pydantic.VERSION.startswith("2") else 1)' || { \
 	  echo "the upstream kit needs python3 3.11+ with pydantic 2 (pip install 'pydantic>=2,<3')"; exit 1; }
+
+## prime-client: Debian's httpx, the HTTP library of the prime CLI's API client, which the test of
+## the Prime-compatible surface runs from the upstream kit (cmd/hostedtrain/testdata/prime_client.py)
+prime-client: pydantic
+	@python3 -c 'import sys; sys.path.append("/usr/lib/python3/dist-packages"); import httpx' 2>/dev/null || { \
+	  echo "installing python3-httpx with apt-get"; \
+	  $(APT_UPDATE) && $(APT_INSTALL) -y -qq --no-install-recommends python3-httpx >/dev/null; }
 
 ## conformance: every job the service accepts (testdata/jobs and upstream's own `prime train`
 ## files), rendered as the agent writes it on 1, 2 and 8 GPUs, fresh and resuming, checked by

@@ -170,6 +170,16 @@ func New(cfg Config) (*Server, error) {
 		"getOrg":                   s.getOrg,
 		"setOrg":                   s.setOrg,
 		"revokeToken":              s.revokeToken,
+		"primeListRuns":            s.primeListRuns,
+		"primeCreateRun":           s.primeCreateRun,
+		"primeGetRun":              s.primeGetRun,
+		"primeStopRun":             s.primeStopRun,
+		"primeRestartRun":          s.primeRestartRun,
+		"primeRunLogs":             s.primeRunLogs,
+		"primeRunMetrics":          s.primeRunMetrics,
+		"primeRunCheckpoints":      s.primeRunCheckpoints,
+		"primeRunProgress":         s.primeRunProgress,
+		"primeListModels":          s.primeListModels,
 	}
 	seen := map[string]bool{}
 	for path, item := range spec.Doc.Paths.Map() {

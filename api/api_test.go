@@ -44,6 +44,25 @@ func (r reply) problem(t *testing.T) api.Problem {
 	return p
 }
 
+// refusal checks an error answer to path: a problem (RFC 9457), or on the Prime-compatible
+// surface (/api/v1/) the {"detail"} the prime CLI reads.
+func (r reply) refusal(t *testing.T, path string) {
+	t.Helper()
+	if !strings.HasPrefix(path, "/api/v1/") {
+		r.problem(t)
+		return
+	}
+	var e struct {
+		Detail any `json:"detail"`
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type %q, want application/json (body %s)", ct, r.body)
+	}
+	if r.decode(t, &e); e.Detail == nil || e.Detail == "" {
+		t.Errorf("%s answered %d without a detail: %s", path, r.status, r.body)
+	}
+}
+
 func call(t *testing.T, method, url, token, ctype string, body []byte) reply {
 	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,16 @@ func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
 	lq := jobdata.LogQuery{
 		Fence: int64(intQuery(r, "attempt", 0)), Component: q.Get("component"), Search: q.Get("search"),
 		Level: q.Get("level"), Tail: intQuery(r, "tail_lines", 100),
+	}
+	if q.Get("regex") == "true" && lq.Search != "" {
+		re, err := regexp.Compile(lq.Search)
+		if err != nil {
+			p := newProblem(http.StatusBadRequest, "invalid-parameter", "search is not a regular expression: "+err.Error())
+			p.Errors = []FieldError{{Parameter: "search", Message: err.Error()}}
+			writeProblem(w, r, p)
+			return
+		}
+		lq.Pattern = re
 	}
 	if since := q.Get("since"); since != "" {
 		if d, err := time.ParseDuration(since); err == nil {

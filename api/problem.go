@@ -62,6 +62,10 @@ func newProblem(status int, slug, detail string) *Problem {
 
 // writeProblem is the one place errors leave the API.
 func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+	if r != nil && strings.HasPrefix(r.URL.Path, primePrefix) {
+		writePrimeError(w, p, pointerLoc) // the Prime-compatible surface answers as the prime CLI reads
+		return
+	}
 	if r != nil {
 		p.Instance = r.URL.Path
 	}

@@ -95,7 +95,7 @@ func newVictim(t *testing.T) victim {
 
 // url fills an operation's path with the victim's ids.
 func (v victim) url(op operation) string {
-	p := strings.NewReplacer("{id}", v.jobID, "{webhook_id}", v.hookID, "{delivery_id}", v.dlID,
+	p := strings.NewReplacer("{id}", v.jobID, "{runId}", v.jobID, "{webhook_id}", v.hookID, "{delivery_id}", v.dlID,
 		"{claim_id}", "claim-1", "{org}", "acme").Replace(op.path)
 	return v.st.URL + p
 }
@@ -109,6 +109,8 @@ func (v victim) do(t *testing.T, op operation, token string) reply {
 		switch {
 		case op.path == "/v1/jobs" || op.path == "/v1/jobs/preview":
 			body, ctype = []byte(strings.Replace(victimJob, "victim-private-run", "another-run", 1)), "application/toml"
+		case op.path == "/api/v1/rft/runs":
+			body = []byte(`{"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "environments": [{"id": "gsm8k"}], "name": "another-run"}`)
 		case op.path == "/v1/webhooks":
 			body = []byte(fmt.Sprintf(`{"url":%q,"events":["job.completed"]}`, v.receiver))
 		case op.method == "PATCH":
@@ -212,7 +214,7 @@ func TestBrokenTokensAre401(t *testing.T) {
 				t.Errorf("%s %s with a token %s: %d, want 401", op.method, op.path, name, r.status)
 				continue
 			}
-			r.problem(t)
+			r.refusal(t, op.path)
 		}
 	}
 	// The same claims, signed properly, get through: the refusals above are the tokens'.
@@ -238,7 +240,7 @@ func TestWrongScopeIs403(t *testing.T) {
 			t.Errorf("%s %s without %s: %d, want 403", op.method, op.path, op.scope, r.status)
 			continue
 		}
-		r.problem(t)
+		r.refusal(t, op.path)
 	}
 }
 
@@ -257,7 +259,7 @@ func TestAnotherOrganizationSeesNothing(t *testing.T) {
 			continue // agents serve every organization; admins are the operator
 		}
 		r := v.do(t, op, intruder)
-		named := strings.Contains(op.path, "{id}") || strings.Contains(op.path, "{webhook_id}")
+		named := strings.Contains(op.path, "{id}") || strings.Contains(op.path, "{runId}") || strings.Contains(op.path, "{webhook_id}")
 		switch {
 		case named && r.status != http.StatusNotFound:
 			t.Errorf("%s %s of another organization: %d %s, want 404", op.method, op.path, r.status, r.body)

@@ -82,8 +82,10 @@ type LogQuery struct {
 	Component string // "" for all; "envs" takes every envs/..., "envs/train" every envs/train/...
 	Since     time.Time
 	Search    string
-	Level     string // the least severe level shown
-	Tail      int    // the last N lines that pass; 0 for all
+	// Pattern, when set, is what a line must match instead of containing Search.
+	Pattern *regexp.Regexp
+	Level   string // the least severe level shown
+	Tail    int    // the last N lines that pass; 0 for all
 }
 
 // LogResult is what ReadLogs found.
@@ -232,6 +234,9 @@ func (q LogQuery) passes(l LogLine) bool {
 		if levels[lv] < levels[strings.ToUpper(q.Level)] {
 			return false
 		}
+	}
+	if q.Pattern != nil {
+		return q.Pattern.MatchString(l.Line)
 	}
 	if q.Search != "" && !strings.Contains(strings.ToLower(l.Line), strings.ToLower(q.Search)) {
 		return false

@@ -57,6 +57,17 @@ func RendererNames() []string {
 	return names
 }
 
+// RenderedModels lists the models prime-rl finds a renderer for by itself (MODEL_RENDERER_MAP),
+// sorted: the ones a job may name without a renderer.
+func RenderedModels() []string {
+	names := make([]string, 0, len(modelRenderers))
+	for m := range modelRenderers {
+		names = append(names, m)
+	}
+	sort.Strings(names)
+	return names
+}
+
 // RendererChoice is the chat renderer a run of a model uses.
 type RendererChoice struct {
 	Renderer

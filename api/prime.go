@@ -1,0 +1,504 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
+)
+
+// The Prime-compatible surface (/api/v1/...): what the prime CLI's client sends and reads
+// (prime_cli/api/rl.py of the prime CLI 0.6.26), so the real `prime` CLI can drive hostedtrain.
+// Each handler is a translation at the edge: it rewrites the request into its /v1 form, serves
+// that through the same pipeline (authentication, the contract, the one handler of the
+// capability) and rewrites the answer. Nothing here decides anything /v1 does not.
+
+// primePrefix starts every path of the surface.
+const primePrefix = "/api/v1/"
+
+// inner serves the /v1 request method path?query (body: JSON, or none) as the caller of r,
+// and returns what it answered.
+func (s *Server) inner(r *http.Request, method, path string, query url.Values, body []byte) *httptest.ResponseRecorder {
+	target := path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	var rd *bytes.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, _ := http.NewRequestWithContext(r.Context(), method, target, rd)
+	req.Header.Set("Authorization", r.Header.Get("Authorization"))
+	// Links the answer makes (checkpoint downloads) point where the caller reached us.
+	req.Host, req.TLS = r.Host, r.TLS
+	if v := r.Header.Get("X-Forwarded-Proto"); v != "" {
+		req.Header.Set("X-Forwarded-Proto", v)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	s.serve(rec, req)
+	return rec
+}
+
+// innerJSON serves a /v1 request and decodes its answer into out; a failure has already been
+// answered to w (in the prime CLI's form) when it returns false.
+func (s *Server) innerJSON(w http.ResponseWriter, r *http.Request, method, path string, query url.Values, body []byte, out any) bool {
+	rec := s.inner(r, method, path, query, body)
+	if rec.Code >= 300 {
+		var p Problem
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status == 0 {
+			p = *newProblem(rec.Code, "internal", strings.TrimSpace(rec.Body.String()))
+		}
+		if ra := rec.Header().Get("Retry-After"); ra != "" {
+			w.Header().Set("Retry-After", ra)
+		}
+		writePrimeError(w, &p, jobLoc)
+		return false
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+		s.internalError(w, r, fmt.Errorf("prime surface: read the /v1 answer of %s %s: %w", method, path, err))
+		return false
+	}
+	return true
+}
+
+// writePrimeError answers a problem as the prime CLI reads errors: {"detail": "..."}, or for a
+// 422 with field errors FastAPI's {"detail": [{"loc", "msg"}]}, each field named by loc (the
+// body's own field names, from its JSON pointer).
+func writePrimeError(w http.ResponseWriter, p *Problem, loc func(pointer string) []any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if p.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
+	w.WriteHeader(p.Status)
+	detail := any(orString(p.Detail, p.Title))
+	if p.Status == http.StatusUnprocessableEntity && len(p.Errors) > 0 {
+		items := make([]map[string]any, 0, len(p.Errors))
+		for _, e := range p.Errors {
+			l := []any{"body"}
+			switch {
+			case e.Parameter != "":
+				l = []any{"query", e.Parameter}
+			case e.Pointer != "":
+				l = append(l, loc(e.Pointer)...)
+			}
+			items = append(items, map[string]any{"loc": l, "msg": e.Message, "type": "value_error"})
+		}
+		detail = items
+	} else if len(p.Errors) > 0 {
+		var msgs []string
+		for _, e := range p.Errors {
+			msgs = append(msgs, strings.TrimPrefix(e.Pointer+e.Parameter+": ", ": ")+e.Message)
+		}
+		detail = fmt.Sprintf("%s: %s", detail, strings.Join(msgs, "; "))
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"detail": detail})
+}
+
+func orString(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// pointerLoc is a JSON pointer as a loc: its parts, list indices as numbers.
+func pointerLoc(ptr string) []any {
+	var out []any
+	for _, part := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		if n, err := strconv.Atoi(part); err == nil {
+			out = append(out, n)
+		} else {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// jobLoc names a field of a /v1 job file as the create-run payload it came from spells it
+// (primeJob's renames, backwards).
+func jobLoc(ptr string) []any {
+	l := pointerLoc(ptr)
+	if len(l) == 0 {
+		return l
+	}
+	rename := func(l []any) []any {
+		switch l[0] {
+		case "model":
+			return append([]any{"model", "name"}, l[1:]...)
+		case "env":
+			return append([]any{"environments"}, l[1:]...)
+		case "wandb":
+			return append([]any{"monitoring", "wandb"}, l[1:]...)
+		case "sampling":
+			return l[1:] // the sampling keys go flat
+		case "infrastructure":
+			return l[1:]
+		}
+		return l
+	}
+	if l[0] == "eval" && len(l) > 1 && l[1] == "env" {
+		return append([]any{"eval", "environments"}, l[2:]...)
+	}
+	return rename(l)
+}
+
+// primeJob turns the prime CLI's create-run payload into the /v1 job file it stands for: the
+// same keys where the names agree, the rest renamed (jobLoc names them back in errors).
+func primeJob(p map[string]any) map[string]any {
+	out := map[string]any{"kind": jobspec.KindRL}
+	sampling := map[string]any{}
+	for k, v := range p {
+		switch k {
+		case "model":
+			if m, ok := v.(map[string]any); ok {
+				out["model"] = m["name"]
+			}
+		case "environments":
+			out["env"] = v
+		case "secrets":
+			sec := map[string]any{}
+			items, _ := v.([]any)
+			for _, it := range items {
+				if kv, ok := it.(map[string]any); ok {
+					if key, ok := kv["key"].(string); ok {
+						sec[key] = kv["value"]
+					}
+				}
+			}
+			if len(sec) > 0 {
+				out["secrets"] = sec
+			}
+		case "monitoring":
+			if m, ok := v.(map[string]any); ok && m["wandb"] != nil {
+				out["wandb"] = m["wandb"]
+			}
+		case "max_tokens", "temperature", "temp_scheduler", "extra_body", "enable_thinking", "reasoning_effort":
+			sampling[k] = v
+		case "eval":
+			if m, ok := v.(map[string]any); ok {
+				ev := map[string]any{}
+				for ek, evv := range m {
+					if ek == "environments" {
+						ek = "env"
+					}
+					ev[ek] = evv
+				}
+				out["eval"] = ev
+			}
+		case "compute_size":
+			out["infrastructure"] = map[string]any{"compute_size": v}
+		case "team_id":
+			// A token's organization is the caller's.
+		default:
+			out[k] = v
+		}
+	}
+	if len(sampling) > 0 {
+		out["sampling"] = sampling
+	}
+	return out
+}
+
+// primeRun is a job as the prime CLI's RLRun reads it.
+func primeRun(j *job.Job) map[string]any {
+	c := j.Config
+	run := map[string]any{
+		"id": j.ID, "userId": j.Org, "status": string(j.Status), "createdAt": j.CreatedAt, "updatedAt": j.UpdatedAt,
+		"kind": "SHARED_RFT_HOSTED", "baseModel": c.Model, "environments": primeEnvs(c.Env),
+	}
+	if c.Kind == jobspec.KindFFT {
+		run["kind"] = "DEDICATED_FULL_FT"
+	}
+	set := func(k string, v any, ok bool) {
+		if ok {
+			run[k] = v
+		}
+	}
+	set("name", j.Name, j.Name != "")
+	set("maxSteps", c.MaxSteps, c.MaxSteps > 0)
+	set("batchSize", c.BatchSize, c.BatchSize > 0)
+	set("rolloutsPerExample", c.RolloutsPerExample, c.RolloutsPerExample > 0)
+	set("seqLen", c.SeqLen, c.SeqLen > 0)
+	set("loss", c.Loss, c.Loss != "")
+	set("learningRate", c.LearningRate, c.LearningRate > 0)
+	set("maxInflightRollouts", c.MaxInflightRollouts, c.MaxInflightRollouts > 0)
+	set("oversamplingFactor", c.OversamplingFactor, c.OversamplingFactor > 0)
+	if c.Sampling != nil {
+		set("maxTokens", c.Sampling.MaxTokens, c.Sampling.MaxTokens > 0)
+	}
+	if c.LoRA != nil {
+		run["loraAlpha"] = c.LoRA.Alpha
+	}
+	if c.Teacher != "" {
+		t := map[string]any{"model": c.Teacher}
+		if c.TeacherClient != nil {
+			t["client"] = map[string]any{"base_url": c.TeacherClient.BaseURL, "api_key_var": c.TeacherClient.APIKeyVar}
+		}
+		run["teacher"] = t
+	}
+	if c.Eval != nil {
+		ev := map[string]any{"environments": primeEnvs(c.Eval.Env)}
+		set2 := func(k string, v any, ok bool) {
+			if ok {
+				ev[k] = v
+			}
+		}
+		set2("interval", c.Eval.Interval, c.Eval.Interval > 0)
+		set2("num_examples", c.Eval.NumExamples, c.Eval.NumExamples != 0)
+		set2("rollouts_per_example", c.Eval.RolloutsPerExample, c.Eval.RolloutsPerExample > 0)
+		run["evalConfig"] = ev
+	}
+	if c.Val != nil {
+		run["valConfig"] = c.Val
+	}
+	if w := c.Wandb; w != nil {
+		set("wandbEntity", w.Entity, w.Entity != "")
+		set("wandbProject", w.Project, w.Project != "")
+		set("wandbRunName", w.Name, w.Name != "")
+	}
+	if j.RunsAhead != nil {
+		run["runsAhead"] = *j.RunsAhead
+	}
+	set("queueReason", j.QueueReason, j.QueueReason != "")
+	if j.StartedAt != nil {
+		run["startedAt"] = *j.StartedAt
+	}
+	if j.FinishedAt != nil {
+		run["completedAt"] = *j.FinishedAt
+	}
+	if j.Error != "" {
+		run["errorMessage"] = j.Error
+		if j.Status == job.Failed {
+			run["failureAnalysis"] = map[string]any{"rootCause": j.Error}
+		}
+	}
+	return run
+}
+
+// primeEnvs are a job's environments as the prime CLI sends them (id, name, ratio, args).
+func primeEnvs(envs []jobspec.Env) []map[string]any {
+	out := make([]map[string]any, 0, len(envs))
+	for _, e := range envs {
+		m := map[string]any{"id": e.ID}
+		if e.Name != "" {
+			m["name"] = e.Name
+		}
+		if e.Weight > 0 {
+			m["ratio"] = e.Weight
+		}
+		if len(e.Args) > 0 {
+			m["args"] = e.Args
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func (s *Server) primeCreateRun(w http.ResponseWriter, r *http.Request) {
+	v, _ := validatedBody(r)
+	p, _ := v.(map[string]any)
+	body, err := json.Marshal(primeJob(p))
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	var sub struct {
+		job.Job
+		Warnings []FieldError `json:"warnings"`
+	}
+	if !s.innerJSON(w, r, http.MethodPost, "/v1/jobs", url.Values{"kind": {jobspec.KindRL}}, body, &sub) {
+		return
+	}
+	run := primeRun(&sub.Job)
+	if len(sub.Warnings) > 0 {
+		var notes []string
+		for _, fe := range sub.Warnings {
+			notes = append(notes, strings.Trim(fmt.Sprint(jobLoc(fe.Pointer)), "[]")+": "+fe.Message)
+		}
+		run["notice"] = strings.Join(notes, "; ")
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"run": run})
+}
+
+// primeListRuns lists the caller's rl and full fine-tune jobs, newest first: up to
+// primeListMax of them (the prime CLI's list takes no page).
+func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
+	runs := []map[string]any{}
+	cursor := ""
+	for len(runs) < primeListMax {
+		q := url.Values{"limit": {"100"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page struct {
+			Items      []job.Job `json:"items"`
+			NextCursor string    `json:"next_cursor"`
+		}
+		if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs", q, nil, &page) {
+			return
+		}
+		for i := range page.Items {
+			if jobspec.RunsPrimeRL(page.Items[i].Kind) && len(runs) < primeListMax {
+				runs = append(runs, primeRun(&page.Items[i]))
+			}
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
+}
+
+// primeListMax bounds a list of runs.
+const primeListMax = 500
+
+// primeRunAt serves a /v1 operation on the run named in the path and answers {"run"}: the job
+// as that operation left it.
+func (s *Server) primeRunAt(w http.ResponseWriter, r *http.Request, method, suffix string) {
+	id := pathParam(r, "runId")
+	var j job.Job
+	if !s.innerJSON(w, r, method, "/v1/jobs/"+url.PathEscape(id)+suffix, nil, nil, &j) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"run": primeRun(&j)})
+}
+
+func (s *Server) primeGetRun(w http.ResponseWriter, r *http.Request) {
+	s.primeRunAt(w, r, http.MethodGet, "")
+}
+
+func (s *Server) primeStopRun(w http.ResponseWriter, r *http.Request) {
+	s.primeRunAt(w, r, http.MethodPost, "/cancel")
+}
+
+func (s *Server) primeRestartRun(w http.ResponseWriter, r *http.Request) {
+	s.primeRunAt(w, r, http.MethodPost, "/restart")
+}
+
+// primeComponents are the prime CLI's log components as /v1 names them.
+var primeComponents = map[string]string{"orchestrator": "orchestrator", "trainer": "trainer", "inference": "inference", "env-server": "envs"}
+
+func (s *Server) primeRunLogs(w http.ResponseWriter, r *http.Request) {
+	in := r.URL.Query()
+	q := url.Values{"tail_lines": {orString(in.Get("tail_lines"), "1000")}}
+	comp := primeComponents[orString(in.Get("component"), "orchestrator")]
+	if name := in.Get("env_name"); name != "" && comp == "envs" {
+		comp = "envs/train/" + name
+	}
+	q.Set("component", comp)
+	if v := in.Get("search"); v != "" {
+		q.Set("search", v)
+		if in.Get("regex") == "true" {
+			q.Set("regex", "true")
+		}
+	}
+	if v := in.Get("level"); v != "" {
+		if v == "SUCCESS" {
+			v = "INFO" // loguru's SUCCESS sits between INFO and WARNING; /v1 knows the four
+		}
+		q.Set("level", v)
+	}
+	if v := in.Get("since_seconds"); v != "" {
+		q.Set("since", v+"s")
+	}
+	var page client.LogPage
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(pathParam(r, "runId"))+"/logs", q, nil, &page) {
+		return
+	}
+	var b strings.Builder
+	for _, l := range page.Items {
+		b.WriteString(l.Line)
+		b.WriteByte('\n')
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"logs": b.String()})
+}
+
+func (s *Server) primeRunMetrics(w http.ResponseWriter, r *http.Request) {
+	in := r.URL.Query()
+	q := url.Values{}
+	for _, k := range []string{"min_step", "max_step", "limit"} {
+		if v := in.Get(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	var page struct {
+		Items []map[string]json.RawMessage `json:"items"`
+	}
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(pathParam(r, "runId"))+"/metrics", q, nil, &page) {
+		return
+	}
+	if page.Items == nil {
+		page.Items = []map[string]json.RawMessage{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"metrics": page.Items})
+}
+
+func (s *Server) primeRunCheckpoints(w http.ResponseWriter, r *http.Request) {
+	id := pathParam(r, "runId")
+	var list struct {
+		Items []client.Checkpoint `json:"items"`
+	}
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/checkpoints", nil, nil, &list) {
+		return
+	}
+	want := r.URL.Query().Get("status_filter")
+	out := []map[string]any{}
+	for _, c := range list.Items {
+		status := "UPLOADING"
+		if c.Status == "committed" {
+			status = "READY"
+		}
+		if want != "" && status != want {
+			continue
+		}
+		at := time.Time{}
+		if c.Time != nil {
+			at = *c.Time
+		}
+		cp := map[string]any{"id": fmt.Sprintf("%s-step-%d", id, c.Step), "rftRunId": id, "step": c.Step,
+			"status": status, "sizeBytes": c.Bytes, "createdAt": at, "storageUrl": ""}
+		if status == "READY" {
+			cp["uploadedAt"] = at
+			if len(c.Download) > 0 {
+				cp["storageUrl"] = c.Download[0].URL
+			}
+		}
+		out = append(out, cp)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"checkpoints": out})
+}
+
+func (s *Server) primeRunProgress(w http.ResponseWriter, r *http.Request) {
+	var p client.JobProgress
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(pathParam(r, "runId"))+"/progress", nil, nil, &p) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"latestStep": p.Step, "stepsWithSamples": []int{},
+		"stepsWithDistributions": []int{}, "lastUpdatedAt": p.UpdatedAt})
+}
+
+func (s *Server) primeListModels(w http.ResponseWriter, _ *http.Request) {
+	models := []map[string]any{}
+	for _, m := range upstream.RenderedModels() {
+		models = append(models, map[string]any{"name": m, "atCapacity": false})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+}

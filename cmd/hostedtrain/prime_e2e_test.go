@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
+	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
+)
+
+// primeClient runs the real prime CLI's API client (testdata/prime_client.py: the kit's
+// prime_cli/api/rl.py, over Debian's httpx) against the stack, as `prime` configured with
+// PRIME_API_BASE_URL and PRIME_API_KEY would; it returns the client's answer as JSON and
+// whether the client raised.
+func (d *devStack) primeClient(t *testing.T, args ...string) (json.RawMessage, bool) {
+	t.Helper()
+	py := upstreamtest.Command(t)[0]
+	cmd := exec.Command(py, append([]string{"testdata/prime_client.py", upstreamtest.Kit(t)}, args...)...)
+	cmd.Env = append(os.Environ(), "PRIME_API_BASE_URL="+d.url, "PRIME_API_KEY="+d.token, "HOME="+t.TempDir(),
+		"PRIME_TEAM_ID=", "PRIME_CONTEXT=")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if _, isExit := err.(*exec.ExitError); err != nil && !isExit {
+		t.Fatalf("prime client %v: %v", args, err)
+	}
+	line := lastLine(string(out))
+	if !json.Valid([]byte(line)) {
+		t.Fatalf("prime client %v printed %q\n%s", args, out, stderr.String())
+	}
+	return json.RawMessage(line), err == nil
+}
+
+// primeRun is what the prime CLI's RLRun keeps of a run (model_dump: snake_case).
+type primeRun struct {
+	ID             string           `json:"id"`
+	Status         string           `json:"status"`
+	Kind           string           `json:"kind"`
+	BaseModel      string           `json:"base_model"`
+	MaxSteps       int              `json:"max_steps"`
+	Environments   []map[string]any `json:"environments"`
+	FailureAnalyse map[string]any   `json:"failure_analysis"`
+}
+
+// TestPrimeCLIClientDrivesHostedtrain drives hostedtrain dev with the prime CLI's own client
+// code — the payload `prime train CONFIG` builds (its config model, its env-file reading, the
+// create_run call of its command, from its source), then list, get, logs, metrics,
+// checkpoints, progress, models, stop and restart — and reads every answer with the CLI's own
+// models, so a field or shape it cannot parse fails here.
+func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "20ms")
+	var run primeRun
+	out, ok := d.primeClient(t, "create", "../../examples/quickstart.toml")
+	if err := json.Unmarshal(out, &run); !ok || err != nil || run.ID == "" || run.Kind != "SHARED_RFT_HOSTED" ||
+		run.BaseModel != "Qwen/Qwen3-4B-Instruct-2507" || run.MaxSteps != 20 || len(run.Environments) != 1 {
+		t.Fatalf("create: %s (%v)", out, err)
+	}
+	testwait.Until(t, 2*time.Minute, "the run to complete", func() bool {
+		out, ok := d.primeClient(t, "get", run.ID)
+		var r primeRun
+		return ok && json.Unmarshal(out, &r) == nil && r.Status == "COMPLETED"
+	})
+
+	out, ok = d.primeClient(t, "list")
+	var runs []primeRun
+	if err := json.Unmarshal(out, &runs); !ok || err != nil || len(runs) != 1 || runs[0].ID != run.ID {
+		t.Errorf("list: %s", out)
+	}
+	out, ok = d.primeClient(t, "progress", run.ID)
+	var progress struct {
+		LatestStep int `json:"latest_step"`
+	}
+	if err := json.Unmarshal(out, &progress); !ok || err != nil || progress.LatestStep != 20 {
+		t.Errorf("progress: %s", out)
+	}
+	out, ok = d.primeClient(t, "metrics", run.ID)
+	var rows []map[string]any
+	if err := json.Unmarshal(out, &rows); !ok || err != nil || len(rows) != 20 || rows[19]["train/agg/all/agent/reward/mean"] == nil {
+		t.Errorf("metrics: %d rows, %.300s", len(rows), out)
+	}
+	out, ok = d.primeClient(t, "checkpoints", run.ID)
+	var cps []struct {
+		Step       int    `json:"step"`
+		Status     string `json:"status"`
+		StorageURL string `json:"storage_url"`
+	}
+	if err := json.Unmarshal(out, &cps); !ok || err != nil || len(cps) == 0 || cps[len(cps)-1].Step != 20 ||
+		cps[len(cps)-1].Status != "READY" || !strings.HasPrefix(cps[len(cps)-1].StorageURL, d.url+"/v1/downloads/") {
+		t.Errorf("checkpoints: %s", out)
+	}
+	out, ok = d.primeClient(t, "logs", run.ID, `checkpoint for step \d+`)
+	var logs struct {
+		Logs string `json:"logs"`
+	}
+	if err := json.Unmarshal(out, &logs); !ok || err != nil || !strings.Contains(logs.Logs, "checkpoint for step 20") ||
+		strings.Contains(logs.Logs, "Shipped batch") {
+		t.Errorf("logs by regex: %s", out)
+	}
+	out, ok = d.primeClient(t, "models")
+	if !ok || !strings.Contains(string(out), `"name": "Qwen/Qwen3-4B-Instruct-2507"`) {
+		t.Errorf("models: %.300s", out)
+	}
+	// A finished run cannot be stopped: the CLI shows our reason.
+	out, ok = d.primeClient(t, "stop", run.ID)
+	if ok || !strings.Contains(string(out), "HTTP 409") || !strings.Contains(string(out), "already ended") {
+		t.Errorf("stop of a finished run: %s", out)
+	}
+
+	// A long run, stopped while it runs, then restarted.
+	long := filepath.Join(t.TempDir(), "long.toml")
+	body, err := os.ReadFile("../../examples/quickstart.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(long, []byte(strings.Replace(string(body), "max_steps = 20", "max_steps = 5000", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, ok = d.primeClient(t, "create", long)
+	var lr primeRun
+	if err := json.Unmarshal(out, &lr); !ok || err != nil || lr.MaxSteps != 5000 {
+		t.Fatalf("create the long run: %s", out)
+	}
+	testwait.Until(t, time.Minute, "the long run to run", func() bool {
+		out, _ := d.primeClient(t, "get", lr.ID)
+		return json.Unmarshal(out, &lr) == nil && lr.Status == "RUNNING"
+	})
+	if out, ok = d.primeClient(t, "stop", lr.ID); !ok {
+		t.Fatalf("stop: %s", out)
+	}
+	testwait.Until(t, time.Minute, "the long run to stop", func() bool {
+		out, _ := d.primeClient(t, "get", lr.ID)
+		return json.Unmarshal(out, &lr) == nil && lr.Status == "STOPPED"
+	})
+	out, ok = d.primeClient(t, "restart", lr.ID)
+	// Queued again (and, with an idle agent, perhaps claimed before the answer was read).
+	if err := json.Unmarshal(out, &lr); !ok || err != nil || (lr.Status != "QUEUED" && lr.Status != "PENDING" && lr.Status != "RUNNING") {
+		t.Errorf("restart: %s", out)
+	}
+	if out, ok = d.primeClient(t, "stop", lr.ID); !ok {
+		t.Errorf("stop after the restart: %s", out)
+	}
+
+	// What we refuse, the CLI shows field by field, named as its payload names them.
+	out, ok = d.primeClient(t, "create", "../../testdata/prime-train/env-id-spaces.toml")
+	if ok || !strings.Contains(string(out), "ValidationError") || !strings.Contains(string(out), "environments.0.id: an environment id is") {
+		t.Errorf("create of a refused config: %s", out)
+	}
+	// A run of another organization's, or none, is not found.
+	out, ok = d.primeClient(t, "get", "01a21473-0000-7000-8000-000000000000")
+	if ok || !strings.Contains(string(out), "NotFoundError") {
+		t.Errorf("get of no run: %s", out)
+	}
+	d.stop(t)
+}

@@ -1,0 +1,105 @@
+"""Drive the real prime CLI's API client (prime_cli/api/rl.py of the prime CLI 0.6.26, pinned in
+the upstream conformance kit) against a hostedtrain API, for the Prime-compatible surface's test.
+
+    prime_client.py KIT create CONFIG.toml [KEY=VALUE ...]
+    prime_client.py KIT list | models
+    prime_client.py KIT get|stop|restart|metrics|checkpoints|progress RUN_ID
+    prime_client.py KIT logs RUN_ID [REGEX]
+
+The API's URL and token come as the prime CLI reads them: PRIME_API_BASE_URL, PRIME_API_KEY.
+It prints the client's answer as JSON (its pydantic models dumped), or {"error": ...} with
+exit status 1 when the client raised.
+
+`create` builds the payload as `prime train CONFIG` does: the CLI's own load_config steps
+(toml, _remove_deprecated_config_keys, RLConfig), its collect_env_vars for the secrets, and
+the very `rl_client.create_run(...)` call of its create_run command, taken from its source.
+httpx is Debian's (python3-httpx): it is imported before the kit's stubs, which would
+otherwise stand in for it.
+"""
+
+import ast
+import inspect
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+sys.dont_write_bytecode = True
+sys.path.append("/usr/lib/python3/dist-packages")  # Debian's httpx, after the interpreter's own
+import h11  # noqa: E402,F401  real, before the kit's stubs answer for them
+import httpcore  # noqa: E402,F401
+import httpx  # noqa: E402,F401
+
+kit, cmd, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.path.insert(0, kit)
+import stubs  # noqa: E402,F401  (the kit's: must precede every upstream import)
+
+import prime_cli.commands.rl as cli_rl  # noqa: E402
+from prime_cli.api.rl import RLClient  # noqa: E402
+from prime_cli.core.client import APIClient, APIError  # noqa: E402
+from prime_cli.core.config import Config  # noqa: E402
+
+
+def create_call_source() -> str:
+    """The `rl_client.create_run(...)` call of the CLI's create_run command, as written."""
+    src = textwrap.dedent(inspect.getsource(cli_rl.create_run))
+    for node in ast.walk(ast.parse(src)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "create_run" and getattr(node.func.value, "id", "") == "rl_client"):
+            return ast.get_source_segment(src, node)
+    raise SystemExit("no rl_client.create_run(...) call in prime_cli.commands.rl.create_run")
+
+
+def dump(v):
+    if hasattr(v, "model_dump"):
+        return v.model_dump(mode="json")
+    if isinstance(v, list):
+        return [dump(x) for x in v]
+    return v
+
+
+def main() -> int:
+    rl_client = RLClient(APIClient())
+    try:
+        if cmd == "create":
+            path = Path(args[0])
+            data = cli_rl.toml.load(path)
+            cli_rl._remove_deprecated_config_keys(data)
+            cfg = cli_rl.RLConfig.model_validate(data)
+            env_files = [str(path.parent / p) for p in cfg.env_file + cfg.env_files]
+            secrets = cli_rl.collect_env_vars(env_args=args[1:] or None, env_files=env_files or None,
+                                              on_warning=lambda m: None)
+            app_config = Config()
+            out = eval(create_call_source(), {}, {"rl_client": rl_client, "cfg": cfg, "secrets": secrets,
+                                                  "app_config": app_config})
+        elif cmd == "list":
+            out = rl_client.list_runs()
+        elif cmd == "models":
+            out = rl_client.list_models()
+        elif cmd == "get":
+            out = rl_client.get_run(args[0])
+        elif cmd == "stop":
+            out = rl_client.stop_run(args[0])
+        elif cmd == "restart":
+            out = rl_client.restart_run(args[0])
+        elif cmd == "logs":
+            search = args[1] if len(args) > 1 else None
+            out = {"logs": rl_client.get_logs(args[0], tail_lines=50, search=search, regex=search is not None)}
+        elif cmd == "metrics":
+            out = rl_client.get_metrics(args[0], min_step=1, limit=100)
+        elif cmd == "checkpoints":
+            out = rl_client.list_checkpoints(args[0])
+        elif cmd == "progress":
+            out = rl_client.get_progress(args[0])
+        else:
+            raise SystemExit(f"unknown command {cmd}")
+    except APIError as exc:
+        print(json.dumps({"error": str(exc), "type": type(exc).__name__}))
+        return 1
+    print(json.dumps(dump(out), default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
