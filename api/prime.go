@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -149,7 +150,11 @@ func jobLoc(ptr string) []any {
 		case "sampling":
 			return l[1:] // the sampling keys go flat
 		case "infrastructure":
-			return l[1:]
+			return []any{"compute_size"}
+		case "teacher":
+			if len(l) > 1 && l[1] == "model" {
+				return append([]any{"teacher", "model", "name"}, l[2:]...)
+			}
 		}
 		return l
 	}
@@ -202,6 +207,21 @@ func primeJob(p map[string]any) map[string]any {
 				}
 				out["eval"] = ev
 			}
+		case "teacher":
+			// The CLI sends [teacher] with its model as {"name": ...}; a job file names it.
+			t, ok := v.(map[string]any)
+			if !ok {
+				out[k] = v
+				break
+			}
+			flat := make(map[string]any, len(t))
+			for tk, tv := range t {
+				flat[tk] = tv
+			}
+			if m, ok := t["model"].(map[string]any); ok {
+				flat["model"] = m["name"]
+			}
+			out[k] = flat
 		case "compute_size":
 			out["infrastructure"] = map[string]any{"compute_size": v}
 		case "team_id":
@@ -338,31 +358,33 @@ func (s *Server) primeCreateRun(w http.ResponseWriter, r *http.Request) {
 }
 
 // primeListRuns lists the caller's rl and full fine-tune jobs, newest first: up to
-// primeListMax of them (the prime CLI's list takes no page).
+// primeListMax of them (the prime CLI's list takes no page), each kind read by its index.
 func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
-	runs := []map[string]any{}
-	cursor := ""
-	for len(runs) < primeListMax {
-		q := url.Values{"limit": {"100"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Items      []job.Job `json:"items"`
-			NextCursor string    `json:"next_cursor"`
-		}
-		if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs", q, nil, &page) {
-			return
-		}
-		for i := range page.Items {
-			if jobspec.RunsPrimeRL(page.Items[i].Kind) && len(runs) < primeListMax {
-				runs = append(runs, primeRun(&page.Items[i]))
+	var jobs []job.Job
+	for _, kind := range []string{jobspec.KindRL, jobspec.KindFFT} {
+		cursor := ""
+		for n := 0; n < primeListMax; n += 100 {
+			q := url.Values{"limit": {"100"}, "kind": {kind}}
+			if cursor != "" {
+				q.Set("cursor", cursor)
+			}
+			var page struct {
+				Items      []job.Job `json:"items"`
+				NextCursor string    `json:"next_cursor"`
+			}
+			if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs", q, nil, &page) {
+				return
+			}
+			jobs = append(jobs, page.Items...)
+			if cursor = page.NextCursor; cursor == "" {
+				break
 			}
 		}
-		if page.NextCursor == "" {
-			break
-		}
-		cursor = page.NextCursor
+	}
+	sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].CreatedAt.After(jobs[j].CreatedAt) })
+	runs := make([]map[string]any, 0, min(len(jobs), primeListMax))
+	for i := range jobs[:min(len(jobs), primeListMax)] {
+		runs = append(runs, primeRun(&jobs[i]))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
 }
@@ -370,10 +392,29 @@ func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
 // primeListMax bounds a list of runs.
 const primeListMax = 500
 
+// primeRunID is the run the path names, once it is one of the caller's runs: a job that runs
+// prime-rl (an rl job or a full fine-tune); anything else is answered 404.
+func (s *Server) primeRunID(w http.ResponseWriter, r *http.Request) (string, *job.Job, bool) {
+	id := pathParam(r, "runId")
+	var j job.Job
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, nil, &j) {
+		return "", nil, false
+	}
+	if !jobspec.RunsPrimeRL(j.Kind) {
+		writePrimeError(w, newProblem(http.StatusNotFound, "job-not-found",
+			fmt.Sprintf("%s is a %s job, not a training run; see it with hostedtrain", id, j.Kind)), jobLoc)
+		return "", nil, false
+	}
+	return id, &j, true
+}
+
 // primeRunAt serves a /v1 operation on the run named in the path and answers {"run"}: the job
 // as that operation left it.
 func (s *Server) primeRunAt(w http.ResponseWriter, r *http.Request, method, suffix string) {
-	id := pathParam(r, "runId")
+	id, _, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
 	var j job.Job
 	if !s.innerJSON(w, r, method, "/v1/jobs/"+url.PathEscape(id)+suffix, nil, nil, &j) {
 		return
@@ -382,7 +423,9 @@ func (s *Server) primeRunAt(w http.ResponseWriter, r *http.Request, method, suff
 }
 
 func (s *Server) primeGetRun(w http.ResponseWriter, r *http.Request) {
-	s.primeRunAt(w, r, http.MethodGet, "")
+	if _, j, ok := s.primeRunID(w, r); ok {
+		writeJSON(w, http.StatusOK, map[string]any{"run": primeRun(j)})
+	}
 }
 
 func (s *Server) primeStopRun(w http.ResponseWriter, r *http.Request) {
@@ -397,6 +440,10 @@ func (s *Server) primeRestartRun(w http.ResponseWriter, r *http.Request) {
 var primeComponents = map[string]string{"orchestrator": "orchestrator", "trainer": "trainer", "inference": "inference", "env-server": "envs"}
 
 func (s *Server) primeRunLogs(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
 	in := r.URL.Query()
 	q := url.Values{"tail_lines": {orString(in.Get("tail_lines"), "1000")}}
 	comp := primeComponents[orString(in.Get("component"), "orchestrator")]
@@ -420,7 +467,7 @@ func (s *Server) primeRunLogs(w http.ResponseWriter, r *http.Request) {
 		q.Set("since", v+"s")
 	}
 	var page client.LogPage
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(pathParam(r, "runId"))+"/logs", q, nil, &page) {
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/logs", q, nil, &page) {
 		return
 	}
 	var b strings.Builder
@@ -432,6 +479,10 @@ func (s *Server) primeRunLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) primeRunMetrics(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
 	in := r.URL.Query()
 	q := url.Values{}
 	for _, k := range []string{"min_step", "max_step", "limit"} {
@@ -442,7 +493,7 @@ func (s *Server) primeRunMetrics(w http.ResponseWriter, r *http.Request) {
 	var page struct {
 		Items []map[string]json.RawMessage `json:"items"`
 	}
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(pathParam(r, "runId"))+"/metrics", q, nil, &page) {
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/metrics", q, nil, &page) {
 		return
 	}
 	if page.Items == nil {
@@ -452,7 +503,10 @@ func (s *Server) primeRunMetrics(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) primeRunCheckpoints(w http.ResponseWriter, r *http.Request) {
-	id := pathParam(r, "runId")
+	id, _, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
 	var list struct {
 		Items []client.Checkpoint `json:"items"`
 	}
@@ -487,8 +541,12 @@ func (s *Server) primeRunCheckpoints(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) primeRunProgress(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
 	var p client.JobProgress
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(pathParam(r, "runId"))+"/progress", nil, nil, &p) {
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/progress", nil, nil, &p) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"latestStep": p.Step, "stepsWithSamples": []int{},

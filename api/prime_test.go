@@ -87,6 +87,18 @@ func TestPrimeSurfaceCreatesAndReadsRuns(t *testing.T) {
 	if r.decode(t, &stopped); r.status != http.StatusOK || stopped.Run["status"] != "STOPPED" {
 		t.Errorf("stop a queued run: %d %s", r.status, r.body)
 	}
+	// A job that is not a training run (GEPA) is not a run here, and not in the list.
+	g := call(t, "POST", b.s.URL+"/v1/jobs?kind=gepa", b.writer, "application/toml", fixture(t, "gepa.toml"))
+	var gj struct {
+		ID string `json:"id"`
+	}
+	g.decode(t, &gj)
+	if r := call(t, "GET", b.s.URL+"/api/v1/rft/runs/"+gj.ID, b.reader, "", nil); g.status != http.StatusCreated || r.status != http.StatusNotFound {
+		t.Errorf("a GEPA job as a run: %d %s", r.status, r.body)
+	}
+	if r := call(t, "GET", b.s.URL+"/api/v1/rft/runs", b.reader, "", nil); strings.Contains(string(r.body), gj.ID) || !strings.Contains(string(r.body), id) {
+		t.Errorf("the list of runs: %s", r.body)
+	}
 	// Another organization's run is not there.
 	if r := call(t, "GET", b.s.URL+"/api/v1/rft/runs/"+id, b.other, "", nil); r.status != http.StatusNotFound ||
 		!strings.Contains(string(r.body), `"detail":"no job`) {

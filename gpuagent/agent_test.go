@@ -782,7 +782,7 @@ func TestTheAgentRidesOutAnAPIOutage(t *testing.T) {
 	if done.Status != job.Completed || done.Progress.Step != 60 {
 		t.Fatalf("got %s at step %d (%s)", done.Status, done.Progress.Step, done.Error)
 	}
-	b.checkEveryCommitReported(t, j.ID, 30)
+	b.checkEveryCommitReported(t, j.ID, 6)
 }
 
 // When the lease turns out lost (the API was out longer than the lease and the job went to
@@ -890,10 +890,10 @@ func TestATimeLimitStopsTheRun(t *testing.T) {
 
 // checkEveryCommitReported checks that every checkpoint the agent committed (its notes in the
 // job's agent log) became one job.checkpoint event: none lost while the service was out.
-// The agent may skip a checkpoint when the trainer completes them faster than storage takes
-// them (on a loaded test machine, at one every 100 ms); it says so in the log, and the most
-// of want must be there.
-func (b bundle) checkEveryCommitReported(t *testing.T, jobID string, want int) {
+// The agent skips a checkpoint when the trainer completes them faster than storage takes them
+// (on a loaded test machine, at one every 100 ms; it says so in the log), so how many are
+// committed depends on the machine: least is a floor that only proves the run was not vacuous.
+func (b bundle) checkEveryCommitReported(t *testing.T, jobID string, least int) {
 	t.Helper()
 	evs, err := b.user.Events(context.Background(), jobID, 0)
 	if err != nil {
@@ -911,7 +911,7 @@ func (b bundle) checkEveryCommitReported(t *testing.T, jobID string, want int) {
 			committed = append(committed, strings.Fields(line[i+len("checkpoint committed step="):])[0])
 		}
 	}
-	if strings.Join(events, " ") != strings.Join(committed, " ") || len(committed) < want*4/5 {
-		t.Errorf("job.checkpoint events for steps %v; the agent committed %v (want about %d, none unreported)", events, committed, want)
+	if strings.Join(events, " ") != strings.Join(committed, " ") || len(committed) < least {
+		t.Errorf("job.checkpoint events for steps %v; the agent committed %v (want at least %d, none unreported)", events, committed, least)
 	}
 }

@@ -19,7 +19,7 @@ import (
 // port.
 func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 	s := r.spec
-	cfg, _ := wholeNumber(deepCopy(s.PrimeRL)).(map[string]any)
+	cfg, _ := wholeNumber(jobspec.Clone(s.PrimeRL)).(map[string]any)
 	if cfg == nil {
 		return nil, 0, false, fmt.Errorf("render: the full fine-tune has no prime-rl config")
 	}
@@ -27,8 +27,12 @@ func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 		table(cfg, "ckpt")["interval"] = s.Checkpoints.Interval
 	}
 	notes := rlNotesFor(s, r.secrets)
-	if m := table(cfg, "monitors"); m["wandb"] != nil && !hasSecret(r.secrets, "WANDB_API_KEY") {
-		delete(m, "wandb")
+	if !hasSecret(r.secrets, "WANDB_API_KEY") {
+		for _, m := range []any{cfg["monitors"], dig(cfg, "trainer", "monitors"), dig(cfg, "orchestrator", "monitors")} {
+			if m, ok := m.(map[string]any); ok {
+				delete(m, "wandb")
+			}
+		}
 	}
 	inf := table(cfg, "inference")
 	table(inf, "server")["port"] = r.ports.Inference()
@@ -37,6 +41,16 @@ func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 	orch := table(cfg, "orchestrator")
 	table(table(orch, "model"), "client")["base_url"] = fmt.Sprintf("http://localhost:%d/v1", r.ports.Inference())
 	orch["env_server_base_port"] = r.ports.EnvServerBase()
+	// Sub-configs' transports (which submit found equal) move up to the shared block, where
+	// the port is set once.
+	for _, sub := range []string{"trainer", "orchestrator"} {
+		if t, ok := dig(cfg, sub, "rollout_transport").(map[string]any); ok {
+			if cfg["rollout_transport"] == nil {
+				cfg["rollout_transport"] = t
+			}
+			delete(cfg[sub].(map[string]any), "rollout_transport")
+		}
+	}
 	rt := table(cfg, "rollout_transport")
 	if rt["type"] == nil {
 		rt["type"] = "zmq" // prime-rl's default, on the job's port
@@ -56,6 +70,28 @@ func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 	broadcasts := wb["type"] != "filesystem"
 	if broadcasts {
 		wb["port"] = r.ports.NCCL()
+	}
+	// Where each seat of an environment runs its program: the job's own sandbox (verifiers'
+	// subprocess runtime; its default is Prime's remote sandboxes), unless the source says
+	// (submit allows only subprocess). The seats are the taskset's env's (seatsOf); a source
+	// that names its own env (env.id) says its own.
+	for _, group := range []string{"train", "eval"} {
+		for _, src := range sliceAt(orch, group, "source") {
+			m, _ := src.(map[string]any)
+			if m == nil {
+				continue
+			}
+			env := table(m, "env")
+			id, _ := dig(env, "taskset", "id").(string)
+			if env["id"] != nil || id == "" {
+				continue
+			}
+			for _, seat := range seatsOf(id) {
+				if a := table(env, seat); a["runtime"] == nil {
+					a["runtime"] = map[string]any{"type": "subprocess"}
+				}
+			}
+		}
 	}
 	servers := len(sliceAt(orch, "train", "source")) + len(sliceAt(orch, "eval", "source"))
 	if err := upstream.CheckEnvServers(servers); err != nil {
@@ -120,23 +156,4 @@ func dig(v any, path ...string) any {
 func sliceAt(m map[string]any, path ...string) []any {
 	l, _ := dig(m, path...).([]any)
 	return l
-}
-
-// deepCopy copies a decoded JSON value, so the render never changes the job's spec.
-func deepCopy(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = deepCopy(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = deepCopy(e)
-		}
-		return out
-	}
-	return v
 }

@@ -32,12 +32,14 @@ var primeTrainDifferences = map[string]string{
 	// server.
 	"testdata/prime-train/env-id-spaces.toml": "an id that is neither an Environments Hub id nor a package name " +
 		"cannot be installed on a node",
+	"testdata/prime-train/v1-harness-default.toml": "the harness `default` was renamed `bash`: prime-rl refuses it, so we do at submit",
 	// A full fine-tune is not schema-checked by the CLI (Prime's backend runs it); here it must
 	// run on one of the service's nodes, its policy served there, in the job's sandbox.
-	"testdata/prime-train/fft-multi-node.toml":        "a job runs on one node",
-	"testdata/prime-train/fft-no-inference.toml":      "a run serves its policy on its own GPUs",
-	"testdata/prime-train/fft-reserved-env-vars.toml": "env_vars may not set the variables the service sets for a job",
-	"testdata/prime-train/fft-too-many-gpus.toml":     "more GPUs than a node has (prime-rl refuses it too)",
+	"testdata/prime-train/fft-multi-node.toml":          "a job runs on one node",
+	"testdata/prime-train/fft-no-inference.toml":        "a run serves its policy on its own GPUs",
+	"testdata/prime-train/fft-reserved-env-vars.toml":   "env_vars may not set the variables the service sets for a job",
+	"testdata/prime-train/fft-too-many-gpus.toml":       "more GPUs than a node has (prime-rl refuses it too)",
+	"testdata/prime-train/fft-external-env-server.toml": "an environment server elsewhere (serve.address): a run's run on its node",
 }
 
 // TestPrimeTrainVerdicts puts every `prime train` file at hand — upstream's own

@@ -144,16 +144,12 @@ type rlSource struct {
 	GroupSize   int            `toml:"group_size,omitempty"`
 	NumExamples *int           `toml:"num_examples,omitempty"`
 	Sampling    map[string]any `toml:"sampling,omitempty"`
-	Env         rlSourceEnv    `toml:"env"`
+	Env         map[string]any `toml:"env"` // rlSourceEnv's fields, and each seat by its name
 	Serve       *rlServe       `toml:"serve,omitempty"`
 }
 
-type rlSourceEnv struct {
-	Taskset map[string]any `toml:"taskset"`
-	Timeout *rlEnvTimeout  `toml:"timeout,omitempty"`
-	Retries *rlRetryConf   `toml:"retries,omitempty"`
-	Agent   map[string]any `toml:"agent,omitempty"`
-}
+// A source's verifiers env (rlSource.Env) holds its taskset, timeout and retries, and its
+// seats (the env's agent roles, by name: `agent` for a plain taskset) beside them.
 
 type rlEnvTimeout struct {
 	Episode  float64 `toml:"episode,omitempty"`
@@ -373,7 +369,7 @@ func sources(envs []jobspec.Env, eval bool) []rlSource {
 			taskset[k] = v
 		}
 		taskset["id"] = e.ID
-		src := rlSource{Name: name, GroupSize: e.GroupSize, Env: rlSourceEnv{Taskset: taskset}}
+		src := rlSource{Name: name, GroupSize: e.GroupSize, Env: map[string]any{"taskset": taskset}}
 		if eval {
 			src.NumExamples = e.NumExamples
 		} else {
@@ -383,14 +379,16 @@ func sources(envs []jobspec.Env, eval bool) []rlSource {
 		src.Sampling = sourceSampling(e.Sampling, eval)
 		switch {
 		case e.Retries != nil:
-			src.Env.Retries = &rlRetryConf{MaxRetries: e.Retries.MaxRetries, Include: e.Retries.Include, Exclude: e.Retries.Exclude}
+			src.Env["retries"] = rlRetryConf{MaxRetries: e.Retries.MaxRetries, Include: e.Retries.Include, Exclude: e.Retries.Exclude}
 		case e.MaxRetries != nil:
-			src.Env.Retries = &rlRetryConf{MaxRetries: *e.MaxRetries}
+			src.Env["retries"] = rlRetryConf{MaxRetries: *e.MaxRetries}
 		}
 		if t := e.Timeout; t != nil {
-			src.Env.Timeout = &rlEnvTimeout{Episode: t.Episode, Finalize: t.Finalize}
+			src.Env["timeout"] = rlEnvTimeout{Episode: t.Episode, Finalize: t.Finalize}
 		}
-		src.Env.Agent = agentTable(e)
+		for seat, t := range seatTables(e) {
+			src.Env[seat] = t
+		}
 		if p := e.Pool; p != nil {
 			src.Serve = &rlServe{Pool: rlPool{Type: p.Type, NumWorkers: p.NumWorkers, MaxWorkers: p.MaxWorkers, Multiplex: p.Multiplex}}
 		}
@@ -430,21 +428,50 @@ func sourceSampling(sp *jobspec.Sampling, eval bool) map[string]any {
 	return t
 }
 
-// agentTable is the environment's one agent seat (verifiers' SingleAgentEnvConfig.agent): its
-// harness and its bounds on turns and tokens. nil: verifiers' defaults.
-func agentTable(e jobspec.Env) map[string]any {
-	t := map[string]any{}
+// envSeats are the agent seats of the environments whose verifiers env is not the single-agent
+// one (`agent`), by the taskset's name: the vendored tasksets' own env classes (wordle is
+// textarena's `player`; kuhn-poker seats two players). TestConformance checks each against the
+// pinned verifiers. Any other environment is taken as single-agent.
+var envSeats = map[string][]string{
+	"wordle":     {"player"},
+	"kuhn-poker": {"player0", "player1"},
+	"kuhn_poker": {"player0", "player1"},
+}
+
+// seatsOf are the agent seats of an environment's verifiers env.
+func seatsOf(envID string) []string {
+	if s, ok := envSeats[envName(envID)]; ok {
+		return s
+	}
+	return []string{"agent"}
+}
+
+// seatTables are the environment's agent seats as prime-rl takes them under env.<seat>: each
+// seat's harness, its bounds on turns and tokens, and where its program runs. Every run of a
+// seat provisions a runtime box for its program (even the null harness's), and verifiers'
+// default is Prime's remote sandboxes; here it is the job's own sandbox, verifiers' subprocess
+// runtime, as upstream's own configs run every seat. The prime CLI's per-environment knobs
+// (and its harness.runtime) apply to every seat.
+func seatTables(e jobspec.Env) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, seat := range seatsOf(e.ID) {
+		out[seat] = seatTable(e)
+	}
+	return out
+}
+
+func seatTable(e jobspec.Env) map[string]any {
+	t := map[string]any{"runtime": map[string]any{"type": "subprocess"}}
 	if len(e.Harness) > 0 {
-		t["harness"] = wholeNumbers(e.Harness)
+		h := wholeNumbers(e.Harness)
+		delete(h, "runtime")
+		t["harness"] = h
 	}
 	for k, v := range map[string]int{"max_turns": e.MaxTurns, "max_input_tokens": e.MaxInputTokens,
 		"max_output_tokens": e.MaxOutputTokens, "max_total_tokens": e.MaxTotalTokens} {
 		if v > 0 {
 			t[k] = v
 		}
-	}
-	if len(t) == 0 {
-		return nil
 	}
 	return t
 }

@@ -146,6 +146,17 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 		t.Errorf("stop after the restart: %s", out)
 	}
 
+	// An sft run whose teacher is the CLI's [teacher] table (its model sent as {"name": ...}).
+	out, ok = d.primeClient(t, "create", "../../testdata/prime-train/teacher-table.toml", "OPENAI_API_KEY=sk-openai")
+	var sft struct {
+		primeRun
+		Loss    string         `json:"loss"`
+		Teacher map[string]any `json:"teacher"`
+	}
+	if err := json.Unmarshal(out, &sft); !ok || err != nil || sft.Loss != "sft" || sft.Teacher["model"] != "openai/gpt-4.1-mini" {
+		t.Errorf("create an sft run: %s", out)
+	}
+
 	// What we refuse, the CLI shows field by field, named as its payload names them.
 	out, ok = d.primeClient(t, "create", "../../testdata/prime-train/env-id-spaces.toml")
 	if ok || !strings.Contains(string(out), "ValidationError") || !strings.Contains(string(out), "environments.0.id: an environment id is") {

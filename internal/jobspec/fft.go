@@ -59,10 +59,7 @@ func IsFullFinetune(v map[string]any) bool {
 // fft reads a full fine-tune: the config less the service's keys, and what the service needs
 // to know of it (model, steps, GPUs, environments, checkpoints, W&B).
 func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
-	cfg := make(map[string]any, len(v))
-	for k, val := range v {
-		cfg[k] = val
-	}
+	cfg, _ := Clone(v).(map[string]any) // the value is not modified
 	for _, k := range fftPlatformKeys {
 		delete(cfg, k)
 	}
@@ -127,7 +124,8 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 		n.warn("/trainer/metrics_server", "not applied: the service reads a run's metrics from metrics.jsonl")
 		delete(cfg["trainer"].(map[string]any), "metrics_server")
 	}
-	n.envVars(cfg, "")
+	n.envVars(cfg)
+	n.runtimes(cfg)
 
 	// The environments, to install on the node before the run (and to show).
 	for i, src := range items(dig(cfg, "orchestrator", "train", "source")) {
@@ -147,36 +145,73 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 		}
 	}
 
-	// Checkpoints: the run's own interval, else the service's default (a run without them could
-	// not resume after its node was lost).
+	// Checkpoints: the run's own interval (prime-rl's shared [ckpt], or its trainer's and
+	// orchestrator's, which must agree), else the service's default (a run without them could
+	// not resume after its node was lost). Where they go and how many stay are the service's.
 	ck := Checkpoints{Interval: DefaultCheckpointInterval, KeepCloud: DefaultKeepCloud}
 	if s.MaxSteps > 0 {
 		ck.Interval = min(ck.Interval, s.MaxSteps)
 	}
-	c, _ := cfg["ckpt"].(map[string]any)
-	if x, ok := num(c["interval"]); ok && x >= 1 {
-		ck.Interval = int(x)
-	}
-	for _, k := range []string{"output_dir", "keep_last"} {
-		if _, ok := c[k]; ok {
-			n.warn("/ckpt/"+k, "not applied: the service stores each checkpoint and keeps the newest %d in storage", ck.KeepCloud)
-			delete(c, k)
+	interval := 0
+	for _, at := range [][]string{{"ckpt"}, {"trainer", "ckpt"}, {"orchestrator", "ckpt"}} {
+		c, _ := dig(cfg, at...).(map[string]any)
+		ptr := "/" + strings.Join(at, "/")
+		if x, ok := num(c["interval"]); ok && x >= 1 {
+			if interval > 0 && int(x) != interval {
+				n.fail(ptr+"/interval", "the checkpoint interval is set to %d and to %d: set it once, in [ckpt]", interval, int(x))
+			}
+			interval = int(x)
 		}
+		for _, k := range []string{"output_dir", "keep_last"} {
+			if _, ok := c[k]; ok {
+				n.warn(ptr+"/"+k, "not applied: the service stores each checkpoint and keeps the newest %d in storage", ck.KeepCloud)
+				delete(c, k)
+			}
+		}
+	}
+	if interval > 0 {
+		ck.Interval = interval
 	}
 	s.Checkpoints = &ck
-	if w, ok := dig(cfg, "monitors", "wandb").(map[string]any); ok {
-		s.Wandb = &Wandb{Project: str(w["project"]), Entity: str(w["entity"]), Name: str(w["name"])}
-		if in.Secrets["WANDB_API_KEY"] == "" {
-			n.warn("/monitors/wandb", "there is no WANDB_API_KEY among the secrets, so this run will not log to W&B; "+
-				"add WANDB_API_KEY to an env_file or pass -e WANDB_API_KEY")
+	// Monitors: W&B as the run says (off without its key); the metrics file where the agent
+	// reads it.
+	for _, at := range [][]string{{}, {"trainer"}, {"orchestrator"}} {
+		ptr := "/" + strings.Join(append(at, "monitors"), "/")
+		m, _ := dig(cfg, append(at, "monitors")...).(map[string]any)
+		if w, ok := m["wandb"].(map[string]any); ok && s.Wandb == nil {
+			s.Wandb = &Wandb{Project: str(w["project"]), Entity: str(w["entity"]), Name: str(w["name"])}
+			if in.Secrets["WANDB_API_KEY"] == "" {
+				n.warn(ptr+"/wandb", "there is no WANDB_API_KEY among the secrets, so this run will not log to W&B; "+
+					"add WANDB_API_KEY to an env_file or pass -e WANDB_API_KEY")
+			}
 		}
+		if f, ok := m["file"].(map[string]any); ok && f["path"] != nil {
+			n.warn(ptr+"/file/path", "not applied: the run writes its metrics where prime-rl does by default, which the service reads")
+			delete(f, "path")
+		}
+	}
+	// The orchestrator's admin calls reach the inference backend on the job's port (prime-rl
+	// derives the address from it).
+	if c, ok := dig(cfg, "orchestrator", "model", "client").(map[string]any); ok && c["admin_base_url"] != nil {
+		n.warn("/orchestrator/model/client/admin_base_url", "not applied: the orchestrator reaches the inference server on the job's own ports")
+		delete(c, "admin_base_url")
+	}
+	// The rollout transport: prime-rl takes it shared or from both sub-configs; the agent sets
+	// its port in the shared block, so sub-configs that say it must agree (they are moved up).
+	tr, to := dig(cfg, "trainer", "rollout_transport"), dig(cfg, "orchestrator", "rollout_transport")
+	if tr != nil && to != nil && fmt.Sprint(tr) != fmt.Sprint(to) {
+		n.fail("/trainer/rollout_transport", "the trainer's and the orchestrator's rollout_transport differ; set it once, in [rollout_transport]")
 	}
 	s.PrimeRL = cfg
 }
 
 // fftSource reads one source of a full fine-tune: its taskset id (the environment to install).
+// Its environment server runs on the node, as the launcher starts it.
 func (n *normalizer) fftSource(ptr string, src any) (Env, bool) {
 	m, _ := src.(map[string]any)
+	if dig(m, "serve", "address") != nil {
+		n.fail(ptr+"/serve/address", "a run's environment servers run on its node, where the launcher starts them; remove serve.address")
+	}
 	id := str(dig(m, "env", "taskset", "id"))
 	if id == "" {
 		id = str(dig(m, "env", "id"))
@@ -198,41 +233,78 @@ func (n *normalizer) fftSource(ptr string, src any) (Env, bool) {
 
 // envVars refuses, anywhere in a config, an env_vars table that names a variable the service
 // sets for a job's processes (the GPUs it sees, what it loads, where it reaches).
-func (n *normalizer) envVars(v any, ptr string) {
+func (n *normalizer) envVars(cfg map[string]any) {
+	walkTables(cfg, "", "env_vars", func(ptr string, vars map[string]any) {
+		for _, name := range sortedKeys(vars) {
+			if ReservedEnv(name) {
+				n.fail(ptr+"/"+escapePointer(name), "%s is a variable the service sets for a job's processes; a run may not set it", name)
+			}
+		}
+	})
+}
+
+// runtimes refuses, anywhere in a config, a verifiers runtime other than the subprocess one: a
+// job's programs run in its own sandbox on the node (Prime's remote sandboxes, Docker and Modal
+// are not there).
+func (n *normalizer) runtimes(cfg map[string]any) {
+	walkTables(cfg, "", "runtime", func(ptr string, rt map[string]any) {
+		if t, _ := rt["type"].(string); t != "subprocess" {
+			n.fail(ptr+"/type", `a run's programs run in its own sandbox here: runtime type "subprocess" (not %q)`, t)
+		}
+	})
+}
+
+// walkTables calls f, in key order, with every table under v named key (and its pointer); it
+// does not look inside those tables.
+func walkTables(v any, ptr, key string, f func(ptr string, t map[string]any)) {
 	switch x := v.(type) {
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range sortedKeys(x) {
 			p := ptr + "/" + escapePointer(k)
-			if vars, ok := x[k].(map[string]any); ok && k == "env_vars" {
-				names := make([]string, 0, len(vars))
-				for name := range vars {
-					names = append(names, name)
-				}
-				sort.Strings(names)
-				for _, name := range names {
-					if ReservedEnv(name) {
-						n.fail(p+"/"+escapePointer(name), "%s is a variable the service sets for a job's processes; a run may not set it", name)
-					}
-				}
+			if t, ok := x[k].(map[string]any); ok && k == key {
+				f(p, t)
 				continue
 			}
-			n.envVars(x[k], p)
+			walkTables(x[k], p, key, f)
 		}
 	case []any:
 		for i, e := range x {
-			n.envVars(e, fmt.Sprintf("%s/%d", ptr, i))
+			walkTables(e, fmt.Sprintf("%s/%d", ptr, i), key, f)
 		}
 	}
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // envIDPattern is the contract's EnvID pattern (openapi.yaml), for ids inside a prime-rl config,
 // which the schema leaves to prime-rl.
 var envIDPattern = regexp.MustCompile(`^([A-Za-z0-9][A-Za-z0-9_.-]*/)?[A-Za-z0-9][A-Za-z0-9_.-]*(@[A-Za-z0-9][A-Za-z0-9.+_-]*)?$`)
+
+// Clone copies a decoded TOML or JSON value, so that changing the copy changes nothing else.
+func Clone(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = Clone(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = Clone(e)
+		}
+		return out
+	}
+	return v
+}
 
 // dig is the value at a path of tables, or nil.
 func dig(v any, path ...string) any {
