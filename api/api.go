@@ -180,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 		"primeRunCheckpoints":      s.primeRunCheckpoints,
 		"primeRunProgress":         s.primeRunProgress,
 		"primeListModels":          s.primeListModels,
+		"listModels":               s.listModels,
 	}
 	seen := map[string]bool{}
 	for path, item := range spec.Doc.Paths.Map() {

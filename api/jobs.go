@@ -13,6 +13,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
@@ -301,4 +302,23 @@ func intQuery(r *http.Request, name string, def int) int {
 		return def
 	}
 	return n
+}
+
+// listModels lists the models prime-rl renders by itself, with the GPUs an rl job of each takes
+// by default.
+func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		Name     string `json:"name"`
+		GPUs     int    `json:"gpus"`
+		Renderer string `json:"renderer"`
+	}
+	items := []model{}
+	for _, m := range upstream.RenderedModels() {
+		choice, err := upstream.ChooseRenderer(m, "")
+		if err != nil {
+			continue
+		}
+		items = append(items, model{Name: m, GPUs: jobspec.TrainingGPUs(m), Renderer: choice.Name})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": items})
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
-	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 // The Prime-compatible surface (/api/v1/...): what the prime CLI's client sends and reads
@@ -553,10 +552,18 @@ func (s *Server) primeRunProgress(w http.ResponseWriter, r *http.Request) {
 		"stepsWithDistributions": []int{}, "lastUpdatedAt": p.UpdatedAt})
 }
 
-func (s *Server) primeListModels(w http.ResponseWriter, _ *http.Request) {
-	models := []map[string]any{}
-	for _, m := range upstream.RenderedModels() {
-		models = append(models, map[string]any{"name": m, "atCapacity": false})
+func (s *Server) primeListModels(w http.ResponseWriter, r *http.Request) {
+	var list struct {
+		Items []struct {
+			Name string `json:"name"`
+		} `json:"items"`
+	}
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/models", nil, nil, &list) {
+		return
+	}
+	models := make([]map[string]any, 0, len(list.Items))
+	for _, m := range list.Items {
+		models = append(models, map[string]any{"name": m.Name, "atCapacity": false})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models})
 }

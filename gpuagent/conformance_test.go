@@ -62,6 +62,8 @@ func TestConformance(t *testing.T) {
 	examples, _ := filepath.Glob(filepath.Join(jobspectest.Root(t), "examples", "*.toml"))
 	gpuExamples, _ := filepath.Glob(filepath.Join(jobspectest.Root(t), "examples", "gpu", "*.toml"))
 	examples = append(examples, gpuExamples...)
+	// What `hostedtrain train init` writes.
+	examples = append(examples, filepath.Join(jobspectest.Root(t), "cmd", "hostedtrain", "testdata", "init-template.toml"))
 	if len(examples) == 0 {
 		t.Fatal("no examples/*.toml")
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,7 +36,7 @@ func terminalWidth(w io.Writer) int {
 
 func newLogsCmd() *cobra.Command {
 	var o client.LogOptions
-	var follow bool
+	var follow, raw bool
 	var output string
 	c := &cobra.Command{
 		Use:   "logs ID",
@@ -52,22 +53,29 @@ func newLogsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			id, err := jobID(cmd.Context(), api, args[0])
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			show := func(l client.LogLine) {
-				if output == "json" {
+				switch {
+				case output == "json":
 					printJSON(out, l)
-				} else {
+				case raw:
+					fmt.Fprintln(out, l.Line)
+				default:
 					renderLogLine(out, l)
 				}
 			}
 			if follow {
-				return api.FollowLogs(cmd.Context(), args[0], o, show, func(a int64) {
+				return api.FollowLogs(cmd.Context(), id, o, show, func(a int64) {
 					if output == "table" {
 						fmt.Fprintf(cmd.ErrOrStderr(), "-- the job resumed: following attempt %d --\n", a)
 					}
 				})
 			}
-			page, err := api.JobLogs(cmd.Context(), args[0], o)
+			page, err := api.JobLogs(cmd.Context(), id, o)
 			if err != nil {
 				return err
 			}
@@ -76,7 +84,7 @@ func newLogsCmd() *cobra.Command {
 				return nil
 			}
 			for _, l := range page.Items {
-				renderLogLine(out, l)
+				show(l)
 			}
 			if len(page.Items) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "no log lines (yet)")
@@ -86,10 +94,12 @@ func newLogsCmd() *cobra.Command {
 	}
 	f := c.Flags()
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing new lines until the job ends")
-	f.IntVar(&o.Tail, "tail", 100, "the last N lines")
+	f.IntVarP(&o.Tail, "tail", "n", 100, "the last N lines")
 	f.StringVar(&o.Since, "since", "", "only lines since: a duration back from now (10m) or a time")
 	f.StringVar(&o.Component, "component", "", "one component: trainer, orchestrator, inference, envs (or envs/train/NAME, envs/eval/NAME), preflight, install, pipeline or agent")
-	f.StringVar(&o.Search, "search", "", "only lines containing this text (any case)")
+	f.StringVar(&o.Search, "search", "", "only lines containing this text (any case), or matching it with --regex")
+	f.BoolVar(&o.Regex, "regex", false, "--search is a regular expression (RE2)")
+	f.BoolVarP(&raw, "raw", "r", false, "the lines as written, without time, component or level")
 	f.StringVar(&o.Level, "level", "", "the least severe level shown: DEBUG, INFO, WARNING or ERROR")
 	f.IntVar(&o.Attempt, "attempt", 0, "the attempt whose logs to show (default the newest)")
 	outputFlag(c, &output)
@@ -114,7 +124,11 @@ func newMetricsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			j, err := api.GetJob(cmd.Context(), args[0])
+			id, err := jobID(cmd.Context(), api, args[0])
+			if err != nil {
+				return err
+			}
+			j, err := api.GetJob(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
@@ -129,7 +143,7 @@ func newMetricsCmd() *cobra.Command {
 			var rows []map[string]json.RawMessage
 			from := minStep
 			for {
-				page, err := api.JobMetrics(cmd.Context(), args[0], from, maxStep, wanted, 10000)
+				page, err := api.JobMetrics(cmd.Context(), id, from, maxStep, wanted, 10000)
 				if err != nil {
 					return err
 				}
@@ -166,13 +180,13 @@ func newMetricsCmd() *cobra.Command {
 }
 
 func newCheckpointsCmd() *cobra.Command {
-	var output, to string
-	var download int
+	var output, to, download string
 	c := &cobra.Command{
 		Use:   "checkpoints ID",
 		Short: "List a job's checkpoints; --download STEP fetches one (its files checked against their sha256)",
 		Example: `  hostedtrain train checkpoints JOB
-  hostedtrain train checkpoints JOB --download 200 --to ./ckpt`,
+  hostedtrain train checkpoints JOB --download 200 --to ./ckpt
+  hostedtrain train checkpoints JOB --download latest`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -182,13 +196,23 @@ func newCheckpointsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cps, err := api.JobCheckpoints(cmd.Context(), args[0])
+			id, err := jobID(cmd.Context(), api, args[0])
+			if err != nil {
+				return err
+			}
+			cps, err := api.JobCheckpoints(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			if cmd.Flags().Changed("download") {
-				return downloadCheckpoint(cmd, api, cps, download, to)
+				step := 0 // latest
+				if download != "latest" {
+					if step, err = strconv.Atoi(download); err != nil || step < 1 {
+						return fmt.Errorf("--download %q: a step number, or latest", download)
+					}
+				}
+				return downloadCheckpoint(cmd, api, cps, step, to)
 			}
 			if output == "json" {
 				printJSON(out, map[string]any{"items": cps})
@@ -198,7 +222,7 @@ func newCheckpointsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().IntVar(&download, "download", 0, "download this step's checkpoint (0: the newest committed)")
+	c.Flags().StringVar(&download, "download", "", "download this step's checkpoint, or the newest committed (latest)")
 	c.Flags().StringVar(&to, "to", ".", "where --download writes step_N/")
 	outputFlag(c, &output)
 	return c
@@ -258,7 +282,11 @@ func newArtifactsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			arts, err := api.JobArtifacts(cmd.Context(), args[0])
+			id, err := jobID(cmd.Context(), api, args[0])
+			if err != nil {
+				return err
+			}
+			arts, err := api.JobArtifacts(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
@@ -307,7 +335,11 @@ func newProgressCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.JobProgress, error) {
-				return api.JobProgress(ctx, args[0])
+				id, err := jobID(ctx, api, args[0])
+				if err != nil {
+					return nil, err
+				}
+				return api.JobProgress(ctx, id)
 			}, renderProgress)
 		},
 	}
@@ -349,6 +381,10 @@ func newEventsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			id, err := jobID(cmd.Context(), api, args[0])
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			show := func(e job.Event) {
 				if output == "json" {
@@ -358,11 +394,11 @@ func newEventsCmd() *cobra.Command {
 				}
 			}
 			if followFlag {
-				return api.FollowEvents(cmd.Context(), args[0], 0, show)
+				return api.FollowEvents(cmd.Context(), id, 0, show)
 			}
 			var after int64
 			for {
-				evs, err := api.Events(cmd.Context(), args[0], after)
+				evs, err := api.Events(cmd.Context(), id, after)
 				if err != nil {
 					return err
 				}
@@ -402,7 +438,11 @@ func newStopCmd() *cobra.Command {
 				return err
 			}
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
-			j, err := api.CancelJob(ctx, args[0])
+			id, err := jobID(ctx, api, args[0])
+			if err != nil {
+				return err
+			}
+			j, err := api.CancelJob(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -427,7 +467,7 @@ func newStopCmd() *cobra.Command {
 					return ctx.Err()
 				case <-time.After(250 * time.Millisecond):
 				}
-				if j, err = api.GetJob(ctx, args[0]); err != nil {
+				if j, err = api.GetJob(ctx, id); err != nil {
 					return err
 				}
 			}
@@ -452,6 +492,7 @@ func newStopCmd() *cobra.Command {
 	}
 	c.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for STOPPED")
 	c.Flags().BoolVar(&noWait, "no-wait", false, "ask for the stop and return at once")
+	forceFlag(c)
 	outputFlag(c, &output)
 	return c
 }

@@ -17,11 +17,30 @@ import (
 )
 
 func newTrainCmd() *cobra.Command {
-	c := &cobra.Command{Use: "train", Short: "Submit and manage training jobs"}
-	c.AddCommand(newFileSubmitCmd("rl", "Submit an RL training job file (TOML, or JSON if it ends in .json)"),
-		newGetCmd(), newListCmd(), newStopCmd(), newRestartCmd(), newLogsCmd(), newMetricsCmd(), newCheckpointsCmd(),
-		newArtifactsCmd(), newProgressCmd(), newUsageCmd(), newEventsCmd())
+	// `hostedtrain train CONFIG` submits, as `prime train CONFIG` does: the train command is
+	// `train submit` itself when it is given a file.
+	submit := newFileSubmitCmd("rl", "Submit an RL training job file (TOML, or JSON if it ends in .json)")
+	c := &cobra.Command{
+		Use:   "train [CONFIG]",
+		Short: "Submit and manage training jobs (`hostedtrain train CONFIG` submits, as `prime train CONFIG` does)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return submit.RunE(cmd, args)
+		},
+	}
+	c.Flags().AddFlagSet(submit.Flags())
+	c.AddCommand(submit, newGetCmd(), newListCmd(), newStopCmd(), newRestartCmd(), newLogsCmd(), newMetricsCmd(),
+		newCheckpointsCmd(), newArtifactsCmd(), newProgressCmd(), newUsageCmd(), newEventsCmd(), newModelsCmd(), newInitCmd())
 	return c
+}
+
+// forceFlag adds --force/-f, which the prime CLI's stop and restart take to skip their
+// question: hostedtrain asks none, so it changes nothing.
+func forceFlag(c *cobra.Command) {
+	c.Flags().BoolP("force", "f", false, "accepted for the prime CLI's habit; hostedtrain does not ask")
 }
 
 // outputFlag adds -o table|json.
@@ -65,11 +84,12 @@ func printJSON(w io.Writer, v any) {
 
 // submitOptions are the flags every submit command shares.
 type submitOptions struct {
-	wait   bool
-	dryRun bool
-	output string
-	poll   time.Duration
-	env    []string
+	wait     bool
+	dryRun   bool
+	output   string
+	poll     time.Duration
+	env      []string
+	envFiles []string
 }
 
 func (o *submitOptions) register(c *cobra.Command) {
@@ -77,6 +97,8 @@ func (o *submitOptions) register(c *cobra.Command) {
 	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "validate and show the job as it would run, the GPUs it needs and its place in the queue; queue nothing")
 	c.Flags().DurationVar(&o.poll, "poll", 500*time.Millisecond, "how often --wait asks for news")
 	c.Flags().StringArrayVarP(&o.env, "env", "e", nil, "a secret for the run: KEY=VALUE, or KEY to take it from this environment (repeatable)")
+	c.Flags().StringArrayVar(&o.envFiles, "env-file", nil, "a secrets file (KEY=VALUE lines) for the run, besides the ones the job names (repeatable)")
+	c.Flags().BoolP("yes", "y", false, "accepted for the prime CLI's habit; hostedtrain does not ask before submitting")
 	outputFlag(c, &o.output)
 }
 
@@ -92,7 +114,7 @@ func newFileSubmitCmd(kind, short string) *cobra.Command {
 			if err := checkOutput(o.output); err != nil {
 				return err
 			}
-			b, err := jobspec.ReadJobFileWith(args[0], o.env, jobspec.ReadOptions{AllowOutsideEnvFile: allowOutside})
+			b, err := jobspec.ReadJobFileWith(args[0], o.env, jobspec.ReadOptions{AllowOutsideEnvFile: allowOutside, EnvFiles: o.envFiles})
 			if err != nil {
 				return err
 			}
@@ -234,7 +256,11 @@ func jobCmd(use, short string, act func(*client.Client, context.Context, string)
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*job.Job, error) {
-				return act(api, ctx, args[0])
+				id, err := jobID(ctx, api, args[0])
+				if err != nil {
+					return nil, err
+				}
+				return act(api, ctx, id)
 			}, show)
 		},
 	}
@@ -248,7 +274,7 @@ func newGetCmd() *cobra.Command {
 
 func newListCmd() *cobra.Command {
 	var output, cursor, status, kind, since, before string
-	var limit int
+	var limit, page int
 	c := &cobra.Command{
 		Use:   "list",
 		Short: "List your jobs, newest first",
@@ -274,6 +300,17 @@ func newListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// --page N (the prime CLI's paging) walks the cursor past the pages before it.
+			for ; page > 1; page-- {
+				_, next, err := api.ListJobs(cmd.Context(), f, cursor, limit)
+				if err != nil {
+					return err
+				}
+				if next == "" {
+					return fmt.Errorf("there is no page %d of %d jobs", page, limit)
+				}
+				cursor = next
+			}
 			jobs, next, err := api.ListJobs(cmd.Context(), f, cursor, limit)
 			if err != nil {
 				return err
@@ -292,6 +329,8 @@ func newListCmd() *cobra.Command {
 	f.StringVar(&since, "since", "", "only jobs created since: a duration back from now (24h) or a time (2026-11-22T10:00:00Z)")
 	f.StringVar(&before, "before", "", "only jobs created before: a duration back from now or a time")
 	f.IntVar(&limit, "limit", 20, "jobs per page (1-100)")
+	f.IntVarP(&limit, "num", "n", 20, "jobs per page (1-100): the prime CLI's name of --limit")
+	f.IntVarP(&page, "page", "p", 1, "the page to show (the prime CLI's paging; --cursor continues a page too)")
 	f.StringVar(&cursor, "cursor", "", "continue after a previous page")
 	outputFlag(c, &output)
 	return c
@@ -313,7 +352,7 @@ func parseWhen(v, flag string) (time.Time, error) {
 }
 
 func newRestartCmd() *cobra.Command {
-	return jobCmd("restart", "Run a failed or stopped job again from its newest checkpoint (a running one stops first)",
+	c := jobCmd("restart", "Run a failed or stopped job again from its newest checkpoint (a running one stops first)",
 		(*client.Client).RestartJob, func(w io.Writer, j *job.Job) {
 			if j.Status == job.Queued {
 				from := "the start"
@@ -325,4 +364,6 @@ func newRestartCmd() *cobra.Command {
 				fmt.Fprintf(w, "job %s is stopping; it will be queued again once its run has stopped\n", j.ID)
 			}
 		})
+	forceFlag(c)
+	return c
 }

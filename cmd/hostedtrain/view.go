@@ -388,3 +388,14 @@ func renderEvent(w io.Writer, e job.Event) {
 	}
 	fmt.Fprintln(w, line)
 }
+
+// renderModels lists models with the GPUs an rl job of each takes.
+func renderModels(w io.Writer, models []client.Model) {
+	t := table(w)
+	fmt.Fprintln(t, "MODEL\tGPUS\tRENDERER")
+	for _, m := range models {
+		fmt.Fprintf(t, "%s\t%d\t%s\n", m.Name, m.GPUs, m.Renderer)
+	}
+	t.Flush()
+	fmt.Fprintln(w, "any other Hugging Face model trains too, with renderer = \"...\" in the job")
+}

@@ -116,6 +116,11 @@ func TestGoldenCLIViews(t *testing.T) {
 	renderArtifacts(&b, []client.Artifact{{Name: "system_prompt.txt", Bytes: 412, Time: &at}, {Name: "pareto_frontier.jsonl", Bytes: 20480, Time: &at}})
 	golden(t, "artifacts.txt", b.Bytes())
 
+	b.Reset()
+	renderModels(&b, []client.Model{{Name: "Qwen/Qwen3-4B-Instruct-2507", GPUs: 2, Renderer: "qwen3"},
+		{Name: "Qwen/Qwen3-30B-A3B-Instruct-2507", GPUs: 8, Renderer: "qwen3"}})
+	golden(t, "models.txt", b.Bytes())
+
 	pace, eta, el := 2.5, 450.0, 300.0
 	b.Reset()
 	renderProgress(&b, &client.JobProgress{JobID: jobs[0].ID, Status: job.Running, Step: 120, MaxSteps: 300, Percent: 40,

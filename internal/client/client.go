@@ -608,6 +608,7 @@ type LogOptions struct {
 	Since     string
 	Component string
 	Search    string
+	Regex     bool // Search is a regular expression
 	Level     string
 	Attempt   int
 }
@@ -624,6 +625,9 @@ func (o LogOptions) query() url.Values {
 	}
 	if o.Attempt > 0 {
 		q.Set("attempt", strconv.Itoa(o.Attempt))
+	}
+	if o.Regex && o.Search != "" {
+		q.Set("regex", "true")
 	}
 	return q
 }
@@ -841,4 +845,20 @@ func (c *Client) Download(ctx context.Context, link string, w io.Writer) (int64,
 		return 0, fmt.Errorf("download: %d %s", resp.StatusCode, strings.TrimSpace(string(data)))
 	}
 	return io.Copy(w, resp.Body)
+}
+
+// Model is one model a job may train without naming a renderer.
+type Model struct {
+	Name     string `json:"name"`
+	GPUs     int    `json:"gpus"`
+	Renderer string `json:"renderer"`
+}
+
+// Models lists the models prime-rl renders by itself, with the GPUs an rl job of each takes.
+func (c *Client) Models(ctx context.Context) ([]Model, error) {
+	var list struct {
+		Items []Model `json:"items"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/models", "", nil, &list)
+	return list.Items, err
 }

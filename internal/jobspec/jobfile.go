@@ -35,6 +35,9 @@ type ReadOptions struct {
 	// AllowOutsideEnvFile reads env files outside the job file's folder too (the CLI's
 	// --allow-outside-env-file).
 	AllowOutsideEnvFile bool
+	// EnvFiles are secrets files named on the command line (--env-file), read after the ones
+	// the job names and before -e flags, as the prime CLI orders them.
+	EnvFiles []string
 }
 
 // ReadJobFileWith is ReadJobFile with options.
@@ -63,6 +66,15 @@ func ReadJobFileWith(path string, envFlags []string, opts ReadOptions) (*JobBody
 		vals, err := ReadEnvFile(p)
 		if err != nil {
 			return nil, fmt.Errorf("%s names env file %q: %w", path, f, err)
+		}
+		for k, v := range vals {
+			secrets[k] = v
+		}
+	}
+	for _, f := range opts.EnvFiles {
+		vals, err := ReadEnvFile(f) // named on the command line: read where the user says
+		if err != nil {
+			return nil, fmt.Errorf("--env-file %s: %w", f, err)
 		}
 		for k, v := range vals {
 			secrets[k] = v

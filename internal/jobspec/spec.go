@@ -1085,6 +1085,9 @@ var paramCount = regexp.MustCompile(`(?i)(\d+(?:\.\d+)?)B\b`)
 
 // trainingGPUs is how many GPUs an RL run of model gets by default on one node: vLLM and the
 // trainer each need at least one; larger models get the whole node.
+// TrainingGPUs is how many GPUs an rl job of model takes when it does not say (num_gpus).
+func TrainingGPUs(model string) int { return trainingGPUs(model) }
+
 func trainingGPUs(model string) int {
 	b := modelBillions(model)
 	switch {

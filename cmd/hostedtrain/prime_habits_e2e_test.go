@@ -1,0 +1,95 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
+)
+
+// The prime CLI's habits work here: `train CONFIG` submits, `train init` writes a template both
+// CLIs accept, `train models`, a piece of a job's id wherever an id is taken, logs by -n,
+// --regex and --raw, list by --num and --page, checkpoints --download latest, and the flags
+// that only skip the prime CLI's questions (-y, -f).
+func TestCLITakesThePrimeCLIsHabits(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "20ms")
+	dir := t.TempDir()
+	tmpl := filepath.Join(dir, "rl.toml")
+
+	out, code := d.cli(t, "train", "init", tmpl)
+	if code != 0 || !strings.Contains(out, "hostedtrain train "+tmpl) {
+		t.Fatalf("train init (%d): %s", code, out)
+	}
+	if out, code = d.cli(t, "train", "init", tmpl); code == 0 || !strings.Contains(out, "--force") {
+		t.Errorf("train init over a file (%d): %s", code, out)
+	}
+	// The real prime CLI accepts the template as it is.
+	if res := upstreamtest.Check(t, "prime-train", tmpl); len(res) != 1 || !res[0].OK {
+		t.Errorf("the prime CLI refuses the template: %+v", res)
+	}
+
+	// `train CONFIG` is `train submit CONFIG`; -y is taken.
+	out, code = d.cli(t, "train", tmpl, "-y", "--wait", "--poll", "100ms", "-o", "json")
+	var first job.Job
+	if code != 0 || json.Unmarshal([]byte(lastLine(out)), &first) != nil || first.Status != job.Completed || first.Progress.Step != 100 {
+		t.Fatalf("train CONFIG --wait (%d): %s", code, out)
+	}
+	out, code = d.cli(t, "train", tmpl, "-o", "json")
+	var second job.Job
+	if code != 0 || json.Unmarshal([]byte(lastLine(out)), &second) != nil {
+		t.Fatalf("train CONFIG (%d): %s", code, out)
+	}
+
+	// A piece of an id: its end is enough; a start two jobs share is not.
+	if out, code = d.cli(t, "train", "get", first.ID[len(first.ID)-6:]); code != 0 || !strings.Contains(out, first.ID) {
+		t.Errorf("get by the end of an id (%d): %s", code, out)
+	}
+	if first.ID[:4] == second.ID[:4] {
+		if out, code = d.cli(t, "train", "get", first.ID[:4]); code == 0 || !strings.Contains(out, "give more of it") {
+			t.Errorf("get by a start two jobs share (%d): %s", code, out)
+		}
+	}
+	if out, code = d.cli(t, "train", "get", "zzzzzz"); code == 0 || !strings.Contains(out, "no job of yours") {
+		t.Errorf("get by a piece of no id (%d): %s", code, out)
+	}
+
+	// Logs: the last -n lines that match a --regex, --raw (as written: no component column).
+	out, code = d.cli(t, "train", "logs", first.ID[len(first.ID)-6:], "-n", "3", "--regex", "--search", `checkpoint for step \d+$`, "--raw", "--component", "orchestrator")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasSuffix(lines[2], "Saved orchestrator checkpoint for step 100") {
+		t.Errorf("logs -n 3 --regex --raw (%d): %q", code, lines)
+	}
+	for _, l := range lines {
+		if strings.Contains(l, " | ") || !regexp.MustCompile(`Saved orchestrator checkpoint for step \d+$`).MatchString(l) {
+			t.Errorf("a raw log line %q", l)
+		}
+	}
+
+	// list --num 1 --page 2 is the older of the two.
+	if out, code = d.cli(t, "train", "list", "-n", "1", "--page", "2", "-o", "json"); code != 0 || !strings.Contains(out, first.ID) || strings.Contains(out, second.ID) {
+		t.Errorf("list -n 1 --page 2 (%d): %s", code, out)
+	}
+
+	// checkpoints --download latest fetches the newest committed one.
+	to := filepath.Join(dir, "ckpt")
+	if out, code = d.cli(t, "train", "checkpoints", first.ID, "--download", "latest", "--to", to); code != 0 {
+		t.Errorf("checkpoints --download latest (%d): %s", code, out)
+	} else if _, err := os.Stat(filepath.Join(to, "step_100")); err != nil {
+		t.Errorf("checkpoints --download latest wrote no step_100: %v\n%s", err, out)
+	}
+
+	if out, code = d.cli(t, "train", "models"); code != 0 || !regexp.MustCompile(`Qwen/Qwen3-4B-Instruct-2507\s+2\s+qwen3`).MatchString(out) {
+		t.Errorf("train models (%d): %s", code, out)
+	}
+	// stop -f takes the prime CLI's flag.
+	if out, code = d.cli(t, "train", "stop", "-f", "--no-wait", second.ID); code != 0 && !strings.Contains(out, "already ended") {
+		t.Errorf("stop -f (%d): %s", code, out)
+	}
+	d.stop(t)
+}
