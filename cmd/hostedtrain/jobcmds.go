@@ -206,9 +206,9 @@ func newCheckpointsCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if cmd.Flags().Changed("download") {
-				step := 0 // latest
+				step := 0 // latest (0 says it too)
 				if download != "latest" {
-					if step, err = strconv.Atoi(download); err != nil || step < 1 {
+					if step, err = strconv.Atoi(download); err != nil || step < 0 {
 						return fmt.Errorf("--download %q: a step number, or latest", download)
 					}
 				}
@@ -222,7 +222,7 @@ func newCheckpointsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&download, "download", "", "download this step's checkpoint, or the newest committed (latest)")
+	c.Flags().StringVar(&download, "download", "", "download this step's checkpoint, or the newest committed (latest, or 0)")
 	c.Flags().StringVar(&to, "to", ".", "where --download writes step_N/")
 	outputFlag(c, &output)
 	return c
