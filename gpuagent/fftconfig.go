@@ -28,7 +28,7 @@ func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 	}
 	notes := rlNotesFor(s, r.secrets)
 	if !hasSecret(r.secrets, "WANDB_API_KEY") {
-		for _, m := range []any{cfg["monitors"], dig(cfg, "trainer", "monitors"), dig(cfg, "orchestrator", "monitors")} {
+		for _, m := range []any{cfg["monitors"], jobspec.Dig(cfg, "trainer", "monitors"), jobspec.Dig(cfg, "orchestrator", "monitors")} {
 			if m, ok := m.(map[string]any); ok {
 				delete(m, "wandb")
 			}
@@ -44,7 +44,7 @@ func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 	// Sub-configs' transports (which submit found equal) move up to the shared block, where
 	// the port is set once.
 	for _, sub := range []string{"trainer", "orchestrator"} {
-		if t, ok := dig(cfg, sub, "rollout_transport").(map[string]any); ok {
+		if t, ok := jobspec.Dig(cfg, sub, "rollout_transport").(map[string]any); ok {
 			if cfg["rollout_transport"] == nil {
 				cfg["rollout_transport"] = t
 			}
@@ -63,7 +63,7 @@ func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 	wb := table(cfg, "weight_broadcast")
 	if wb["type"] == nil {
 		wb["type"] = "nccl"
-		if _, lora := dig(cfg, "trainer", "model", "lora").(map[string]any); lora {
+		if _, lora := jobspec.Dig(cfg, "trainer", "model", "lora").(map[string]any); lora {
 			wb["type"] = "filesystem"
 		}
 	}
@@ -82,7 +82,7 @@ func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 				continue
 			}
 			env := table(m, "env")
-			id, _ := dig(env, "taskset", "id").(string)
+			id, _ := jobspec.Dig(env, "taskset", "id").(string)
 			if env["id"] != nil || id == "" {
 				continue
 			}
@@ -142,18 +142,7 @@ func table(m map[string]any, key string) map[string]any {
 	return t
 }
 
-func dig(v any, path ...string) any {
-	for _, k := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = m[k]
-	}
-	return v
-}
-
 func sliceAt(m map[string]any, path ...string) []any {
-	l, _ := dig(m, path...).([]any)
+	l, _ := jobspec.Dig(m, path...).([]any)
 	return l
 }

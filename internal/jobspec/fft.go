@@ -89,9 +89,9 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 
 	// The model: the shared [model], else the trainer's (prime-rl's default model is not a
 	// choice anyone makes on purpose).
-	s.Model = str(dig(cfg, "model", "name"))
+	s.Model = str(Dig(cfg, "model", "name"))
 	if s.Model == "" {
-		s.Model = str(dig(cfg, "trainer", "model", "name"))
+		s.Model = str(Dig(cfg, "trainer", "model", "name"))
 	}
 	if s.Model == "" {
 		n.fail("/model", `a full fine-tune names its model: add [model] name = "Qwen/Qwen3-4B-Instruct-2507"`)
@@ -120,7 +120,7 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 	if _, ok := cfg["inference"].(map[string]any); !ok {
 		n.fail("/inference", "a run here serves its policy on its own GPUs: add an [inference] table (prime-rl then starts vLLM on the node)")
 	}
-	if _, ok := dig(cfg, "trainer", "metrics_server").(map[string]any); ok {
+	if _, ok := Dig(cfg, "trainer", "metrics_server").(map[string]any); ok {
 		n.warn("/trainer/metrics_server", "not applied: the service reads a run's metrics from metrics.jsonl")
 		delete(cfg["trainer"].(map[string]any), "metrics_server")
 	}
@@ -128,7 +128,7 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 	n.runtimes(cfg)
 
 	// The environments, to install on the node before the run (and to show).
-	for i, src := range items(dig(cfg, "orchestrator", "train", "source")) {
+	for i, src := range items(Dig(cfg, "orchestrator", "train", "source")) {
 		if e, ok := n.fftSource(fmt.Sprintf("/orchestrator/train/source/%d", i), src); ok {
 			s.Env = append(s.Env, e)
 		}
@@ -136,7 +136,7 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 	if len(s.Env) == 0 {
 		n.fail("/orchestrator/train/source", `a run trains on at least one environment: add [[orchestrator.train.source]] with env.taskset.id = "owner/name"`)
 	}
-	for i, src := range items(dig(cfg, "orchestrator", "eval", "source")) {
+	for i, src := range items(Dig(cfg, "orchestrator", "eval", "source")) {
 		if e, ok := n.fftSource(fmt.Sprintf("/orchestrator/eval/source/%d", i), src); ok {
 			if s.Eval == nil {
 				s.Eval = &OnlineEval{}
@@ -154,7 +154,7 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 	}
 	interval := 0
 	for _, at := range [][]string{{"ckpt"}, {"trainer", "ckpt"}, {"orchestrator", "ckpt"}} {
-		c, _ := dig(cfg, at...).(map[string]any)
+		c, _ := Dig(cfg, at...).(map[string]any)
 		ptr := "/" + strings.Join(at, "/")
 		if x, ok := num(c["interval"]); ok && x >= 1 {
 			if interval > 0 && int(x) != interval {
@@ -177,7 +177,7 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 	// reads it.
 	for _, at := range [][]string{{}, {"trainer"}, {"orchestrator"}} {
 		ptr := "/" + strings.Join(append(at, "monitors"), "/")
-		m, _ := dig(cfg, append(at, "monitors")...).(map[string]any)
+		m, _ := Dig(cfg, append(at, "monitors")...).(map[string]any)
 		if w, ok := m["wandb"].(map[string]any); ok && s.Wandb == nil {
 			s.Wandb = &Wandb{Project: str(w["project"]), Entity: str(w["entity"]), Name: str(w["name"])}
 			if in.Secrets["WANDB_API_KEY"] == "" {
@@ -192,13 +192,13 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 	}
 	// The orchestrator's admin calls reach the inference backend on the job's port (prime-rl
 	// derives the address from it).
-	if c, ok := dig(cfg, "orchestrator", "model", "client").(map[string]any); ok && c["admin_base_url"] != nil {
+	if c, ok := Dig(cfg, "orchestrator", "model", "client").(map[string]any); ok && c["admin_base_url"] != nil {
 		n.warn("/orchestrator/model/client/admin_base_url", "not applied: the orchestrator reaches the inference server on the job's own ports")
 		delete(c, "admin_base_url")
 	}
 	// The rollout transport: prime-rl takes it shared or from both sub-configs; the agent sets
 	// its port in the shared block, so sub-configs that say it must agree (they are moved up).
-	tr, to := dig(cfg, "trainer", "rollout_transport"), dig(cfg, "orchestrator", "rollout_transport")
+	tr, to := Dig(cfg, "trainer", "rollout_transport"), Dig(cfg, "orchestrator", "rollout_transport")
 	if tr != nil && to != nil && fmt.Sprint(tr) != fmt.Sprint(to) {
 		n.fail("/trainer/rollout_transport", "the trainer's and the orchestrator's rollout_transport differ; set it once, in [rollout_transport]")
 	}
@@ -209,12 +209,12 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 // Its environment server runs on the node, as the launcher starts it.
 func (n *normalizer) fftSource(ptr string, src any) (Env, bool) {
 	m, _ := src.(map[string]any)
-	if dig(m, "serve", "address") != nil {
+	if Dig(m, "serve", "address") != nil {
 		n.fail(ptr+"/serve/address", "a run's environment servers run on its node, where the launcher starts them; remove serve.address")
 	}
-	id := str(dig(m, "env", "taskset", "id"))
+	id := str(Dig(m, "env", "taskset", "id"))
 	if id == "" {
-		id = str(dig(m, "env", "id"))
+		id = str(Dig(m, "env", "id"))
 	}
 	if id == "" {
 		n.fail(ptr+"/env/taskset/id", `a source names its environment: env.taskset.id = "owner/name"`)
@@ -306,8 +306,8 @@ func Clone(v any) any {
 	return v
 }
 
-// dig is the value at a path of tables, or nil.
-func dig(v any, path ...string) any {
+// Dig is the value at a path of tables in a decoded TOML or JSON value, or nil.
+func Dig(v any, path ...string) any {
 	for _, k := range path {
 		m, ok := v.(map[string]any)
 		if !ok {
