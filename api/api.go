@@ -89,6 +89,9 @@ type Config struct {
 	// Ready, if set, must return nil before /healthz answers 200 (the local stack uses it to
 	// wait for its agents).
 	Ready func() error
+	// Models, if set, are the only models training jobs may name (ParseModels); nil offers
+	// every model prime-rl can render.
+	Models []Model
 }
 
 func (c *Config) validate() error {

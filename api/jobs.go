@@ -13,7 +13,6 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
-	"github.com/hostedtrain/hostedtrain/internal/upstream"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
@@ -22,6 +21,7 @@ type admitted struct {
 	spec     jobspec.Spec
 	secrets  map[string]string
 	warnings []FieldError
+	gpusSaid bool // the file says its GPUs (num_gpus)
 }
 
 // admit normalizes a validated job file and checks the rules the schema cannot say.
@@ -46,7 +46,8 @@ func admit(r *http.Request) (*admitted, *Problem) {
 	if len(res.Errors) > 0 {
 		return nil, invalidJob(placed(res.Errors, b), b)
 	}
-	return &admitted{spec: res.Spec, secrets: res.Secrets, warnings: placed(res.Warnings, b)}, nil
+	_, gpusSaid := m["num_gpus"]
+	return &admitted{spec: res.Spec, secrets: res.Secrets, warnings: placed(res.Warnings, b), gpusSaid: gpusSaid}, nil
 }
 
 func placed(issues []jobspec.Issue, b *body) []FieldError {
@@ -67,6 +68,9 @@ type submitted struct {
 
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	a, prob := admit(r)
+	if prob == nil {
+		prob = s.offered(r, a)
+	}
 	if prob != nil {
 		writeProblem(w, r, prob)
 		return
@@ -143,6 +147,9 @@ type previewQueue struct {
 
 func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
 	a, prob := admit(r)
+	if prob == nil {
+		prob = s.offered(r, a)
+	}
 	if prob != nil {
 		writeProblem(w, r, prob)
 		return
@@ -302,23 +309,4 @@ func intQuery(r *http.Request, name string, def int) int {
 		return def
 	}
 	return n
-}
-
-// listModels lists the models prime-rl renders by itself, with the GPUs an rl job of each takes
-// by default.
-func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
-	type model struct {
-		Name     string `json:"name"`
-		GPUs     int    `json:"gpus"`
-		Renderer string `json:"renderer"`
-	}
-	items := []model{}
-	for _, m := range upstream.RenderedModels() {
-		choice, err := upstream.ChooseRenderer(m, "")
-		if err != nil {
-			continue
-		}
-		items = append(items, model{Name: m, GPUs: jobspec.TrainingGPUs(m), Renderer: choice.Name})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items})
 }

@@ -46,6 +46,8 @@ type devOptions struct {
 	stepTime time.Duration
 	// emulateCheck is the command the emulator checks configs with, as upstream would.
 	emulateCheck string
+	// models is the operator's list of models (a TOML file), or "".
+	models string
 	// portRange is where the agents' jobs get their ports, split evenly among the agents.
 	portRange string
 	leaseTTL  time.Duration
@@ -87,6 +89,7 @@ them at once.`,
 	f.DurationVar(&o.stepTime, "step-time", 250*time.Millisecond, "emulated time of one training step")
 	f.StringVar(&o.portRange, "port-range", fmt.Sprintf("%d-%d", gpuagent.DefaultPortRange[0], gpuagent.DefaultPortRange[1]),
 		"where the agents' jobs get their blocks of 64 ports (every port prime-rl binds), split among the agents; give each of several dev stacks on one machine its own")
+	f.StringVar(&o.models, "models", "", "a TOML file of [[model]] tables (name, gpus, price_per_gpu_hour): the only models training jobs may name")
 	f.StringVar(&o.emulateCheck, "emulate-check", "", "the command the emulator checks each config with, as upstream would (the conformance kit: \"python3 ../shared/upstream/check.py\")")
 	sf := flag.NewFlagSet("sandbox", flag.ContinueOnError)
 	o.sandbox.Register(sf)
@@ -229,8 +232,19 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		return err
 	}
 	var ready atomic.Bool
+	var models []api.Model
+	if o.models != "" {
+		data, err := os.ReadFile(o.models)
+		if err != nil {
+			return fmt.Errorf("--models: %w", err)
+		}
+		if models, err = api.ParseModels(data); err != nil {
+			return fmt.Errorf("--models %s: %w", o.models, err)
+		}
+	}
 	handler, err := api.New(api.Config{
 		Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Webhooks: hooks, Logger: logger.With("part", "api"),
+		Models: models,
 		Ready: func() error {
 			if !ready.Load() {
 				return errors.New("the local stack is still starting")

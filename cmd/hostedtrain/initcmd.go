@@ -49,10 +49,10 @@ func newModelsCmd() *cobra.Command {
 	var output string
 	c := &cobra.Command{
 		Use:   "models",
-		Short: "The models a job may train without naming a renderer, and the GPUs each takes",
+		Short: "The models training jobs may name, the GPUs each takes and its price",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) ([]client.Model, error) {
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.ModelList, error) {
 				return api.Models(ctx)
 			}, renderModels)
 		},

@@ -84,12 +84,35 @@ func TestCLITakesThePrimeCLIsHabits(t *testing.T) {
 		t.Errorf("checkpoints --download latest wrote no step_100: %v\n%s", err, out)
 	}
 
-	if out, code = d.cli(t, "train", "models"); code != 0 || !regexp.MustCompile(`Qwen/Qwen3-4B-Instruct-2507\s+2\s+qwen3`).MatchString(out) {
+	if out, code = d.cli(t, "train", "models"); code != 0 || !regexp.MustCompile(`Qwen/Qwen3-4B-Instruct-2507\s+2\s+-\s+qwen3`).MatchString(out) {
 		t.Errorf("train models (%d): %s", code, out)
 	}
 	// stop -f takes the prime CLI's flag.
 	if out, code = d.cli(t, "train", "stop", "-f", "--no-wait", second.ID); code != 0 && !strings.Contains(out, "already ended") {
 		t.Errorf("stop -f (%d): %s", code, out)
+	}
+	d.stop(t)
+}
+
+// `hostedtrain dev --models FILE` is the operator's list: `train models` shows it, with
+// prices, and a job of another model is refused naming it.
+func TestDevTakesTheOperatorsModels(t *testing.T) {
+	t.Parallel()
+	list := filepath.Join(t.TempDir(), "models.toml")
+	if err := os.WriteFile(list, []byte("[[model]]\nname = \"Qwen/Qwen3-4B-Instruct-2507\"\ngpus = 2\nprice_per_gpu_hour = 2.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDev(t, "20ms", "--models", list)
+	out, code := d.cli(t, "train", "models")
+	if code != 0 || !regexp.MustCompile(`Qwen/Qwen3-4B-Instruct-2507\s+2\s+\$2\.50/GPU-hour`).MatchString(out) || strings.Contains(out, "any other") {
+		t.Errorf("train models (%d): %s", code, out)
+	}
+	job := filepath.Join(t.TempDir(), "job.toml")
+	if err := os.WriteFile(job, []byte("model = \"Qwen/Qwen3-8B\"\n[[env]]\nid = \"gsm8k\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code = d.cli(t, "train", job); code == 0 || !strings.Contains(out, "line 1 (/model): Qwen/Qwen3-8B is not offered here") {
+		t.Errorf("a job of an unlisted model (%d): %s", code, out)
 	}
 	d.stop(t)
 }

@@ -389,13 +389,26 @@ func renderEvent(w io.Writer, e job.Event) {
 	fmt.Fprintln(w, line)
 }
 
-// renderModels lists models with the GPUs an rl job of each takes.
-func renderModels(w io.Writer, models []client.Model) {
+// renderModels lists models with the GPUs an rl job of each takes and the price.
+func renderModels(w io.Writer, list *client.ModelList) {
 	t := table(w)
-	fmt.Fprintln(t, "MODEL\tGPUS\tRENDERER")
-	for _, m := range models {
-		fmt.Fprintf(t, "%s\t%d\t%s\n", m.Name, m.GPUs, m.Renderer)
+	fmt.Fprintln(t, "MODEL\tGPUS\tPRICE\tRENDERER")
+	for _, m := range list.Items {
+		price := "-"
+		if m.PricePerGPUHour > 0 {
+			price = fmt.Sprintf("$%.2f/GPU-hour", m.PricePerGPUHour)
+		}
+		fmt.Fprintf(t, "%s\t%d\t%s\t%s\n", m.Name, m.GPUs, price, orDash(m.Renderer))
 	}
 	t.Flush()
-	fmt.Fprintln(w, "any other Hugging Face model trains too, with renderer = \"...\" in the job")
+	if !list.OperatorList {
+		fmt.Fprintln(w, "any other Hugging Face model trains too, with renderer = \"...\" in the job")
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

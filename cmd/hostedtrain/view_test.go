@@ -117,9 +117,14 @@ func TestGoldenCLIViews(t *testing.T) {
 	golden(t, "artifacts.txt", b.Bytes())
 
 	b.Reset()
-	renderModels(&b, []client.Model{{Name: "Qwen/Qwen3-4B-Instruct-2507", GPUs: 2, Renderer: "qwen3"},
-		{Name: "Qwen/Qwen3-30B-A3B-Instruct-2507", GPUs: 8, Renderer: "qwen3"}})
+	renderModels(&b, &client.ModelList{Items: []client.Model{{Name: "Qwen/Qwen3-4B-Instruct-2507", GPUs: 2, Renderer: "qwen3"},
+		{Name: "Qwen/Qwen3-30B-A3B-Instruct-2507", GPUs: 8, Renderer: "qwen3"}}})
 	golden(t, "models.txt", b.Bytes())
+	b.Reset()
+	renderModels(&b, &client.ModelList{OperatorList: true, Items: []client.Model{
+		{Name: "Qwen/Qwen3-4B-Instruct-2507", GPUs: 2, PricePerGPUHour: 2.5, Renderer: "qwen3"},
+		{Name: "acme/our-own-7b", GPUs: 4, PricePerGPUHour: 3}}})
+	golden(t, "models-operator.txt", b.Bytes())
 
 	pace, eta, el := 2.5, 450.0, 300.0
 	b.Reset()

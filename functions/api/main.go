@@ -68,8 +68,15 @@ func newHandler(ctx context.Context, getenv lambdaenv.Getenv, clients lambdaenv.
 			return nil, fmt.Errorf("HOSTEDTRAIN_STREAM_LIMIT: %w", err)
 		}
 	}
+	// HOSTEDTRAIN_MODELS, if set, is the operator's list of models ([[model]] tables in TOML).
+	var models []api.Model
+	if v := getenv("HOSTEDTRAIN_MODELS"); v != "" {
+		if models, err = api.ParseModels([]byte(v)); err != nil {
+			return nil, fmt.Errorf("HOSTEDTRAIN_MODELS: %w", err)
+		}
+	}
 	return api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Storage: storage, Webhooks: hooks,
-		StreamLimit: streamLimit, Logger: logger})
+		StreamLimit: streamLimit, Logger: logger, Models: models})
 }
 
 // lambdaHandler converts API Gateway HTTP API events to requests of h and back.

@@ -89,3 +89,32 @@ func TestLambdaServesTheAPI(t *testing.T) {
 		t.Errorf("forged token: %d %v %v", resp.StatusCode, resp.Headers, err)
 	}
 }
+
+// HOSTEDTRAIN_MODELS is the operator's list of models; a list that does not parse stops the
+// function at its start, naming the variable, rather than serving without it.
+func TestLambdaTakesTheOperatorsModels(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	keys, err := auth.NewKeySet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealKey, err := seal.NewKey("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"HOSTEDTRAIN_REDIS_URL":    "redis://" + rs.Addr + "/0",
+		"HOSTEDTRAIN_JWT_KEYS":     keys.String(),
+		"HOSTEDTRAIN_SECRETS_KEYS": sealKey,
+		"HOSTEDTRAIN_MODELS":       "[[model]]\nname = \"Qwen/Qwen3-4B-Instruct-2507\"\n",
+	}
+	getenv := func(k string) string { return env[k] }
+	if _, err := newHandler(context.Background(), getenv, lambdaenv.Clients{}, nil); err == nil || !strings.Contains(err.Error(), "HOSTEDTRAIN_MODELS") {
+		t.Errorf("a list without gpus: %v", err)
+	}
+	env["HOSTEDTRAIN_MODELS"] += "gpus = 2\n"
+	if _, err := newHandler(context.Background(), getenv, lambdaenv.Clients{}, nil); err != nil {
+		t.Errorf("a good list: %v", err)
+	}
+}

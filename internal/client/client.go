@@ -849,16 +849,22 @@ func (c *Client) Download(ctx context.Context, link string, w io.Writer) (int64,
 
 // Model is one model a job may train without naming a renderer.
 type Model struct {
-	Name     string `json:"name"`
-	GPUs     int    `json:"gpus"`
-	Renderer string `json:"renderer"`
+	Name            string  `json:"name"`
+	GPUs            int     `json:"gpus"`
+	PricePerGPUHour float64 `json:"price_per_gpu_hour,omitempty"`
+	Renderer        string  `json:"renderer,omitempty"`
 }
 
-// Models lists the models prime-rl renders by itself, with the GPUs an rl job of each takes.
-func (c *Client) Models(ctx context.Context) ([]Model, error) {
-	var list struct {
-		Items []Model `json:"items"`
-	}
+// ModelList is what training jobs may name: the operator's list, or the models prime-rl
+// renders by itself (then any other model trains too, with a renderer named).
+type ModelList struct {
+	Items        []Model `json:"items"`
+	OperatorList bool    `json:"operator_list"`
+}
+
+// Models lists the models training jobs may name, with the GPUs an rl job of each takes.
+func (c *Client) Models(ctx context.Context) (*ModelList, error) {
+	var list ModelList
 	_, err := c.do(ctx, http.MethodGet, "/v1/models", "", nil, &list)
-	return list.Items, err
+	return &list, err
 }

@@ -26,6 +26,8 @@
 //	                           (default 5s,5m,30m,2h,5h,10h,10h)
 //	HOSTEDTRAIN_STREAM_LIMIT   how long an event or log stream lasts before the client reconnects
 //	                           (default 25s: API Gateway buffers the answer)
+//	HOSTEDTRAIN_MODELS         the operator's list of models training jobs may name: TOML [[model]]
+//	                           tables (name, gpus, price_per_gpu_hour); unset: any model
 //	HOSTEDTRAIN_STORE_KMS_KEY  the bucket's SSE-KMS key ARN, which agents' credentials may use
 //	HOSTEDTRAIN_AGENT_STORAGE_ROLE      role assumed for agents' job-scoped storage credentials
 //	HOSTEDTRAIN_AGENT_STORAGE_DURATION  how long those last (15m to 1h, default 1h)
