@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
 )
@@ -61,11 +64,20 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 		run.BaseModel != "Qwen/Qwen3-4B-Instruct-2507" || run.MaxSteps != 20 || len(run.Environments) != 1 {
 		t.Fatalf("create: %s (%v)", out, err)
 	}
-	testwait.Until(t, 2*time.Minute, "the run to complete", func() bool {
-		out, ok := d.primeClient(t, "get", run.ID)
-		var r primeRun
-		return ok && json.Unmarshal(out, &r) == nil && r.Status == "COMPLETED"
-	})
+	// Waits poll through our own client (a Python start a poll would load the machine); what
+	// the CLI's client reads is checked once the state is reached.
+	v1 := client.New(d.url, d.token)
+	status := func(id string) job.Status {
+		j, err := v1.GetJob(context.Background(), id)
+		if err != nil {
+			return ""
+		}
+		return j.Status
+	}
+	testwait.Until(t, 2*time.Minute, "the run to complete", func() bool { return status(run.ID) == job.Completed })
+	if out, ok := d.primeClient(t, "get", run.ID); !ok || json.Unmarshal(out, &run) != nil || run.Status != "COMPLETED" {
+		t.Errorf("get of the completed run: %s", out)
+	}
 
 	out, ok = d.primeClient(t, "list")
 	var runs []primeRun
@@ -126,17 +138,14 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 	if err := json.Unmarshal(out, &lr); !ok || err != nil || lr.MaxSteps != 5000 {
 		t.Fatalf("create the long run: %s", out)
 	}
-	testwait.Until(t, time.Minute, "the long run to run", func() bool {
-		out, _ := d.primeClient(t, "get", lr.ID)
-		return json.Unmarshal(out, &lr) == nil && lr.Status == "RUNNING"
-	})
+	testwait.Until(t, time.Minute, "the long run to run", func() bool { return status(lr.ID) == job.Running })
 	if out, ok = d.primeClient(t, "stop", lr.ID); !ok {
 		t.Fatalf("stop: %s", out)
 	}
-	testwait.Until(t, time.Minute, "the long run to stop", func() bool {
-		out, _ := d.primeClient(t, "get", lr.ID)
-		return json.Unmarshal(out, &lr) == nil && lr.Status == "STOPPED"
-	})
+	testwait.Until(t, time.Minute, "the long run to stop", func() bool { return status(lr.ID) == job.Stopped })
+	if out, ok := d.primeClient(t, "get", lr.ID); !ok || json.Unmarshal(out, &lr) != nil || lr.Status != "STOPPED" {
+		t.Errorf("get of the stopped run: %s", out)
+	}
 	out, ok = d.primeClient(t, "restart", lr.ID)
 	// Queued again (and, with an idle agent, perhaps claimed before the answer was read).
 	if err := json.Unmarshal(out, &lr); !ok || err != nil || (lr.Status != "QUEUED" && lr.Status != "PENDING" && lr.Status != "RUNNING") {
