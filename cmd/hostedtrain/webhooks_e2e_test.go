@@ -101,10 +101,10 @@ func (r *nodeReceiver) state(t *testing.T) receiverState {
 func TestDevDeliversSignedWebhooksToAReceiverThatWasDown(t *testing.T) {
 	t.Parallel()
 	recv := startNodeReceiver(t)
-	// Retries every second for two minutes: the receiver stays down until both jobs have
-	// completed, which on a loaded machine takes far longer than a short schedule lasts, and a
-	// delivery whose retries ran out would never come.
-	schedule := "300ms,300ms,500ms" + strings.Repeat(",1s", 120)
+	// Retries every second for four minutes: the receiver stays down until both jobs have
+	// completed, which on a loaded machine takes far longer than a short schedule lasts (each
+	// job's wait below allows a minute), and a delivery whose retries ran out would never come.
+	schedule := "300ms,300ms,500ms" + strings.Repeat(",1s", 240)
 	d := startDev(t, "20ms", "--webhook-schedule", schedule)
 	if !strings.Contains(d.out.String(), "loopback allowed") {
 		t.Errorf("dev does not say webhooks may reach this machine:\n%s", d.out.String())
