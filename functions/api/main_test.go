@@ -35,8 +35,10 @@ func loadEvent(t *testing.T, name, token string) events.APIGatewayV2HTTPRequest 
 	return ev
 }
 
-func TestLambdaServesTheAPI(t *testing.T) {
-	t.Parallel()
+// lambdaEnv is the environment an API function needs: a private redis-server, signing keys and
+// sealing keys; it returns the keys too, to issue tokens with.
+func lambdaEnv(t *testing.T) (map[string]string, *auth.KeySet) {
+	t.Helper()
 	rs := redistest.Start(t)
 	keys, err := auth.NewKeySet()
 	if err != nil {
@@ -46,11 +48,16 @@ func TestLambdaServesTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{
+	return map[string]string{
 		"HOSTEDTRAIN_REDIS_URL":    "redis://" + rs.Addr + "/0",
 		"HOSTEDTRAIN_JWT_KEYS":     keys.String(),
 		"HOSTEDTRAIN_SECRETS_KEYS": sealKey,
-	}
+	}, keys
+}
+
+func TestLambdaServesTheAPI(t *testing.T) {
+	t.Parallel()
+	env, keys := lambdaEnv(t)
 	h, err := newHandler(context.Background(), func(k string) string { return env[k] }, lambdaenv.Clients{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -94,21 +101,8 @@ func TestLambdaServesTheAPI(t *testing.T) {
 // function at its start, naming the variable, rather than serving without it.
 func TestLambdaTakesTheOperatorsModels(t *testing.T) {
 	t.Parallel()
-	rs := redistest.Start(t)
-	keys, err := auth.NewKeySet()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealKey, err := seal.NewKey("k1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{
-		"HOSTEDTRAIN_REDIS_URL":    "redis://" + rs.Addr + "/0",
-		"HOSTEDTRAIN_JWT_KEYS":     keys.String(),
-		"HOSTEDTRAIN_SECRETS_KEYS": sealKey,
-		"HOSTEDTRAIN_MODELS":       "[[model]]\nname = \"Qwen/Qwen3-4B-Instruct-2507\"\n",
-	}
+	env, _ := lambdaEnv(t)
+	env["HOSTEDTRAIN_MODELS"] = "[[model]]\nname = \"Qwen/Qwen3-4B-Instruct-2507\"\n"
 	getenv := func(k string) string { return env[k] }
 	if _, err := newHandler(context.Background(), getenv, lambdaenv.Clients{}, nil); err == nil || !strings.Contains(err.Error(), "HOSTEDTRAIN_MODELS") {
 		t.Errorf("a list without gpus: %v", err)

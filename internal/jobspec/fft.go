@@ -2,8 +2,9 @@ package jobspec
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -72,16 +73,11 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 	if _, ok := v["image_tag"]; ok {
 		n.warn("/image_tag", "not applied: every run uses the prime-rl this service pins")
 	}
-	managed := make([]string, 0, len(fftManagedKeys))
-	for k := range fftManagedKeys {
+	for _, k := range slices.Sorted(maps.Keys(fftManagedKeys)) {
 		if _, ok := cfg[k]; ok {
-			managed = append(managed, k)
+			n.warn("/"+k, "not applied: %s", fftManagedKeys[k])
+			delete(cfg, k)
 		}
-	}
-	sort.Strings(managed)
-	for _, k := range managed {
-		n.warn("/"+k, "not applied: %s", fftManagedKeys[k])
-		delete(cfg, k)
 	}
 	if _, ok := cfg["slurm"]; ok {
 		n.fail("/slurm", "a run here goes to one of the service's nodes, not a SLURM cluster; remove [slurm]")
@@ -235,7 +231,7 @@ func (n *normalizer) fftSource(ptr string, src any) (Env, bool) {
 // sets for a job's processes (the GPUs it sees, what it loads, where it reaches).
 func (n *normalizer) envVars(cfg map[string]any) {
 	walkTables(cfg, "", "env_vars", func(ptr string, vars map[string]any) {
-		for _, name := range sortedKeys(vars) {
+		for _, name := range slices.Sorted(maps.Keys(vars)) {
 			if ReservedEnv(name) {
 				n.fail(ptr+"/"+escapePointer(name), "%s is a variable the service sets for a job's processes; a run may not set it", name)
 			}
@@ -259,7 +255,7 @@ func (n *normalizer) runtimes(cfg map[string]any) {
 func walkTables(v any, ptr, key string, f func(ptr string, t map[string]any)) {
 	switch x := v.(type) {
 	case map[string]any:
-		for _, k := range sortedKeys(x) {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			p := ptr + "/" + escapePointer(k)
 			if t, ok := x[k].(map[string]any); ok && k == key {
 				f(p, t)
@@ -272,15 +268,6 @@ func walkTables(v any, ptr, key string, f func(ptr string, t map[string]any)) {
 			walkTables(e, fmt.Sprintf("%s/%d", ptr, i), key, f)
 		}
 	}
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // envIDPattern is the contract's EnvID pattern (openapi.yaml), for ids inside a prime-rl config,

@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -899,14 +900,10 @@ func (n *normalizer) filters(ptr string, raw []map[string]any) []Filter {
 		if e, ok := f["enforce"].(bool); ok {
 			fl.Enforce = &e
 		}
-		keys := make([]string, 0, len(f))
-		for k := range f {
-			if k != "type" && k != "enforce" {
-				keys = append(keys, k)
+		for _, k := range slices.Sorted(maps.Keys(f)) {
+			if k == "type" || k == "enforce" {
+				continue
 			}
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
 			n.warn(fmt.Sprintf("%s/%d/%s", ptr, i, escapePointer(k)), "not applied: prime-rl's %s filter has no setting %q", t, k)
 		}
 		out = append(out, fl)

@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -59,14 +61,7 @@ func RendererNames() []string {
 
 // RenderedModels lists the models prime-rl finds a renderer for by itself (MODEL_RENDERER_MAP),
 // sorted: the ones a job may name without a renderer.
-func RenderedModels() []string {
-	names := make([]string, 0, len(modelRenderers))
-	for m := range modelRenderers {
-		names = append(names, m)
-	}
-	sort.Strings(names)
-	return names
-}
+func RenderedModels() []string { return slices.Sorted(maps.Keys(modelRenderers)) }
 
 // RendererChoice is the chat renderer a run of a model uses.
 type RendererChoice struct {
