@@ -160,6 +160,8 @@ func New(cfg Config) (*Server, error) {
 		"redeliverWebhookDelivery": s.redeliverWebhookDelivery,
 		"getJobLogs":               s.getJobLogs,
 		"getJobProgress":           s.getJobProgress,
+		"getJobSamples":            s.getJobSamples,
+		"getJobDistributions":      s.getJobDistributions,
 		"getUsage":                 s.getUsage,
 		"download":                 s.download,
 		"getJobMetrics":            s.getJobMetrics,
@@ -182,6 +184,8 @@ func New(cfg Config) (*Server, error) {
 		"primeRunMetrics":          s.primeRunMetrics,
 		"primeRunCheckpoints":      s.primeRunCheckpoints,
 		"primeRunProgress":         s.primeRunProgress,
+		"primeRunSamples":          s.primeRunSamples,
+		"primeRunDistributions":    s.primeRunDistributions,
 		"primeListModels":          s.primeListModels,
 		"listModels":               s.listModels,
 	}

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
 // What agents wrote to object storage for a job: metrics, checkpoints, artifacts. The API
@@ -177,23 +180,6 @@ func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"items": items, "expires_at": expires})
 }
 
-type jobProgress struct {
-	JobID          string             `json:"job_id"`
-	Status         job.Status         `json:"status"`
-	Step           int                `json:"step"`
-	MaxSteps       int                `json:"max_steps"`
-	Percent        float64            `json:"percent"`
-	Metrics        map[string]float64 `json:"metrics,omitempty"`
-	Series         map[string]string  `json:"series,omitempty"`
-	Result         *job.Result        `json:"result,omitempty"`
-	CheckpointStep int                `json:"checkpoint_step,omitempty"`
-	StepSeconds    *float64           `json:"step_seconds,omitempty"`
-	ETASeconds     *float64           `json:"eta_seconds,omitempty"`
-	ElapsedSeconds *float64           `json:"elapsed_seconds,omitempty"`
-	StartedAt      *time.Time         `json:"started_at,omitempty"`
-	UpdatedAt      time.Time          `json:"updated_at"`
-}
-
 // progressWindow is how many of the newest steps the pace is measured over.
 const progressWindow = 20
 
@@ -202,7 +188,7 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p := jobProgress{JobID: j.ID, Status: j.Status, Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps,
+	p := client.JobProgress{JobID: j.ID, Status: j.Status, Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps,
 		Metrics: j.Progress.Metrics, Series: j.Progress.Series, Result: j.Progress.Result, CheckpointStep: j.Progress.CheckpointStep,
 		StartedAt: j.StartedAt, UpdatedAt: j.UpdatedAt}
 	if p.MaxSteps > 0 {
@@ -231,6 +217,14 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 				p.ETASeconds = &eta
 			}
 		}
+	}
+	if s.cfg.Store != nil && jobspec.RunsPrimeRL(j.Config.Kind) && p.Step > 0 {
+		steps, err := jobdata.RolloutSteps(r.Context(), s.cfg.Store, j.ID)
+		if err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+		p.StepsWithSamples = steps
 	}
 	writeJSON(w, http.StatusOK, p)
 }
@@ -300,3 +294,94 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// rolloutsOf reads the step of a job's rollouts the request names (`step`; the newest
+// without), and the steps that have them. rs is nil when the job has none yet; a named step
+// without rollouts is answered 404 here (ok false).
+func (s *Server) rolloutsOf(w http.ResponseWriter, r *http.Request, jobID string) (rs *jobdata.RolloutStep, steps []int, ok bool) {
+	steps, err := jobdata.RolloutSteps(r.Context(), s.cfg.Store, jobID)
+	if err != nil {
+		s.internalError(w, r, err)
+		return nil, nil, false
+	}
+	if steps == nil {
+		steps = []int{}
+	}
+	step := intQuery(r, "step", 0)
+	if step == 0 {
+		if len(steps) == 0 {
+			return nil, steps, true
+		}
+		step = steps[len(steps)-1]
+	}
+	got, err := jobdata.GetRollouts(r.Context(), s.cfg.Store, jobID, step)
+	if errors.Is(err, blob.ErrNotFound) {
+		p := newProblem(http.StatusNotFound, "no-rollouts", fmt.Sprintf("step %d has no stored rollouts; %s", step, describeSteps(steps)))
+		p.Errors = []FieldError{{Parameter: "step", Message: "no rollouts stored for this step"}}
+		writeProblem(w, r, p)
+		return nil, nil, false
+	}
+	if err != nil {
+		s.internalError(w, r, err)
+		return nil, nil, false
+	}
+	return &got, steps, true
+}
+
+// describeSteps names the steps that have rollouts, briefly.
+func describeSteps(steps []int) string {
+	switch n := len(steps); {
+	case n == 0:
+		return "none has yet (a step's rollouts are stored once the trainer takes it)"
+	case n == 1:
+		return fmt.Sprintf("step %d has", steps[0])
+	case n <= 10:
+		parts := make([]string, n)
+		for i, st := range steps {
+			parts[i] = strconv.Itoa(st)
+		}
+		return "steps " + strings.Join(parts, ", ") + " have"
+	default:
+		return fmt.Sprintf("%d steps from %d to %d have", n, steps[0], steps[n-1])
+	}
+}
+
+func (s *Server) getJobSamples(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.ownJob(w, r)
+	if !ok || !s.storeReady(w, r) {
+		return
+	}
+	rs, steps, ok := s.rolloutsOf(w, r, j.ID)
+	if !ok {
+		return
+	}
+	page := client.SamplesPage{JobID: j.ID, Steps: steps, Samples: []jobdata.Sample{}, Page: intQuery(r, "page", 1), Limit: intQuery(r, "limit", 100)}
+	if rs != nil {
+		page.Step, page.Episodes, page.Total = &rs.Step, rs.Episodes, len(rs.Samples)
+		page.TotalPages = (page.Total + page.Limit - 1) / page.Limit
+		if from := (page.Page - 1) * page.Limit; from < page.Total {
+			page.Samples = rs.Samples[from:min(from+page.Limit, page.Total)]
+		}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (s *Server) getJobDistributions(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.ownJob(w, r)
+	if !ok || !s.storeReady(w, r) {
+		return
+	}
+	rs, steps, ok := s.rolloutsOf(w, r, j.ID)
+	if !ok {
+		return
+	}
+	page := client.DistributionPage{JobID: j.ID, Type: orString(r.URL.Query().Get("type"), "rewards"), Steps: steps}
+	page.Bins = []jobdata.Bin{}
+	if rs != nil {
+		page.Step = &rs.Step
+		if d, ok := rs.Distributions[page.Type]; ok {
+			page.Distribution = d
+		}
+	}
+	writeJSON(w, http.StatusOK, page)
+}

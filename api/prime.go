@@ -548,8 +548,55 @@ func (s *Server) primeRunProgress(w http.ResponseWriter, r *http.Request) {
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/progress", nil, nil, &p) {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"latestStep": p.Step, "stepsWithSamples": []int{},
-		"stepsWithDistributions": []int{}, "lastUpdatedAt": p.UpdatedAt})
+	steps := p.StepsWithSamples
+	if steps == nil {
+		steps = []int{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"latestStep": p.Step, "stepsWithSamples": steps,
+		"stepsWithDistributions": steps, "lastUpdatedAt": p.UpdatedAt})
+}
+
+// primeRunSamples is the prime CLI's `train rollouts RUN --step N`.
+func (s *Server) primeRunSamples(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
+	q := url.Values{}
+	for _, k := range []string{"step", "page", "limit"} {
+		if v := r.URL.Query().Get(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	var page client.SamplesPage
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/samples", q, nil, &page) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"run_id": id, "samples": page.Samples, "total": page.Total,
+		"page": page.Page, "limit": page.Limit, "total_pages": page.TotalPages})
+}
+
+// primeRunDistributions is the prime CLI's `train distributions RUN [--type T] [--step N]`.
+func (s *Server) primeRunDistributions(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
+	q := url.Values{}
+	for _, k := range []string{"step", "type"} {
+		if v := r.URL.Query().Get(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	var d client.DistributionPage
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/distributions", q, nil, &d) {
+		return
+	}
+	step := 0
+	if d.Step != nil {
+		step = *d.Step
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"bins": d.Bins, "step": step, "type": d.Type})
 }
 
 func (s *Server) primeListModels(w http.ResponseWriter, r *http.Request) {

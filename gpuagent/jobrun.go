@@ -261,6 +261,9 @@ var errAborted = errors.New("aborted")
 func (r *jobRun) flush(ctx context.Context) {
 	tel := r.deps.tel
 	err := r.flushMetrics(ctx)
+	if rerr := r.shipRollouts(ctx); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
 	if lerr := r.data.logs.Ship(ctx); lerr != nil {
 		tel.objectWrites.WithLabelValues("logs", "error").Inc()
 		r.log.Warn("store logs; will retry", "err", lerr)
@@ -280,6 +283,25 @@ func (r *jobRun) flush(ctx context.Context) {
 			r.storage.set("the job's metrics and logs", r.flushFails, err)
 		}
 	}
+}
+
+// shipRollouts stores the rollouts of the steps the trainer has taken.
+func (r *jobRun) shipRollouts(ctx context.Context) error {
+	if r.data.rollouts == nil {
+		return nil
+	}
+	n, notes, err := r.data.rollouts.ship(ctx, r.data.trained)
+	for _, msg := range notes {
+		r.warn(msg)
+	}
+	if n > 0 {
+		r.deps.tel.objectWrites.WithLabelValues("rollouts", "ok").Add(float64(n))
+	}
+	if err != nil {
+		r.deps.tel.objectWrites.WithLabelValues("rollouts", "error").Inc()
+		r.log.Warn("store rollouts; will retry", "err", err)
+	}
+	return err
 }
 
 func (r *jobRun) flushMetrics(ctx context.Context) error {

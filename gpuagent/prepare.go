@@ -120,6 +120,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	}
 	if rendered.RunDir != "" {
 		r.data.tail.path = filepath.Join(rendered.RunDir, "metrics.jsonl")
+		r.data.rollouts = &rolloutShipper{store: r.store, jobID: r.claim.Job.ID, dir: filepath.Join(rendered.RunDir, "rollouts"), next: p.resume + 1}
 		r.data.logs.Dir(filepath.Join(rendered.RunDir, "logs", "latest"))
 	}
 	if o, stop := r.interrupted(drain); stop {

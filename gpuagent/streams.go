@@ -143,7 +143,10 @@ type streams struct {
 	metrics  *jobdata.MetricsWriter
 	summary  jobdata.Summary
 	logs     *jobdata.LogShipper
-	uploader *uploader // nil for jobs without checkpoints
+	uploader *uploader       // nil for jobs without checkpoints
+	rollouts *rolloutShipper // nil for jobs that do not run prime-rl's rl
+	// trained is the highest step the trainer wrote a row for: its batch was shipped.
+	trained int
 }
 
 // addRows takes rows into the summary and the metrics stream; it returns notes on rows that
@@ -153,6 +156,9 @@ func (s *streams) addRows(rows []jobdata.Row) []string {
 	more := 0
 	for _, r := range rows {
 		s.summary.Add(r)
+		if jobdata.TrainerRow(r) {
+			s.trained = max(s.trained, r.Step())
+		}
 		if err := s.metrics.Add(r); err != nil {
 			if len(notes) < maxNotes {
 				notes = append(notes, err.Error())

@@ -86,10 +86,39 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 	}
 	out, ok = d.primeClient(t, "progress", run.ID)
 	var progress struct {
-		LatestStep int `json:"latest_step"`
+		LatestStep       int   `json:"latest_step"`
+		StepsWithSamples []int `json:"steps_with_samples"`
 	}
-	if err := json.Unmarshal(out, &progress); !ok || err != nil || progress.LatestStep != 20 {
+	if err := json.Unmarshal(out, &progress); !ok || err != nil || progress.LatestStep != 20 || len(progress.StepsWithSamples) != 20 ||
+		progress.StepsWithSamples[19] != 20 {
 		t.Errorf("progress: %s", out)
+	}
+	// the emulated orchestrator's episodes (verifiers traces), kept by the agent
+	out, ok = d.primeClient(t, "rollouts", run.ID, "7", "2", "5")
+	var rollouts struct {
+		RunID   string `json:"run_id"`
+		Samples []struct {
+			Reward     float64
+			Prompt     []struct{ Role, Content string }
+			Completion []struct{ Role, Content string }
+		}
+		Total, Page, Limit int
+		TotalPages         int `json:"total_pages"`
+	}
+	if err := json.Unmarshal(out, &rollouts); !ok || err != nil || rollouts.RunID != run.ID || len(rollouts.Samples) != 5 || rollouts.Page != 2 ||
+		rollouts.Total == 0 || len(rollouts.Samples[0].Completion) == 0 || !strings.Contains(rollouts.Samples[0].Completion[0].Content, "apples") {
+		t.Errorf("rollouts of step 7: %.600s", out)
+	}
+	out, ok = d.primeClient(t, "distributions", run.ID, "rewards")
+	var dist struct {
+		Bins []struct {
+			Min, Max float64
+			Count    int
+		}
+		Step int
+	}
+	if err := json.Unmarshal(out, &dist); !ok || err != nil || dist.Step != 20 || len(dist.Bins) == 0 {
+		t.Errorf("distributions: %.600s", out)
 	}
 	out, ok = d.primeClient(t, "metrics", run.ID)
 	var rows []map[string]any

@@ -173,6 +173,7 @@ type rlConfig struct {
 	eval       []string
 	evalEvery  int
 	batchSize  int
+	groupSize  int // rollouts of one example
 	tasksets   []string // train then eval
 	wbType     string
 	ports      map[string]int
@@ -297,6 +298,7 @@ func resolve(tree map[string]any) (*rlConfig, []string) {
 	}
 	c.interval = getInt(tree, "ckpt.interval", getInt(tree, "trainer.ckpt.interval", 0))
 	c.batchSize = getInt(tree, "orchestrator.batch_size", 128)
+	c.groupSize = max(getInt(tree, "orchestrator.group_size", 1), 1)
 	c.evalEvery = getInt(tree, "orchestrator.eval.interval", 100)
 	for split, path := range map[string]string{"train": "orchestrator.train.source", "eval": "orchestrator.eval.source"} {
 		for i, s := range sources(tree, path) {
@@ -499,6 +501,7 @@ func (r *rlRun) run(ctx context.Context) int {
 	} else {
 		fmt.Fprintln(r.out, loguru("INFO", "Training from scratch, cleaning any stale rollouts and broadcasts"))
 	}
+	cleanRollouts(r.dir, start)
 	if !c.inference {
 		fmt.Fprintln(r.out, loguru("WARNING", "No [inference] block configured - the policy inference server will not be started here."))
 	}
@@ -570,6 +573,9 @@ func (r *rlRun) run(ctx context.Context) int {
 				return err
 			}
 		}
+		if err := r.writeEpisodes(shipped, "train", c.batchSize, c.groupSize, r.curve.reward(shipped), rng); err != nil {
+			return err
+		}
 		if err := write(r.curve.orchestratorRow(shipped, c.train, c.batchSize)); err != nil {
 			return err
 		}
@@ -579,6 +585,9 @@ func (r *rlRun) run(ctx context.Context) int {
 		}
 		if len(c.eval) > 0 && shipped%c.evalEvery == 0 {
 			for _, name := range c.eval {
+				if err := r.writeEpisodes(shipped, "eval", c.groupSize, c.groupSize, r.curve.reward(shipped)-0.05, rng); err != nil {
+					return err
+				}
 				if err := write(r.curve.evalRow(shipped, name)); err != nil {
 					return err
 				}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
 )
 
@@ -784,6 +785,8 @@ type JobProgress struct {
 	ElapsedSeconds *float64           `json:"elapsed_seconds,omitempty"`
 	StartedAt      *time.Time         `json:"started_at,omitempty"`
 	UpdatedAt      time.Time          `json:"updated_at"`
+	// StepsWithSamples are the steps whose rollouts are stored (prime-rl runs only).
+	StepsWithSamples []int `json:"steps_with_samples,omitempty"`
 }
 
 // JobProgress reads where a run stands, its pace and ETA.
@@ -791,6 +794,66 @@ func (c *Client) JobProgress(ctx context.Context, id string) (*JobProgress, erro
 	var p JobProgress
 	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/progress", "", nil, &p)
 	return &p, err
+}
+
+// SamplesPage is a page of one step's rollout samples: what the model was asked, what it
+// answered, how it scored. Step is nil while the job has none.
+type SamplesPage struct {
+	JobID      string           `json:"job_id"`
+	Step       *int             `json:"step,omitempty"`
+	Steps      []int            `json:"steps"`
+	Episodes   int              `json:"episodes,omitempty"`
+	Samples    []jobdata.Sample `json:"samples"`
+	Total      int              `json:"total"`
+	Page       int              `json:"page"`
+	Limit      int              `json:"limit"`
+	TotalPages int              `json:"total_pages"`
+}
+
+// JobSamples reads a page of a step's samples; step 0 for the newest step, page and limit 0
+// for the defaults.
+func (c *Client) JobSamples(ctx context.Context, id string, step, page, limit int) (*SamplesPage, error) {
+	q := url.Values{}
+	for name, n := range map[string]int{"step": step, "page": page, "limit": limit} {
+		if n > 0 {
+			q.Set(name, strconv.Itoa(n))
+		}
+	}
+	var p SamplesPage
+	_, err := c.do(ctx, http.MethodGet, withQuery("/v1/jobs/"+url.PathEscape(id)+"/samples", q), "", nil, &p)
+	return &p, err
+}
+
+// DistributionPage is a histogram of a step's rewards or advantages.
+type DistributionPage struct {
+	JobID string `json:"job_id"`
+	Step  *int   `json:"step,omitempty"`
+	Type  string `json:"type"`
+	Steps []int  `json:"steps"`
+	jobdata.Distribution
+}
+
+// JobDistribution reads a step's histogram of typ (rewards or advantages; "" for rewards);
+// step 0 for the newest step.
+func (c *Client) JobDistribution(ctx context.Context, id string, step int, typ string) (*DistributionPage, error) {
+	q := url.Values{}
+	if step > 0 {
+		q.Set("step", strconv.Itoa(step))
+	}
+	if typ != "" {
+		q.Set("type", typ)
+	}
+	var d DistributionPage
+	_, err := c.do(ctx, http.MethodGet, withQuery("/v1/jobs/"+url.PathEscape(id)+"/distributions", q), "", nil, &d)
+	return &d, err
+}
+
+// withQuery is path with q's query string, if any.
+func withQuery(path string, q url.Values) string {
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
 }
 
 // Usage is GPU time used by the organization and by its jobs.

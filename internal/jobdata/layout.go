@@ -15,6 +15,7 @@
 //	jobs/{id}/checkpoints/step_{n}/...         a step folder's files (trainer/, orchestrator/)
 //	jobs/{id}/checkpoints/step_{n}/manifest.json  written last: the commit mark
 //	jobs/{id}/artifacts/{name}                 GEPA and eval outputs
+//	jobs/{id}/rollouts/step_{n}.json           step n's sampled episodes and reward distributions
 package jobdata
 
 import (

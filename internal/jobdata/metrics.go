@@ -205,6 +205,10 @@ func orchestratorKey(k []byte) bool {
 	return false
 }
 
+// TrainerRow says whether the trainer wrote a row (its rows carry no episode or progress
+// metrics).
+func TrainerRow(r Row) bool { return writerOf(r) == "trainer" }
+
 // writerOf says which of prime-rl's processes wrote a row: the orchestrator's rows carry
 // episode and progress metrics (train/, eval/, progress/, ...), the trainer's the rest.
 func writerOf(r Row) string {

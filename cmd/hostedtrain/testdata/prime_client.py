@@ -5,6 +5,8 @@ the upstream conformance kit) against a hostedtrain API, for the Prime-compatibl
     prime_client.py KIT list | models
     prime_client.py KIT get|stop|restart|metrics|checkpoints|progress RUN_ID
     prime_client.py KIT logs RUN_ID [REGEX]
+    prime_client.py KIT rollouts RUN_ID STEP [PAGE LIMIT]
+    prime_client.py KIT distributions RUN_ID [TYPE [STEP]]
 
 The API's URL and token come as the prime CLI reads them: PRIME_API_BASE_URL, PRIME_API_KEY.
 It prints the client's answer as JSON (its pydantic models dumped), or {"error": ...} with
@@ -92,6 +94,13 @@ def main() -> int:
             out = rl_client.list_checkpoints(args[0])
         elif cmd == "progress":
             out = rl_client.get_progress(args[0])
+        elif cmd == "rollouts":
+            page, limit = (int(args[2]), int(args[3])) if len(args) > 3 else (1, 100)
+            out = rl_client.get_rollouts(args[0], step=int(args[1]), page=page, limit=limit)
+        elif cmd == "distributions":
+            kind = args[1] if len(args) > 1 else None
+            step = int(args[2]) if len(args) > 2 else None
+            out = rl_client.get_distributions(args[0], distribution_type=kind, step=step)
         else:
             raise SystemExit(f"unknown command {cmd}")
     except APIError as exc:

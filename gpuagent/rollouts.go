@@ -1,0 +1,85 @@
+package gpuagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/nolink"
+)
+
+// rolloutShipper stores the episodes prime-rl's file monitor keeps, a step at a time:
+// <run_dir>/rollouts/step_N/train/effective/traces.jsonl becomes jobs/{id}/rollouts/step_N.json
+// (jobdata.ReadTraces: a bounded sample and the reward distributions). A step is stored once
+// the trainer has written its row (so its batch was shipped and the file is whole), and every
+// step left is stored when the run ends. A resumed run stores its steps again over what an
+// earlier attempt stored: the newest attempt's episodes are the ones that trained.
+type rolloutShipper struct {
+	store blob.Store
+	jobID string
+	dir   string // <run_dir>/rollouts
+	next  int    // the lowest step not stored yet
+}
+
+// maxTraceFile is the largest traces file read; a step with a bigger one keeps none.
+const maxTraceFile = 1 << 30
+
+func (s *rolloutShipper) tracesFile(step int) string {
+	return filepath.Join(s.dir, "step_"+strconv.Itoa(step), "train", "effective", "traces.jsonl")
+}
+
+// ship stores the steps from next up to upTo that have a traces file. A step that fails to be
+// stored stops the pass, to be tried again; notes are what the job's log should say.
+func (s *rolloutShipper) ship(ctx context.Context, upTo int) (stored int, notes []string, err error) {
+	for ; s.next <= upTo; s.next++ {
+		if ctx.Err() != nil {
+			return stored, notes, ctx.Err()
+		}
+		f, err := nolink.Open(s.tracesFile(s.next))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("rollouts of step %d not stored: %v", s.next, err))
+			continue
+		}
+		if fi, err := f.Stat(); err == nil && fi.Size() > maxTraceFile {
+			f.Close()
+			notes = append(notes, fmt.Sprintf("rollouts of step %d not stored: traces.jsonl holds %d bytes, more than the %d read", s.next, fi.Size(), maxTraceFile))
+			continue
+		}
+		rs, err := jobdata.ReadTraces(s.next, f)
+		f.Close()
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("rollouts of step %d not stored: %v", s.next, err))
+			continue
+		}
+		if rs.Skipped > 0 {
+			notes = append(notes, fmt.Sprintf("rollouts of step %d: %d trace lines were not trace records and were skipped", s.next, rs.Skipped))
+		}
+		if err := jobdata.PutRollouts(ctx, s.store, s.jobID, rs); err != nil {
+			return stored, notes, err
+		}
+		stored++
+	}
+	return stored, notes, nil
+}
+
+// lastStep is the highest step folder the run wrote rollouts to.
+func (s *rolloutShipper) lastStep() int {
+	entries, _ := os.ReadDir(s.dir)
+	last := 0
+	for _, e := range entries {
+		if n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "step_")); err == nil && strings.HasPrefix(e.Name(), "step_") {
+			last = max(last, n)
+		}
+	}
+	return last
+}
