@@ -173,7 +173,7 @@ type rlConfig struct {
 	eval       []string
 	evalEvery  int
 	batchSize  int
-	groupSize  int // rollouts of one example
+	groupSize  int      // rollouts of one example
 	tasksets   []string // train then eval
 	wbType     string
 	ports      map[string]int

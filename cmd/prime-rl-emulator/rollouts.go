@@ -88,7 +88,7 @@ type task struct {
 func emulatedTask(step, group int, rng *rand.Rand) task {
 	a, b := rng.IntN(90)+10, rng.IntN(90)+10
 	return task{
-		idx: group,
+		idx:      group,
 		question: fmt.Sprintf("Step %d, example %d: a crate holds %d apples and another %d. How many apples are there in all?", step, group, a, b),
 		answer:   strconv.Itoa(a + b),
 	}
@@ -167,7 +167,7 @@ func emulatedTrace(t task, score float64, rng *rand.Rand) map[string]any {
 		"stop_condition":    "completed",
 		"errors":            []any{},
 		"timing": map[string]any{"start": at - 2, "boot": map[string]any{"start": at - 2, "end": at - 2}, "setup": map[string]any{"start": at - 2, "end": at - 1.5},
-			"agent": map[string]any{"start": at - 1.5, "end": at, "model": map[string]any{"duration": 1.0}, "harness": map[string]any{"duration": 0.5}},
+			"agent":    map[string]any{"start": at - 1.5, "end": at, "model": map[string]any{"duration": 1.0}, "harness": map[string]any{"duration": 0.5}},
 			"finalize": map[string]any{"start": at, "end": at}, "scoring": map[string]any{"start": at, "end": at}},
 	}
 }
