@@ -90,14 +90,19 @@ func TestCLIFollowsARun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dl, "step_20", "trainer", ".metadata")); err != nil {
 		t.Errorf("the downloaded checkpoint: %v", err)
 	}
-	check("progress", []string{"train", "progress", j.ID}, "20/20 (100.0%)", "reward", "train/agg/all/agent/reward/mean")
+	check("progress", []string{"train", "progress", j.ID}, "20/20 (100.0%)", "reward", "train/agg/all/agent/reward/mean", "20 steps have rollouts, 1 to 20")
+	check("rollouts", []string{"train", "rollouts", j.ID[:8], "--step", "3", "-n", "2"}, "step 3: ", "page 1 of ", "[user] Step 3, example 0", "apples", "── episode 0 · reward")
+	check("distributions", []string{"train", "distributions", j.ID, "--type", "advantages"}, "advantages at step 20 over ", "█")
+	if out, code := d.cli(t, "train", "rollouts", j.ID, "--step", "21"); code == 0 || !strings.Contains(out, "step 21 has no stored rollouts") {
+		t.Errorf("rollouts of a step past the end (%d): %s", code, out)
+	}
 	check("usage", []string{"train", "usage"}, "GPU-", j.ID)
 	check("events", []string{"train", "events", j.ID}, "job.queued", "job.checkpoint", "job.completed")
 	check("list --status", []string{"train", "list", "--status", "COMPLETED", "--kind", "rl"}, j.ID)
 	if out := check("list --status QUEUED", []string{"train", "list", "--status", "queued"}); strings.Contains(out, j.ID) {
 		t.Errorf("a completed job listed as queued:\n%s", out)
 	}
-	for _, c := range []string{"logs", "metrics", "checkpoints", "progress", "events"} {
+	for _, c := range []string{"logs", "metrics", "checkpoints", "progress", "events", "rollouts", "distributions"} {
 		out, code := d.cli(t, "train", c, j.ID, "-o", "json")
 		if code != 0 || !json.Valid([]byte(strings.TrimSpace(strings.Split(strings.TrimSpace(out), "\n")[0]))) {
 			t.Errorf("%s -o json (%d): %s", c, code, out)

@@ -33,7 +33,7 @@ func newTrainCmd() *cobra.Command {
 	}
 	c.Flags().AddFlagSet(submit.Flags())
 	c.AddCommand(submit, newGetCmd(), newListCmd(), newStopCmd(), newRestartCmd(), newLogsCmd(), newMetricsCmd(),
-		newCheckpointsCmd(), newArtifactsCmd(), newProgressCmd(), newUsageCmd(), newEventsCmd(), newModelsCmd(), newInitCmd())
+		newCheckpointsCmd(), newArtifactsCmd(), newProgressCmd(), newRolloutsCmd(), newDistributionsCmd(), newUsageCmd(), newEventsCmd(), newModelsCmd(), newInitCmd())
 	return c
 }
 

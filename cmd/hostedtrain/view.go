@@ -332,6 +332,9 @@ func renderProgress(out io.Writer, p *client.JobProgress) {
 	if p.CheckpointStep > 0 {
 		fmt.Fprintf(w, "newest checkpoint\tstep %d\n", p.CheckpointStep)
 	}
+	if n := len(p.StepsWithSamples); n > 0 {
+		fmt.Fprintf(w, "rollouts\t%s (train rollouts %s --step N)\n", stepsLine(p.StepsWithSamples), p.JobID)
+	}
 	if p.StepSeconds != nil {
 		fmt.Fprintf(w, "pace\t%.2f s a step\n", *p.StepSeconds)
 	}

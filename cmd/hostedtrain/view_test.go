@@ -12,6 +12,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
@@ -129,8 +130,32 @@ func TestGoldenCLIViews(t *testing.T) {
 	pace, eta, el := 2.5, 450.0, 300.0
 	b.Reset()
 	renderProgress(&b, &client.JobProgress{JobID: jobs[0].ID, Status: job.Running, Step: 120, MaxSteps: 300, Percent: 40,
-		Metrics: jobs[0].Progress.Metrics, Series: jobs[0].Progress.Series, CheckpointStep: 100, StepSeconds: &pace, ETASeconds: &eta, ElapsedSeconds: &el})
+		Metrics: jobs[0].Progress.Metrics, Series: jobs[0].Progress.Series, CheckpointStep: 100, StepSeconds: &pace, ETASeconds: &eta, ElapsedSeconds: &el,
+		StepsWithSamples: []int{1, 2, 119}})
 	golden(t, "progress.txt", b.Bytes())
+
+	step := 119
+	b.Reset()
+	renderSamples(&b, &client.SamplesPage{JobID: jobs[0].ID, Step: &step, Steps: []int{1, 2, 119}, Episodes: 128, Total: 32, Page: 1, Limit: 2, TotalPages: 16,
+		Samples: []jobdata.Sample{
+			{ID: "a1", Index: 0, Reward: 1, Advantage: 0.25, OK: true, StopCondition: "completed", OutputTokens: 31,
+				Prompt:     []jobdata.SampleMessage{{Role: "system", Content: "Answer in \\boxed{}."}, {Role: "user", Content: "What is 2 + 2?"}},
+				Completion: []jobdata.SampleMessage{{Role: "assistant", Content: "<think>\nadd them\n</think>\n\\boxed{4}"}},
+				Rewards:    map[string]float64{"correct": 1}, Metrics: map[string]float64{"format": 1}},
+			{ID: "a2", Index: 4, Reward: 0, Advantage: -0.75, StopCondition: "error", Truncated: true,
+				Prompt:     []jobdata.SampleMessage{{Role: "user", Content: "What is 3 + 3?"}},
+				Completion: []jobdata.SampleMessage{}, Errors: []string{"ProviderError: upstream 500"}},
+		}})
+	golden(t, "rollouts.txt", b.Bytes())
+	b.Reset()
+	renderSamples(&b, &client.SamplesPage{JobID: jobs[0].ID, Steps: []int{}, Samples: []jobdata.Sample{}})
+	golden(t, "rollouts-none.txt", b.Bytes())
+
+	b.Reset()
+	renderDistribution(&b, &client.DistributionPage{JobID: jobs[0].ID, Step: &step, Type: "rewards", Steps: []int{1, 2, 119},
+		Distribution: jobdata.Distribution{Count: 128, Mean: 0.6953, Std: 0.4603, Min: 0, Max: 1,
+			Bins: []jobdata.Bin{{Min: 0, Max: 0.5, Count: 39}, {Min: 0.5, Max: 1, Count: 89}}}})
+	golden(t, "distributions.txt", b.Bytes())
 
 	var u client.Usage
 	_ = json.Unmarshal([]byte(`{"organization":{"org":"acme","gpu_seconds":93600,"running":1,"running_gpus":2},
