@@ -12,8 +12,9 @@ import (
 )
 
 // The dashboard in a real browser (Debian's chromium driven by playwright-core) against the
-// local stack: the jobs table and its filters, a finished job's charts, events, checkpoint
-// links and log tail, and the API docs, with no page error. Screenshots go to web/test/out/.
+// local stack: the jobs table and its filters, a finished job's charts, rollouts (histogram,
+// episodes, another step), events, checkpoint links and log tail, and the API docs, with no
+// page error. Screenshots go to web/test/out/.
 func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
 	web := filepath.Join("..", "..", "web")
@@ -58,7 +59,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err != nil || !strings.Contains(string(res), "dashboard ok") {
 		t.Fatalf("the browser test: %v\n%s", err, res)
 	}
-	for _, name := range []string{"jobs.png", "job.png", "eval.png", "docs.png"} {
+	for _, name := range []string{"jobs.png", "job.png", "rollouts.png", "eval.png", "docs.png"} {
 		st, err := os.Stat(filepath.Join(shots, name))
 		if err != nil || st.Size() < 10_000 {
 			t.Errorf("screenshot %s: %v", name, err)

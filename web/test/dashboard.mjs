@@ -62,6 +62,25 @@ try {
   const link = await page.getAttribute('#checkpoints a', 'href');
   const res = await page.request.get(link);
   if (res.status() !== 200 || (await res.body()).length === 0) fail(`the checkpoint link answered ${res.status()}`);
+  // The rollouts: the newest step's histogram over its batch and its episodes; another step
+  // picked shows that step's prompts; an episode opens to its prompt and completion.
+  await page.waitForSelector('#rollouts details.sample', timeout);
+  const histTitle = await page.textContent('#histogram-title');
+  if (!/^rewards at step 20 over \d+ episodes/.test(histTitle)) fail('the histogram title: ' + histTitle);
+  const binned = await page.$$eval('#histogram .bin', (bins) => bins.reduce((n, b) => n + Number(b.dataset.count), 0));
+  const episodes = Number(histTitle.match(/over (\d+) episodes/)[1]);
+  if (binned !== episodes || episodes === 0) fail(`the histogram's bins hold ${binned} of ${episodes} episodes`);
+  const tallest = await page.$$eval('#histogram .bin .fill', (fills) => Math.max(...fills.map((f) => f.getBoundingClientRect().height)));
+  if (tallest < 50) fail('the histogram draws no bars: tallest ' + tallest + 'px');
+  await page.selectOption('#rollout-step', '3');
+  await page.waitForFunction(() => document.querySelector('#histogram-title').textContent.includes('at step 3 '), null, timeout);
+  await page.click('#samples details.sample summary');
+  const opened = await page.textContent('#samples details.sample[open]');
+  if (!opened.includes('Step 3, example') || !opened.includes('completion') || !opened.includes('boxed')) fail('an opened episode of step 3: ' + opened.slice(0, 300));
+  await page.selectOption('#rollout-type', 'advantages');
+  await page.waitForFunction(() => document.querySelector('#histogram-title').textContent.startsWith('advantages at step 3'), null, timeout);
+  await page.locator('#rollouts').screenshot({ path: out + '/rollouts.png' });
+
   await page.selectOption('#log-component', 'agent');
   await page.waitForFunction(() => document.querySelector('#logs').textContent.includes('pipeline exited'), null, timeout);
   await page.screenshot({ path: out + '/job.png', fullPage: true });

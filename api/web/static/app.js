@@ -224,6 +224,7 @@ function jobPage(id) {
   const charts = el('div', { class: 'charts', id: 'charts' });
   const events = el('ul', { class: 'timeline', id: 'events' });
   const checkpoints = el('div', { id: 'checkpoints' });
+  const rollouts = el('div', { id: 'rollouts' });
   const result = el('div', { id: 'result' });
   const artifacts = el('div', { id: 'artifacts' });
   const component = el('select', { id: 'log-component' },
@@ -233,6 +234,7 @@ function jobPage(id) {
     el('p', {}, el('a', { href: '#/' }, '← jobs')),
     el('h1', { id: 'job-title' }, id), facts, bar, result,
     el('h2', { id: 'metrics-title' }, 'Metrics'), charts,
+    el('h2', { id: 'rollouts-title', hidden: true }, 'Rollouts'), rollouts,
     el('h2', {}, 'Events'), events,
     el('h2', {}, 'Checkpoints'), checkpoints,
     el('h2', {}, 'Artifacts'), artifacts,
@@ -350,6 +352,51 @@ function jobPage(id) {
         el('td', {}, (c.download || []).map((f) => el('div', {}, el('a', { href: f.url, class: 'mono', rel: 'noopener' }, f.path), ' ', el('span', { class: 'muted' }, size(f.bytes))))))))));
   }
 
+  // Rollouts: a step's reward (or advantage) histogram over its whole batch, and the episodes
+  // kept of it — prompt, completion, reward. The newest step is shown until one is picked.
+  const roll = { steps: [], picked: 0, type: 'rewards', shown: '' };
+  const stepPick = el('select', { id: 'rollout-step', onchange: () => { roll.picked = Number(stepPick.value); showRollouts(); } });
+  const typePick = el('select', { id: 'rollout-type', onchange: () => { roll.type = typePick.value; showRollouts(); } },
+    ['rewards', 'advantages'].map((t) => el('option', { value: t }, t)));
+  const histogram = el('div', { class: 'histogram', id: 'histogram' });
+  const samples = el('div', { id: 'samples' });
+  async function loadRollouts(kind) {
+    if (kind !== 'rl' && kind !== 'fft') return;
+    const page = await api(`/v1/jobs/${id}/samples?limit=1`);
+    document.getElementById('rollouts-title').hidden = false;
+    if (!page.steps.length) { rollouts.replaceChildren(el('p', { class: 'muted' }, 'none yet: a step\'s are kept once the trainer takes it')); return; }
+    if (page.steps.length !== roll.steps.length) {
+      roll.steps = page.steps;
+      stepPick.replaceChildren(...roll.steps.slice().reverse().map((n) => el('option', { value: n }, 'step ' + n)));
+      if (roll.picked) stepPick.value = String(roll.picked);
+      if (!rollouts.contains(histogram)) {
+        rollouts.replaceChildren(el('div', { class: 'row' }, stepPick, typePick), histogram, samples);
+      }
+    }
+    if (!roll.picked) await showRollouts();
+  }
+  async function showRollouts() {
+    const step = roll.picked || roll.steps[roll.steps.length - 1];
+    const want = `${step}/${roll.type}`;
+    if (want === roll.shown) return;
+    roll.shown = want;
+    const [page, dist] = await Promise.all([api(`/v1/jobs/${id}/samples?step=${step}`), api(`/v1/jobs/${id}/distributions?step=${step}&type=${roll.type}`)]);
+    const most = Math.max(1, ...dist.bins.map((b) => b.count));
+    histogram.replaceChildren(
+      el('p', { class: 'muted', id: 'histogram-title' }, `${dist.type} at step ${step} over ${dist.count} episodes: mean ${fmt(dist.mean)}, std ${fmt(dist.std)}`),
+      el('div', { class: 'bins' }, dist.bins.map((b) => el('div', { class: 'bin', 'data-count': b.count, title: `${fmt(b.min)} … ${fmt(b.max)}: ${b.count}` },
+        el('div', { class: 'fill', style: `height:${(100 * b.count) / most}%` })))),
+      el('div', { class: 'row muted axis' }, el('span', {}, fmt(dist.min)), el('span', { class: 'spacer' }), el('span', {}, fmt(dist.max))));
+    samples.replaceChildren(el('p', { class: 'muted' }, `${page.total} of the step's ${page.episodes} episodes kept`),
+      ...page.samples.map((x) => el('details', { class: 'sample', 'data-index': x.index },
+        el('summary', {}, `episode ${x.index} · reward ${fmt(x.reward)} · advantage ${fmt(x.advantage)}`, x.ok ? '' : ' · failed',
+          x.stop_condition ? ` · ${x.stop_condition}` : ''),
+        ...[['prompt', x.prompt], ['completion', x.completion]].map(([part, msgs]) => el('div', { class: 'msgs ' + part },
+          el('h4', {}, part), msgs.map((m) => el('div', { class: 'msg role-' + m.role }, el('span', { class: 'role' }, m.role), el('pre', {}, m.content))))),
+        (x.errors || []).map((e) => el('p', { class: 'error' }, e)),
+        x.rewards ? el('p', { class: 'muted' }, 'rewards: ' + Object.entries(x.rewards).map(([k, v]) => `${k}=${v}`).join(' ')) : null)));
+  }
+
   async function loadArtifacts() {
     const page = await api(`/v1/jobs/${id}/artifacts`);
     artifacts.replaceChildren(page.items.length
@@ -385,7 +432,7 @@ function jobPage(id) {
   async function refresh() {
     const j = await api('/v1/jobs/' + id);
     showJob(j);
-    await Promise.all([loadMetrics(), loadCheckpoints(j.kind), loadArtifacts()]);
+    await Promise.all([loadMetrics(), loadCheckpoints(j.kind), loadArtifacts(), loadRollouts(j.kind)]);
     return j;
   }
 
