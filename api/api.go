@@ -39,6 +39,7 @@ type Queue interface {
 	Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error)
 	Cancel(ctx context.Context, id string) (*job.Job, error)
 	Restart(ctx context.Context, id string) (*job.Job, error)
+	Delete(ctx context.Context, id string) error
 	Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error)
 	AbandonClaim(ctx context.Context, agent, claimID string) (string, error)
 	Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error)
@@ -147,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 		"listJobs":                 s.listJobs,
 		"getJob":                   s.getJob,
 		"cancelJob":                s.cancelJob,
+		"deleteJob":                s.deleteJob,
 		"restartJob":               s.restartJob,
 		"listJobEvents":            s.listJobEvents,
 		"agentAbandonClaim":        s.agentAbandonClaim,
@@ -179,6 +181,7 @@ func New(cfg Config) (*Server, error) {
 		"primeCreateRun":           s.primeCreateRun,
 		"primeGetRun":              s.primeGetRun,
 		"primeStopRun":             s.primeStopRun,
+		"primeDeleteRun":           s.primeDeleteRun,
 		"primeRestartRun":          s.primeRestartRun,
 		"primeRunLogs":             s.primeRunLogs,
 		"primeRunMetrics":          s.primeRunMetrics,

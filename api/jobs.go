@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
@@ -242,6 +243,43 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 	default:
 		writeJSON(w, http.StatusOK, after)
+	}
+}
+
+// deleteJob deletes a job that ended: its data in object storage first, then the job, so that
+// a delete that fails part way leaves the job to be deleted again.
+func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.ownJob(w, r)
+	if !ok {
+		return
+	}
+	if !j.Status.Terminal() {
+		writeProblem(w, r, newProblem(http.StatusConflict, "job-live",
+			"job "+j.ID+" is "+string(j.Status)+": stop it first (hostedtrain train stop "+j.ID+"), then delete it"))
+		return
+	}
+	if s.cfg.Store != nil {
+		if _, err := jobdata.DeleteJob(r.Context(), s.cfg.Store, j.ID); err != nil {
+			s.cfg.Logger.Warn("delete a job's data", "job", j.ID, "err", err)
+			p := newProblem(http.StatusServiceUnavailable, "storage-unavailable",
+				"object storage failed part way through deleting job "+j.ID+"'s data; the job is still there: send the delete again to finish it")
+			p.retryAfter = RetryAfterSeconds
+			writeProblem(w, r, p)
+			return
+		}
+	}
+	err := s.cfg.Queue.Delete(r.Context(), j.ID)
+	switch {
+	case errors.Is(err, job.ErrNotFound):
+		w.WriteHeader(http.StatusNoContent) // deleted meanwhile by another request
+	case errors.Is(err, job.ErrConflict):
+		writeProblem(w, r, newProblem(http.StatusConflict, "job-live",
+			"job "+j.ID+" was restarted while it was being deleted: stop it, then delete it"))
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		s.cfg.Logger.Info("job deleted", "job", j.ID, "org", j.Org)
+		w.WriteHeader(http.StatusNoContent)
 	}
 }
 

@@ -59,14 +59,7 @@ func (s *Server) inner(r *http.Request, method, path string, query url.Values, b
 func (s *Server) innerJSON(w http.ResponseWriter, r *http.Request, method, path string, query url.Values, body []byte, out any) bool {
 	rec := s.inner(r, method, path, query, body)
 	if rec.Code >= 300 {
-		var p Problem
-		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status == 0 {
-			p = *newProblem(rec.Code, "internal", strings.TrimSpace(rec.Body.String()))
-		}
-		if ra := rec.Header().Get("Retry-After"); ra != "" {
-			w.Header().Set("Retry-After", ra)
-		}
-		writePrimeError(w, &p, jobLoc)
+		relayProblem(w, rec)
 		return false
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
@@ -74,6 +67,18 @@ func (s *Server) innerJSON(w http.ResponseWriter, r *http.Request, method, path 
 		return false
 	}
 	return true
+}
+
+// relayProblem answers the problem of a /v1 answer as the prime CLI reads errors.
+func relayProblem(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
+	var p Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status == 0 {
+		p = *newProblem(rec.Code, "internal", strings.TrimSpace(rec.Body.String()))
+	}
+	if ra := rec.Header().Get("Retry-After"); ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
+	writePrimeError(w, &p, jobLoc)
 }
 
 // writePrimeError answers a problem as the prime CLI reads errors: {"detail": "..."}, or for a
@@ -429,6 +434,20 @@ func (s *Server) primeGetRun(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) primeStopRun(w http.ResponseWriter, r *http.Request) {
 	s.primeRunAt(w, r, http.MethodPost, "/cancel")
+}
+
+// primeDeleteRun is the prime CLI's `train delete RUN`: the /v1 delete, answered {} (the CLI
+// reads nothing of it) or the /v1 problem as the CLI reads errors.
+func (s *Server) primeDeleteRun(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
+	if rec := s.inner(r, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), nil, nil); rec.Code >= 300 {
+		relayProblem(w, rec)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
 }
 
 func (s *Server) primeRestartRun(w http.ResponseWriter, r *http.Request) {

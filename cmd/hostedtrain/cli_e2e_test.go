@@ -132,5 +132,14 @@ func TestCLIFollowsARun(t *testing.T) {
 		return json.Unmarshal([]byte(lastLine(out)), &g) == nil && g.Status == job.Running
 	})
 	check("stop", []string{"train", "stop", lj.ID, "--timeout", "60s"}, "STOPPED")
+
+	// delete cannot be undone: off a terminal it wants --force; then the job and its data go.
+	if out, code := d.cli(t, "train", "delete", lj.ID); code == 0 || !strings.Contains(out, "pass --force (-f) to go ahead") {
+		t.Errorf("delete without --force off a terminal (%d): %s", code, out)
+	}
+	check("delete", []string{"train", "delete", lj.ID[:13], "-f"}, "job "+lj.ID+" deleted")
+	if out, code := d.cli(t, "train", "get", lj.ID); code == 0 || !strings.Contains(out, "404") {
+		t.Errorf("get of the deleted job (%d): %s", code, out)
+	}
 	d.stop(t)
 }

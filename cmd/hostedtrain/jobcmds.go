@@ -442,6 +442,9 @@ func newStopCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := confirm(cmd, fmt.Sprintf("Stop job %s?", id), false); err != nil {
+				return err
+			}
 			j, err := api.CancelJob(ctx, id)
 			if err != nil {
 				return err
@@ -494,5 +497,36 @@ func newStopCmd() *cobra.Command {
 	c.Flags().BoolVar(&noWait, "no-wait", false, "ask for the stop and return at once")
 	forceFlag(c)
 	outputFlag(c, &output)
+	return c
+}
+
+func newDeleteCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "delete ID",
+		Short: "Delete a job that ended, with its metrics, logs, checkpoints and rollouts (asks first)",
+		Long: "Deletes a COMPLETED, FAILED or STOPPED job and everything it stored. It cannot be undone:\n" +
+			"on a terminal it asks first; elsewhere it needs --force. A live job is refused: stop it first.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			id, err := jobID(ctx, api, args[0])
+			if err != nil {
+				return err
+			}
+			if err := confirm(cmd, fmt.Sprintf("Permanently delete job %s and everything it stored?", id), true); err != nil {
+				return err
+			}
+			if err := api.DeleteJob(ctx, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "job %s deleted\n", id)
+			return nil
+		},
+	}
+	forceFlag(c)
 	return c
 }

@@ -168,6 +168,9 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 		t.Fatalf("create the long run: %s", out)
 	}
 	testwait.Until(t, time.Minute, "the long run to run", func() bool { return status(lr.ID) == job.Running })
+	if out, ok := d.primeClient(t, "delete", lr.ID); ok || !strings.Contains(string(out), "stop it first") {
+		t.Errorf("delete of a running run: %s", out)
+	}
 	if out, ok = d.primeClient(t, "stop", lr.ID); !ok {
 		t.Fatalf("stop: %s", out)
 	}
@@ -182,6 +185,14 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 	}
 	if out, ok = d.primeClient(t, "stop", lr.ID); !ok {
 		t.Errorf("stop after the restart: %s", out)
+	}
+	// delete, once the run has stopped (a live run's delete is refused: see above)
+	testwait.Until(t, time.Minute, "the long run to stop again", func() bool { return status(lr.ID) == job.Stopped })
+	if out, ok := d.primeClient(t, "delete", lr.ID); !ok || !strings.Contains(string(out), `"deleted": null`) {
+		t.Errorf("delete: %s", out)
+	}
+	if out, ok := d.primeClient(t, "get", lr.ID); ok || !strings.Contains(string(out), "NotFoundError") {
+		t.Errorf("get of the deleted run: %s", out)
 	}
 
 	// An sft run whose teacher is the CLI's [teacher] table (its model sent as {"name": ...}).

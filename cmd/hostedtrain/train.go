@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
@@ -33,14 +37,44 @@ func newTrainCmd() *cobra.Command {
 	}
 	c.Flags().AddFlagSet(submit.Flags())
 	c.AddCommand(submit, newGetCmd(), newListCmd(), newStopCmd(), newRestartCmd(), newLogsCmd(), newMetricsCmd(),
-		newCheckpointsCmd(), newArtifactsCmd(), newProgressCmd(), newRolloutsCmd(), newDistributionsCmd(), newUsageCmd(), newEventsCmd(), newModelsCmd(), newInitCmd())
+		newCheckpointsCmd(), newArtifactsCmd(), newProgressCmd(), newRolloutsCmd(), newDistributionsCmd(), newDeleteCmd(), newUsageCmd(), newEventsCmd(), newModelsCmd(), newInitCmd())
 	return c
 }
 
-// forceFlag adds --force/-f, which the prime CLI's stop and restart take to skip their
-// question: hostedtrain asks none, so it changes nothing.
+// forceFlag adds --force/-f: do not ask before acting (the prime CLI's flag of the same name).
 func forceFlag(c *cobra.Command) {
-	c.Flags().BoolP("force", "f", false, "accepted for the prime CLI's habit; hostedtrain does not ask")
+	c.Flags().BoolP("force", "f", false, "do not ask for confirmation")
+}
+
+// confirm asks question on a terminal and says whether the answer was yes; with --force it
+// does not ask. Off a terminal (a script, a pipe) it does not ask either: an action that can
+// be undone goes ahead, and one that cannot (needForce) is refused without --force.
+func confirm(cmd *cobra.Command, question string, needForce bool) error {
+	if force, _ := cmd.Flags().GetBool("force"); force {
+		return nil
+	}
+	in, ok := cmd.InOrStdin().(*os.File)
+	if !ok || !term.IsTerminal(int(in.Fd())) {
+		if needForce {
+			return fmt.Errorf("%s asks before it acts and cannot ask here (not a terminal): pass --force (-f) to go ahead", cmd.CommandPath())
+		}
+		return nil
+	}
+	return confirmFrom(cmd.InOrStdin(), cmd.ErrOrStderr(), question)
+}
+
+// errCancelled is a question answered no: nothing was done.
+var errCancelled = errors.New("cancelled: nothing was done")
+
+// confirmFrom asks question on w and reads the answer from r: y or yes goes ahead.
+func confirmFrom(r io.Reader, w io.Writer, question string) error {
+	fmt.Fprintf(w, "%s [y/N]: ", question)
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return errCancelled
 }
 
 // outputFlag adds -o table|json.
@@ -247,7 +281,9 @@ func follow(ctx context.Context, api *client.Client, id string, show bool, out i
 }
 
 // jobCmd is a command that acts on one job by id and shows the job it gets back.
-func jobCmd(use, short string, act func(*client.Client, context.Context, string) (*job.Job, error),
+// jobCmd is a command on one job (ID or a unique prefix of one); with a question, it asks it
+// (confirm) before it acts.
+func jobCmd(use, short, question string, act func(*client.Client, context.Context, string) (*job.Job, error),
 	show func(io.Writer, *job.Job)) *cobra.Command {
 	var output string
 	c := &cobra.Command{
@@ -260,6 +296,11 @@ func jobCmd(use, short string, act func(*client.Client, context.Context, string)
 				if err != nil {
 					return nil, err
 				}
+				if question != "" {
+					if err := confirm(cmd, fmt.Sprintf(question, id), false); err != nil {
+						return nil, err
+					}
+				}
 				return act(api, ctx, id)
 			}, show)
 		},
@@ -269,7 +310,7 @@ func jobCmd(use, short string, act func(*client.Client, context.Context, string)
 }
 
 func newGetCmd() *cobra.Command {
-	return jobCmd("get", "Show one job", (*client.Client).GetJob, renderJob)
+	return jobCmd("get", "Show one job", "", (*client.Client).GetJob, renderJob)
 }
 
 func newListCmd() *cobra.Command {
@@ -353,6 +394,7 @@ func parseWhen(v, flag string) (time.Time, error) {
 
 func newRestartCmd() *cobra.Command {
 	c := jobCmd("restart", "Run a failed or stopped job again from its newest checkpoint (a running one stops first)",
+		"Restart job %s from its newest checkpoint? (a running one is stopped first)",
 		(*client.Client).RestartJob, func(w io.Writer, j *job.Job) {
 			if j.Status == job.Queued {
 				from := "the start"

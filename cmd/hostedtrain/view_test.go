@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,3 +170,17 @@ func TestGoldenCLIViews(t *testing.T) {
 }
 
 func ptr(f float64) *float64 { return &f }
+
+// The question stop, restart and delete ask on a terminal: only y or yes goes ahead.
+func TestConfirmAsksAndReadsTheAnswer(t *testing.T) {
+	for answer, yes := range map[string]bool{"y\n": true, "YES\n": true, "\n": false, "n\n": false, "": false, "yep\n": false} {
+		var asked bytes.Buffer
+		err := confirmFrom(strings.NewReader(answer), &asked, "Stop job j1?")
+		if (err == nil) != yes || (!yes && err != errCancelled) {
+			t.Errorf("answer %q: %v", answer, err)
+		}
+		if asked.String() != "Stop job j1? [y/N]: " {
+			t.Errorf("asked %q", asked.String())
+		}
+	}
+}

@@ -796,6 +796,12 @@ func (c *Client) JobProgress(ctx context.Context, id string) (*JobProgress, erro
 	return &p, err
 }
 
+// DeleteJob deletes a job that ended, with everything it stored.
+func (c *Client) DeleteJob(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), "", nil, nil)
+	return err
+}
+
 // SamplesPage is a page of one step's rollout samples: what the model was asked, what it
 // answered, how it scored. Step is nil while the job has none.
 type SamplesPage struct {

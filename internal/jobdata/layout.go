@@ -19,7 +19,11 @@
 package jobdata
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"strconv"
 	"strings"
@@ -127,4 +131,39 @@ func stepOf(name string) (int, bool) {
 	}
 	n, err := strconv.Atoi(digits)
 	return n, err == nil
+}
+
+// DeleteJob deletes every object of a job (jobs/{id}/...): metrics, logs, checkpoints,
+// artifacts, rollouts. What fails to be deleted stays, and a second call finishes it.
+func DeleteJob(ctx context.Context, store blob.Store, jobID string) (int, error) {
+	objs, err := store.List(ctx, JobPrefix(jobID))
+	if err != nil {
+		return 0, err
+	}
+	keys := make(chan string)
+	var deleted atomic.Int64
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for range min(8, len(objs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range keys {
+				if err := store.Delete(ctx, k); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					continue
+				}
+				deleted.Add(1)
+			}
+		}()
+	}
+	for _, o := range objs {
+		keys <- o.Key
+	}
+	close(keys)
+	wg.Wait()
+	return int(deleted.Load()), errors.Join(errs...)
 }

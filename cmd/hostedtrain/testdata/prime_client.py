@@ -3,7 +3,7 @@ the upstream conformance kit) against a hostedtrain API, for the Prime-compatibl
 
     prime_client.py KIT create CONFIG.toml [KEY=VALUE ...]
     prime_client.py KIT list | models
-    prime_client.py KIT get|stop|restart|metrics|checkpoints|progress RUN_ID
+    prime_client.py KIT get|stop|restart|delete|metrics|checkpoints|progress RUN_ID
     prime_client.py KIT logs RUN_ID [REGEX]
     prime_client.py KIT rollouts RUN_ID STEP [PAGE LIMIT]
     prime_client.py KIT distributions RUN_ID [TYPE [STEP]]
@@ -85,6 +85,8 @@ def main() -> int:
             out = rl_client.stop_run(args[0])
         elif cmd == "restart":
             out = rl_client.restart_run(args[0])
+        elif cmd == "delete":
+            out = {"deleted": rl_client.delete_run(args[0])}
         elif cmd == "logs":
             search = args[1] if len(args) > 1 else None
             out = {"logs": rl_client.get_logs(args[0], tail_lines=50, search=search, regex=search is not None)}

@@ -1,0 +1,60 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+// Delete forgets a job that ended (COMPLETED, FAILED or STOPPED): its entries in its
+// organization's indices, its hash, config, secrets, progress and events, and its archived
+// record. A live job is job.ErrConflict (stop it first); one that is not there,
+// job.ErrNotFound. The organization's GPU time is not given back: usage counts what ran.
+//
+// The job's data in object storage (metrics, logs, checkpoints, rollouts) is the caller's to
+// delete first (the API does), so that a delete that fails half way is finished by asking
+// again. Delete leaves nothing half-forgotten itself: the queue forgets the job in one
+// function call (the archiver's, archive.lua), and the own keys it leaves are deleted at once
+// or, after a crash, by the archiver's next run (DROPPING).
+func (c *Client) Delete(ctx context.Context, id string) error {
+	j, err := c.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !j.Status.Terminal() {
+		return fmt.Errorf("queue: delete: job is %s: %w", j.Status, job.ErrConflict)
+	}
+	if c.cfg.Store != nil {
+		if err := c.cfg.Store.Delete(ctx, archiveKey(id)); err != nil && !errors.Is(err, blob.ErrNotFound) {
+			return fmt.Errorf("queue: delete %s: record: %w", id, err)
+		}
+	}
+	// An ended job moves to its own slot before the queue forgets it, as the archiver's do.
+	if !c.migrated.done.Load() {
+		if err := c.migrateJobs(ctx, []string{id}); err != nil {
+			return err
+		}
+	}
+	if _, err := c.settleOne(ctx, id, false); err != nil {
+		return err
+	}
+	rec, err := c.readRecord(ctx, id, true)
+	if err != nil {
+		return fmt.Errorf("queue: delete %s: %w", id, err)
+	}
+	if len(rec.hash) == 0 {
+		// Not in Redis: an archived job, whose record is gone now.
+		return c.dropOwn(ctx, id)
+	}
+	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash["finished_at"], "org": rec.hash["org"]}).Int()
+	if err != nil {
+		return scriptErr("delete", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("queue: delete %s: it was restarted meanwhile: %w", id, job.ErrConflict)
+	}
+	return c.dropOwn(ctx, id)
+}
