@@ -40,6 +40,7 @@ type Queue interface {
 	Cancel(ctx context.Context, id string) (*job.Job, error)
 	Restart(ctx context.Context, id string) (*job.Job, error)
 	Delete(ctx context.Context, id string) error
+	IdleCapacity(ctx context.Context, model string, counts []int) ([]int, error)
 	Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error)
 	AbandonClaim(ctx context.Context, agent, claimID string) (string, error)
 	Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error)

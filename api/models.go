@@ -8,6 +8,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
@@ -65,20 +66,26 @@ func (s *Server) models() []Model {
 	return out
 }
 
-func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
-	type item struct {
-		Model
-		Renderer string `json:"renderer,omitempty"`
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	models := s.models()
+	counts := make([]int, len(models))
+	for i, m := range models {
+		counts[i] = m.GPUs
 	}
-	items := []item{}
-	for _, m := range s.models() {
-		it := item{Model: m}
+	idle, err := s.cfg.Queue.IdleCapacity(r.Context(), jobspec.DefaultGPUType, counts)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	list := client.ModelList{Items: []client.Model{}, OperatorList: s.cfg.Models != nil}
+	for i, m := range models {
+		it := client.Model{Name: m.Name, GPUs: m.GPUs, PricePerGPUHour: m.PricePerGPUHour, IdleNodes: idle[i]}
 		if choice, err := upstream.ChooseRenderer(m.Name, ""); err == nil {
 			it.Renderer = choice.Name
 		}
-		items = append(items, it)
+		list.Items = append(list.Items, it)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items, "operator_list": s.cfg.Models != nil})
+	writeJSON(w, http.StatusOK, list)
 }
 
 // offered checks a training job's model against the operator's list, if there is one: a model

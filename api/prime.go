@@ -619,17 +619,13 @@ func (s *Server) primeRunDistributions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) primeListModels(w http.ResponseWriter, r *http.Request) {
-	var list struct {
-		Items []struct {
-			Name string `json:"name"`
-		} `json:"items"`
-	}
+	var list client.ModelList
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/models", nil, nil, &list) {
 		return
 	}
 	models := make([]map[string]any, 0, len(list.Items))
 	for _, m := range list.Items {
-		models = append(models, map[string]any{"name": m.Name, "atCapacity": false})
+		models = append(models, map[string]any{"name": m.Name, "atCapacity": m.IdleNodes == 0})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models})
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 
@@ -102,4 +103,25 @@ func (n *notifier) close() {
 		_ = n.sub.Close()
 		n.sub = nil
 	}
+}
+
+// IdleCapacity says, for each GPU count in counts, how many claims are waiting right now with
+// at least that many GPUs of model free: how many nodes could start such a job at once. (A
+// claim that has not waited again since its last job is not counted.)
+func (c *Client) IdleCapacity(ctx context.Context, model string, counts []int) ([]int, error) {
+	cmds := make([]*redis.IntCmd, len(counts))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range counts {
+			cmds[i] = p.ZCount(ctx, c.keys.of("waitkey", model), strconv.Itoa(n), "+inf")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: idle capacity: %w", err)
+	}
+	out := make([]int, len(counts))
+	for i, cmd := range cmds {
+		out[i] = int(cmd.Val())
+	}
+	return out, nil
 }

@@ -7,8 +7,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
 )
 
@@ -107,6 +109,12 @@ func TestDevTakesTheOperatorsModels(t *testing.T) {
 	if code != 0 || !regexp.MustCompile(`Qwen/Qwen3-4B-Instruct-2507\s+2\s+\$2\.50/GPU-hour`).MatchString(out) || strings.Contains(out, "any other") {
 		t.Errorf("train models (%d): %s", code, out)
 	}
+	// The dev agent, idle, is the capacity: one node could start a job of it now.
+	idle := regexp.MustCompile(`Qwen/Qwen3-4B-Instruct-2507\s+2\s+\$2\.50/GPU-hour\s+qwen3\s+1\n`)
+	testwait.Until(t, time.Minute, "train models to show the idle dev agent", func() bool {
+		out, _ = d.cli(t, "train", "models")
+		return idle.MatchString(out)
+	})
 	job := filepath.Join(t.TempDir(), "job.toml")
 	if err := os.WriteFile(job, []byte("model = \"Qwen/Qwen3-8B\"\n[[env]]\nid = \"gsm8k\"\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -395,15 +395,16 @@ func renderEvent(w io.Writer, e job.Event) {
 // renderModels lists models with the GPUs an rl job of each takes and the price.
 func renderModels(w io.Writer, list *client.ModelList) {
 	t := table(w)
-	fmt.Fprintln(t, "MODEL\tGPUS\tPRICE\tRENDERER")
+	fmt.Fprintln(t, "MODEL\tGPUS\tPRICE\tRENDERER\tIDLE NODES")
 	for _, m := range list.Items {
 		price := "-"
 		if m.PricePerGPUHour > 0 {
 			price = fmt.Sprintf("$%.2f/GPU-hour", m.PricePerGPUHour)
 		}
-		fmt.Fprintf(t, "%s\t%d\t%s\t%s\n", m.Name, m.GPUs, price, orDash(m.Renderer))
+		fmt.Fprintf(t, "%s\t%d\t%s\t%s\t%d\n", m.Name, m.GPUs, price, orDash(m.Renderer), m.IdleNodes)
 	}
 	t.Flush()
+	fmt.Fprintln(w, "idle nodes: nodes waiting for work now with the model's GPUs free (0: a new job queues)")
 	if !list.OperatorList {
 		fmt.Fprintln(w, "any other Hugging Face model trains too, with renderer = \"...\" in the job")
 	}

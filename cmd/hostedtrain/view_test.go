@@ -119,7 +119,7 @@ func TestGoldenCLIViews(t *testing.T) {
 	golden(t, "artifacts.txt", b.Bytes())
 
 	b.Reset()
-	renderModels(&b, &client.ModelList{Items: []client.Model{{Name: "Qwen/Qwen3-4B-Instruct-2507", GPUs: 2, Renderer: "qwen3"},
+	renderModels(&b, &client.ModelList{Items: []client.Model{{Name: "Qwen/Qwen3-4B-Instruct-2507", GPUs: 2, Renderer: "qwen3", IdleNodes: 3},
 		{Name: "Qwen/Qwen3-30B-A3B-Instruct-2507", GPUs: 8, Renderer: "qwen3"}}})
 	golden(t, "models.txt", b.Bytes())
 	b.Reset()

@@ -922,6 +922,8 @@ type Model struct {
 	GPUs            int     `json:"gpus"`
 	PricePerGPUHour float64 `json:"price_per_gpu_hour,omitempty"`
 	Renderer        string  `json:"renderer,omitempty"`
+	// IdleNodes is how many nodes wait for work with the model's GPUs free right now.
+	IdleNodes int `json:"idle_nodes"`
 }
 
 // ModelList is what training jobs may name: the operator's list, or the models prime-rl
