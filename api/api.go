@@ -166,6 +166,8 @@ func New(cfg Config) (*Server, error) {
 		"getJobSamples":            s.getJobSamples,
 		"getJobDistributions":      s.getJobDistributions,
 		"getUsage":                 s.getUsage,
+		"getJobUsage":              s.getJobUsage,
+		"primeRunUsage":            s.primeRunUsage,
 		"download":                 s.download,
 		"getJobMetrics":            s.getJobMetrics,
 		"listJobCheckpoints":       s.listJobCheckpoints,

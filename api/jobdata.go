@@ -295,6 +295,58 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
+// tokenKeys are the orchestrator's per-batch token counts (traces: metrics-keys.json).
+var tokenKeys = []string{"progress/input_tokens", "progress/output_tokens"}
+
+// getJobUsage is what one job used: GPU time (and its cost at the operator's price for the
+// job's model), projected to the run's end at its pace so far, and its rollouts' tokens summed
+// over the stored metrics rows.
+func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.ownJob(w, r)
+	if !ok {
+		return
+	}
+	c := j.Config
+	u := client.JobUsage{JobID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, Model: c.Model, GPUs: c.Resources.GPUs,
+		GPUType: c.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps, UpdatedAt: j.UpdatedAt}
+	for _, m := range s.cfg.Models {
+		if m.Name == c.Model && m.PricePerGPUHour > 0 {
+			u.PricePerGPUHour = m.PricePerGPUHour
+			cost := round3(j.GPUSeconds / 3600 * m.PricePerGPUHour)
+			u.CostUSD = &cost
+		}
+	}
+	if j.Status == job.Running && u.Step > 0 && u.MaxSteps > u.Step {
+		gs := round3(j.GPUSeconds * float64(u.MaxSteps) / float64(u.Step))
+		u.ProjectedGPUSeconds = &gs
+		if u.CostUSD != nil {
+			cost := round3(gs / 3600 * u.PricePerGPUHour)
+			u.ProjectedCostUSD = &cost
+		}
+	}
+	if s.cfg.Store != nil && jobspec.RunsPrimeRL(j.Kind) && u.Step > 0 {
+		for minStep := 0; ; {
+			read, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, jobdata.MetricsQuery{MinStep: minStep, Names: tokenKeys, Limit: 10000})
+			if err != nil {
+				s.internalError(w, r, err)
+				return
+			}
+			for _, row := range read.Rows {
+				in, _ := row.Float(tokenKeys[0])
+				out, _ := row.Float(tokenKeys[1])
+				u.Tokens.Input += int64(in)
+				u.Tokens.Output += int64(out)
+			}
+			if !read.More || len(read.Rows) == 0 {
+				break
+			}
+			minStep = read.Rows[len(read.Rows)-1].Step() + 1
+		}
+		u.Tokens.Total = u.Tokens.Input + u.Tokens.Output
+	}
+	writeJSON(w, http.StatusOK, u)
+}
+
 // rolloutsOf reads the step of a job's rollouts the request names (`step`; the newest
 // without), and the steps that have them. rs is nil when the job has none yet; a named step
 // without rollouts is answered 404 here (ok false).

@@ -575,6 +575,32 @@ func (s *Server) primeRunProgress(w http.ResponseWriter, r *http.Request) {
 		"stepsWithDistributions": steps, "lastUpdatedAt": p.UpdatedAt})
 }
 
+// primeRunUsage is the prime CLI's `train usage RUN` (its billing client's RunUsage): the
+// job's tokens, and its cost — GPU time at the operator's price, all of it under training
+// (the same GPUs serve the rollouts; Prime's per-token prices are not ours).
+func (s *Server) primeRunUsage(w http.ResponseWriter, r *http.Request) {
+	id, j, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
+	var u client.JobUsage
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/usage", nil, nil, &u) {
+		return
+	}
+	cost := 0.0
+	if u.CostUSD != nil {
+		cost = *u.CostUSD
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"run_id": id, "run_name": u.Name, "base_model": u.Model, "status": primeRun(j)["status"],
+		"training":  map[string]any{"tokens": u.Tokens.Total, "input_tokens": u.Tokens.Input, "output_tokens": u.Tokens.Output, "cost_usd": cost},
+		"inference": map[string]any{"tokens": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0},
+		"total_tokens": u.Tokens.Total, "total_cost_usd": cost,
+		"pricing":      map[string]any{"training_per_mtok": nil, "inference_input_per_mtok": nil, "inference_output_per_mtok": nil},
+		"record_count": u.Step,
+	})
+}
+
 // primeRunSamples is the prime CLI's `train rollouts RUN --step N`.
 func (s *Server) primeRunSamples(w http.ResponseWriter, r *http.Request) {
 	id, _, ok := s.primeRunID(w, r)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -350,18 +351,66 @@ func newProgressCmd() *cobra.Command {
 func newUsageCmd() *cobra.Command {
 	var output, cursor string
 	var limit int
+	var watch bool
+	var every time.Duration
 	c := &cobra.Command{
-		Use:   "usage",
-		Short: "GPU time used by your organization and by each job",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.Usage, error) {
-				return api.Usage(ctx, cursor, limit)
-			}, renderUsage)
+		Use:   "usage [ID]",
+		Short: "GPU time used by your organization and by each job; with ID, one job's GPU time, cost and tokens",
+		Example: `  hostedtrain train usage
+  hostedtrain train usage 01a2 --watch`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				if watch {
+					return errors.New("--watch follows one job: give its ID (train usage ID --watch)")
+				}
+				return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.Usage, error) {
+					return api.Usage(ctx, cursor, limit)
+				}, renderUsage)
+			}
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			id, err := jobID(ctx, api, args[0])
+			if err != nil {
+				return err
+			}
+			for {
+				u, err := api.JobUsage(ctx, id)
+				if err != nil {
+					return err
+				}
+				if output == "json" {
+					printJSON(out, u)
+				} else {
+					if watch && isTerminal(out) {
+						fmt.Fprint(out, "\033[H\033[2J")
+					}
+					renderJobUsage(out, u)
+				}
+				if !watch || u.Status.Terminal() {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(every):
+				}
+				if output != "json" && !isTerminal(out) {
+					fmt.Fprintln(out)
+				}
+			}
 		},
 	}
 	c.Flags().IntVar(&limit, "limit", 20, "jobs per page (1-100)")
 	c.Flags().StringVar(&cursor, "cursor", "", "continue after a previous page")
+	c.Flags().BoolVarP(&watch, "watch", "w", false, "with ID: refresh until the job ends")
+	c.Flags().DurationVar(&every, "interval", 5*time.Second, "how often --watch refreshes")
 	outputFlag(c, &output)
 	return c
 }

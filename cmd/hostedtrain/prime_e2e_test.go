@@ -109,6 +109,21 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 		rollouts.Total == 0 || len(rollouts.Samples[0].Completion) == 0 || !strings.Contains(rollouts.Samples[0].Completion[0].Content, "apples") {
 		t.Errorf("rollouts of step 7: %.600s", out)
 	}
+	out, ok = d.primeClient(t, "usage", run.ID)
+	var usage struct {
+		RunID       string `json:"run_id"`
+		Status      string
+		TotalTokens int `json:"total_tokens"`
+		Training    struct {
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+		}
+		RecordCount int `json:"record_count"`
+	}
+	if err := json.Unmarshal(out, &usage); !ok || err != nil || usage.RunID != run.ID || usage.Status != "COMPLETED" || usage.RecordCount != 20 ||
+		usage.TotalTokens == 0 || usage.TotalTokens != usage.Training.InputTokens+usage.Training.OutputTokens {
+		t.Errorf("usage: %.600s", out)
+	}
 	out, ok = d.primeClient(t, "distributions", run.ID, "rewards")
 	var dist struct {
 		Bins []struct {

@@ -122,5 +122,18 @@ func TestDevTakesTheOperatorsModels(t *testing.T) {
 	if out, code = d.cli(t, "train", job); code == 0 || !strings.Contains(out, "line 1 (/model): Qwen/Qwen3-8B is not offered here") {
 		t.Errorf("a job of an unlisted model (%d): %s", code, out)
 	}
+	// A job of a listed model: its usage is priced, its tokens counted.
+	out, code = d.cli(t, "train", "submit", "../../examples/quickstart.toml", "--wait", "-o", "json")
+	var done struct{ ID, Status string }
+	if err := json.Unmarshal([]byte(lastLine(out)), &done); code != 0 || err != nil || done.Status != "COMPLETED" {
+		t.Fatalf("the run (%d): %s", code, out)
+	}
+	if out, code = d.cli(t, "train", "usage", done.ID[:8], "--watch"); code != 0 || !regexp.MustCompile(`cost\s+\$\d+\.\d\d \(at \$2\.50/GPU-hour\)`).MatchString(out) ||
+		!regexp.MustCompile(`tokens\s+\d+ \(\d+ in, \d+ out\)`).MatchString(out) || !strings.Contains(out, "COMPLETED") {
+		t.Errorf("train usage ID --watch of a finished job (%d): %s", code, out)
+	}
+	if out, code = d.cli(t, "train", "usage", "--watch"); code == 0 || !strings.Contains(out, "give its ID") {
+		t.Errorf("train usage --watch without an ID (%d): %s", code, out)
+	}
 	d.stop(t)
 }

@@ -347,6 +347,40 @@ func renderProgress(out io.Writer, p *client.JobProgress) {
 	w.Flush()
 }
 
+// renderJobUsage is `train usage ID`.
+func renderJobUsage(out io.Writer, u *client.JobUsage) {
+	w := table(out)
+	fmt.Fprintf(w, "job\t%s (%s, %s)\n", u.JobID, u.Kind, u.Status)
+	if u.Model != "" {
+		fmt.Fprintf(w, "model\t%s\n", u.Model)
+	}
+	gpus := "none"
+	if u.GPUs > 0 {
+		gpus = fmt.Sprintf("%d×%s", u.GPUs, u.GPUType)
+	}
+	fmt.Fprintf(w, "gpus\t%s\n", gpus)
+	fmt.Fprintf(w, "gpu time\t%s\n", gpuHours(u.GPUSeconds))
+	if u.CostUSD != nil {
+		fmt.Fprintf(w, "cost\t$%.2f (at $%.2f/GPU-hour)\n", *u.CostUSD, u.PricePerGPUHour)
+	} else {
+		fmt.Fprintf(w, "cost\t- (no price set for %s)\n", orDash(u.Model))
+	}
+	if u.MaxSteps > 0 {
+		fmt.Fprintf(w, "step\t%d/%d\n", u.Step, u.MaxSteps)
+	}
+	if u.ProjectedGPUSeconds != nil {
+		line := gpuHours(*u.ProjectedGPUSeconds)
+		if u.ProjectedCostUSD != nil {
+			line += fmt.Sprintf(", $%.2f", *u.ProjectedCostUSD)
+		}
+		fmt.Fprintf(w, "projected\t%s at the end, at the pace so far\n", line)
+	}
+	if u.Tokens.Total > 0 {
+		fmt.Fprintf(w, "tokens\t%d (%d in, %d out)\n", u.Tokens.Total, u.Tokens.Input, u.Tokens.Output)
+	}
+	w.Flush()
+}
+
 // renderUsage is `train usage`.
 func renderUsage(w io.Writer, u *client.Usage) {
 	fmt.Fprintf(w, "organization %s: %s in all; %d job(s) running on %d GPU(s) now\n\n", u.Organization.Org,

@@ -135,6 +135,16 @@ func TestGoldenCLIViews(t *testing.T) {
 		StepsWithSamples: []int{1, 2, 119}})
 	golden(t, "progress.txt", b.Bytes())
 
+	cost, pgs, pcost := 3.333, 12000.0, 8.333
+	b.Reset()
+	renderJobUsage(&b, &client.JobUsage{JobID: jobs[0].ID, Kind: "rl", Status: job.Running, Model: "Qwen/Qwen3-4B-Instruct-2507", GPUs: 2, GPUType: "H100",
+		GPUSeconds: 4800, PricePerGPUHour: 2.5, CostUSD: &cost, ProjectedGPUSeconds: &pgs, ProjectedCostUSD: &pcost, Step: 120, MaxSteps: 300,
+		Tokens: client.TokenCounts{Total: 9_600_000, Input: 2_800_000, Output: 6_800_000}})
+	golden(t, "usage-job.txt", b.Bytes())
+	b.Reset()
+	renderJobUsage(&b, &client.JobUsage{JobID: jobs[1].ID, Kind: "eval", Status: job.Completed, Model: "openai/gpt-4.1-mini"})
+	golden(t, "usage-job-unpriced.txt", b.Bytes())
+
 	step := 119
 	b.Reset()
 	renderSamples(&b, &client.SamplesPage{JobID: jobs[0].ID, Step: &step, Steps: []int{1, 2, 119}, Episodes: 128, Total: 32, Page: 1, Limit: 2, TotalPages: 16,

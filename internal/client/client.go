@@ -802,6 +802,42 @@ func (c *Client) DeleteJob(ctx context.Context, id string) error {
 	return err
 }
 
+// JobUsage is what one job used: GPU time, its price where the operator set one, and the
+// tokens its rollouts took.
+type JobUsage struct {
+	JobID           string     `json:"job_id"`
+	Name            string     `json:"name,omitempty"`
+	Kind            string     `json:"kind"`
+	Status          job.Status `json:"status"`
+	Model           string     `json:"model,omitempty"`
+	GPUs            int        `json:"gpus"`
+	GPUType         string     `json:"gpu_type,omitempty"`
+	GPUSeconds      float64    `json:"gpu_seconds"`
+	PricePerGPUHour float64    `json:"price_per_gpu_hour,omitempty"`
+	CostUSD         *float64   `json:"cost_usd,omitempty"`
+	// Projected* are what the whole run will use at its pace so far (a running rl job).
+	ProjectedGPUSeconds *float64    `json:"projected_gpu_seconds,omitempty"`
+	ProjectedCostUSD    *float64    `json:"projected_cost_usd,omitempty"`
+	Step                int         `json:"step"`
+	MaxSteps            int         `json:"max_steps,omitempty"`
+	Tokens              TokenCounts `json:"tokens"`
+	UpdatedAt           time.Time   `json:"updated_at"`
+}
+
+// TokenCounts are tokens of the run's rollouts: prompts (input) and completions (output).
+type TokenCounts struct {
+	Total  int64 `json:"total"`
+	Input  int64 `json:"input"`
+	Output int64 `json:"output"`
+}
+
+// JobUsage reads what one job used.
+func (c *Client) JobUsage(ctx context.Context, id string) (*JobUsage, error) {
+	var u JobUsage
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/usage", "", nil, &u)
+	return &u, err
+}
+
 // SamplesPage is a page of one step's rollout samples: what the model was asked, what it
 // answered, how it scored. Step is nil while the job has none.
 type SamplesPage struct {

@@ -5,6 +5,7 @@ the upstream conformance kit) against a hostedtrain API, for the Prime-compatibl
     prime_client.py KIT list | models
     prime_client.py KIT get|stop|restart|delete|metrics|checkpoints|progress RUN_ID
     prime_client.py KIT logs RUN_ID [REGEX]
+    prime_client.py KIT usage RUN_ID              (its billing client: `prime train usage RUN`)
     prime_client.py KIT rollouts RUN_ID STEP [PAGE LIMIT]
     prime_client.py KIT distributions RUN_ID [TYPE [STEP]]
 
@@ -38,6 +39,7 @@ sys.path.insert(0, kit)
 import stubs  # noqa: E402,F401  (the kit's: must precede every upstream import)
 
 import prime_cli.commands.rl as cli_rl  # noqa: E402
+from prime_cli.api.billing import BillingClient  # noqa: E402
 from prime_cli.api.rl import RLClient  # noqa: E402
 from prime_cli.core.client import APIClient, APIError  # noqa: E402
 from prime_cli.core.config import Config  # noqa: E402
@@ -96,6 +98,8 @@ def main() -> int:
             out = rl_client.list_checkpoints(args[0])
         elif cmd == "progress":
             out = rl_client.get_progress(args[0])
+        elif cmd == "usage":
+            out = BillingClient(APIClient()).get_run_usage(args[0])
         elif cmd == "rollouts":
             page, limit = (int(args[2]), int(args[3])) if len(args) > 3 else (1, 100)
             out = rl_client.get_rollouts(args[0], step=int(args[1]), page=page, limit=limit)
