@@ -194,6 +194,7 @@ func New(cfg Config) (*Server, error) {
 		"primeRunDistributions":    s.primeRunDistributions,
 		"primeListModels":          s.primeListModels,
 		"listModels":               s.listModels,
+		"listGPUs":                 s.listGPUs,
 	}
 	seen := map[string]bool{}
 	for path, item := range spec.Doc.Paths.Map() {

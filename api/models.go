@@ -131,3 +131,18 @@ func (s *Server) offered(r *http.Request, a *admitted) *Problem {
 	}
 	return nil
 }
+
+// listGPUs is GET /v1/gpus: the one GPU type this service places jobs on, a node's worth, and
+// the idle nodes now by GPUs free.
+func (s *Server) listGPUs(w http.ResponseWriter, r *http.Request) {
+	counts := make([]int, upstream.GPUsPerNode)
+	for i := range counts {
+		counts[i] = i + 1
+	}
+	idle, err := s.cfg.Queue.IdleCapacity(r.Context(), jobspec.DefaultGPUType, counts)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": []client.GPUType{{GPUType: jobspec.DefaultGPUType, PerNode: upstream.GPUsPerNode, IdleNodes: idle}}})
+}

@@ -579,3 +579,19 @@ func newDeleteCmd() *cobra.Command {
 	forceFlag(c)
 	return c
 }
+
+func newGPUsCmd() *cobra.Command {
+	var output string
+	c := &cobra.Command{
+		Use:   "gpus",
+		Short: "The GPUs jobs run on, and how many nodes are idle now",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) ([]client.GPUType, error) {
+				return api.GPUs(ctx)
+			}, renderGPUs)
+		},
+	}
+	outputFlag(c, &output)
+	return c
+}

@@ -115,6 +115,9 @@ func TestDevTakesTheOperatorsModels(t *testing.T) {
 		out, _ = d.cli(t, "train", "models")
 		return idle.MatchString(out)
 	})
+	if out, code := d.cli(t, "train", "gpus"); code != 0 || !regexp.MustCompile(`H100\s+8\s+1: 1  2: 1  `).MatchString(out) {
+		t.Errorf("train gpus (%d): %s", code, out)
+	}
 	job := filepath.Join(t.TempDir(), "job.toml")
 	if err := os.WriteFile(job, []byte("model = \"Qwen/Qwen3-8B\"\n[[env]]\nid = \"gsm8k\"\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -347,6 +347,21 @@ func renderProgress(out io.Writer, p *client.JobProgress) {
 	w.Flush()
 }
 
+// renderGPUs is `train gpus`.
+func renderGPUs(w io.Writer, gpus []client.GPUType) {
+	t := table(w)
+	fmt.Fprintln(t, "GPU\tPER NODE\tIDLE NODES (BY GPUS FREE)")
+	for _, g := range gpus {
+		var idle []string
+		for i, n := range g.IdleNodes {
+			idle = append(idle, fmt.Sprintf("%d: %d", i+1, n))
+		}
+		fmt.Fprintf(t, "%s\t%d\t%s\n", g.GPUType, g.PerNode, strings.Join(idle, "  "))
+	}
+	t.Flush()
+	fmt.Fprintln(w, "a job asks for its GPUs with num_gpus (1 to a node's); with none idle it queues")
+}
+
 // renderJobUsage is `train usage ID`.
 func renderJobUsage(out io.Writer, u *client.JobUsage) {
 	w := table(out)

@@ -16,6 +16,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
+	"github.com/hostedtrain/hostedtrain/openapi"
 )
 
 var update = flag.Bool("update", false, "rewrite the CLI's golden files under testdata/golden")
@@ -145,6 +146,10 @@ func TestGoldenCLIViews(t *testing.T) {
 	renderJobUsage(&b, &client.JobUsage{JobID: jobs[1].ID, Kind: "eval", Status: job.Completed, Model: "openai/gpt-4.1-mini"})
 	golden(t, "usage-job-unpriced.txt", b.Bytes())
 
+	b.Reset()
+	renderGPUs(&b, []client.GPUType{{GPUType: "H100", PerNode: 8, IdleNodes: []int{3, 3, 2, 2, 1, 1, 1, 1}}})
+	golden(t, "gpus.txt", b.Bytes())
+
 	step := 119
 	b.Reset()
 	renderSamples(&b, &client.SamplesPage{JobID: jobs[0].ID, Step: &step, Steps: []int{1, 2, 119}, Episodes: 128, Total: 32, Page: 1, Limit: 2, TotalPages: 16,
@@ -192,5 +197,18 @@ func TestConfirmAsksAndReadsTheAnswer(t *testing.T) {
 		if asked.String() != "Stop job j1? [y/N]: " {
 			t.Errorf("asked %q", asked.String())
 		}
+	}
+}
+
+// `train configs` lists every key of the contract's job schemas, by kind.
+func TestGoldenConfigs(t *testing.T) {
+	spec, err := openapi.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"rl", "gepa", "eval", "fft"} {
+		var b bytes.Buffer
+		renderConfigs(&b, configOptions(spec.KindSchemas()[kind], "", 0))
+		golden(t, "configs-"+kind+".txt", b.Bytes())
 	}
 }

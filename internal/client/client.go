@@ -962,6 +962,23 @@ type Model struct {
 	IdleNodes int `json:"idle_nodes"`
 }
 
+// GPUType is a GPU type jobs run on: the most one job takes (a node's), and how many nodes
+// wait for work now with at least n GPUs free (IdleNodes[n-1]).
+type GPUType struct {
+	GPUType   string `json:"gpu_type"`
+	PerNode   int    `json:"per_node"`
+	IdleNodes []int  `json:"idle_nodes"`
+}
+
+// GPUs lists the GPU types jobs run on.
+func (c *Client) GPUs(ctx context.Context) ([]GPUType, error) {
+	var list struct {
+		Items []GPUType `json:"items"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/gpus", "", nil, &list)
+	return list.Items, err
+}
+
 // ModelList is what training jobs may name: the operator's list, or the models prime-rl
 // renders by itself (then any other model trains too, with a renderer named).
 type ModelList struct {
