@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
@@ -59,7 +60,11 @@ func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.cfg.Storage != nil {
-		if cl.Storage, err = s.cfg.Storage.Grant(r.Context(), cl.Job.ID); err != nil {
+		var reads []string
+		if ws := cl.Job.Config.WarmStart; ws != nil {
+			reads = append(reads, jobdata.CheckpointPrefix(ws.Job, ws.Step)) // the run starts from it
+		}
+		if cl.Storage, err = s.cfg.Storage.Grant(r.Context(), cl.Job.ID, reads...); err != nil {
 			// Without storage the run would be lost: hand the job back, unharmed, for the
 			// next claim, and tell the agent to try again later.
 			s.cfg.Logger.Error("claim: storage grant", "job", cl.Job.ID, "err", err)

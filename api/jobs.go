@@ -72,6 +72,9 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	if prob == nil {
 		prob = s.offered(r, a)
 	}
+	if prob == nil {
+		prob = s.warmStart(r, a)
+	}
 	if prob != nil {
 		writeProblem(w, r, prob)
 		return
@@ -150,6 +153,9 @@ func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
 	a, prob := admit(r)
 	if prob == nil {
 		prob = s.offered(r, a)
+	}
+	if prob == nil {
+		prob = s.warmStart(r, a)
 	}
 	if prob != nil {
 		writeProblem(w, r, prob)

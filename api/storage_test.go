@@ -60,7 +60,7 @@ func TestClaimCarriesStorageCredentials(t *testing.T) {
 
 type failingGranter struct{ calls atomic.Int32 }
 
-func (f *failingGranter) Grant(context.Context, string) (*job.StorageGrant, error) {
+func (f *failingGranter) Grant(context.Context, string, ...string) (*job.StorageGrant, error) {
 	f.calls.Add(1)
 	return nil, errors.New("sts: throttled")
 }

@@ -71,6 +71,15 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		up.onSkip = func(step int) {
 			r.warn(fmt.Sprintf("checkpoint of step %d skipped: the trainer completes checkpoints faster than they can be stored", step))
 		}
+		// A warm start's checkpoint is another job's: restored here, never stored again as this
+		// job's own (its first own checkpoint is the next one the trainer writes).
+		warm := spec.WarmStart
+		if len(committed) > 0 {
+			warm = nil // the job has checkpoints of its own by now: it resumes from them
+		}
+		if warm != nil {
+			up.seen[warm.Step] = true
+		}
 		r.data.uploader = up
 		r.lease.reportCommitted(up.committedSteps)
 		upCtx, cancelUploads := context.WithCancel(ctx)
@@ -95,6 +104,15 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 				// so the service's record (and the job's events) know the newest checkpoint.
 				r.lease.committedStep(step)
 			}
+		}
+		if warm != nil {
+			began := time.Now()
+			if err := restore(prep, r.store, warm.Job, warm.Step, jobdata.StepDir(jobdata.CheckpointsDir(runDir), warm.Step)); err != nil {
+				return stopped(failed("warm start from the checkpoint of job %s at step %d: %v (a checkpoint its job's keep_cloud has since dropped cannot be read)", warm.Job, warm.Step, err))
+			}
+			p.resume = warm.Step
+			r.note("warm start: the checkpoint of another job restored and verified; the run resumes from it",
+				"job", warm.Job, "step", warm.Step, "took", time.Since(began).Round(time.Millisecond))
 		}
 	}
 	r.data.metrics = jobdata.NewMetricsWriter(r.store, r.claim.Job.ID, r.claim.Lease.Fence, p.resume+1)

@@ -22,9 +22,9 @@ type countingGranter struct {
 	calls atomic.Int32
 }
 
-func (g *countingGranter) Grant(ctx context.Context, id string) (*job.StorageGrant, error) {
+func (g *countingGranter) Grant(ctx context.Context, id string, reads ...string) (*job.StorageGrant, error) {
 	g.calls.Add(1)
-	return g.Static.Grant(ctx, id)
+	return g.Static.Grant(ctx, id, reads...)
 }
 
 // An agent with no storage of its own runs a job with the credentials its claim carries, and

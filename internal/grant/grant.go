@@ -21,10 +21,14 @@ import (
 // validID is a job id that can go in a policy and a role session name (64 characters at most).
 var validID = regexp.MustCompile(`^[A-Za-z0-9-]{1,60}$`)
 
-// Granter hands out storage access for one job.
+// Granter hands out storage access for one job: its own prefix, and read-only the other
+// prefixes named in reads (a warm start's checkpoint, jobs/{id}/checkpoints/step_{n}/).
 type Granter interface {
-	Grant(ctx context.Context, jobID string) (*job.StorageGrant, error)
+	Grant(ctx context.Context, jobID string, reads ...string) (*job.StorageGrant, error)
 }
+
+// validRead is a prefix a grant may add for reading: one committed checkpoint of a job.
+var validRead = regexp.MustCompile(`^jobs/[A-Za-z0-9-]{1,60}/checkpoints/step_[0-9]{1,9}/$`)
 
 // AssumeRoler is the one STS call a granter makes (*sts.Client in production).
 type AssumeRoler interface {
@@ -48,7 +52,7 @@ type STS struct {
 const DefaultDuration = time.Hour
 
 // Grant assumes the role for the job.
-func (g *STS) Grant(ctx context.Context, jobID string) (*job.StorageGrant, error) {
+func (g *STS) Grant(ctx context.Context, jobID string, reads ...string) (*job.StorageGrant, error) {
 	if g.Client == nil || g.RoleARN == "" || g.Bucket == "" {
 		return nil, errors.New("grant: STS needs Client, RoleARN and Bucket")
 	}
@@ -56,7 +60,7 @@ func (g *STS) Grant(ctx context.Context, jobID string) (*job.StorageGrant, error
 	if d == 0 {
 		d = DefaultDuration
 	}
-	doc, err := SessionPolicy(g.Bucket, g.Prefix, g.KMSKeyARN, jobID)
+	doc, err := SessionPolicy(g.Bucket, g.Prefix, g.KMSKeyARN, jobID, reads...)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +88,7 @@ func (g *STS) Grant(ctx context.Context, jobID string) (*job.StorageGrant, error
 // SessionPolicy is the IAM policy that narrows the role to one job's data: read, write and
 // delete objects (and tag them, and finish or abort multipart uploads) under the job's prefix,
 // list only that prefix, and use the bucket's KMS key through S3 alone.
-func SessionPolicy(bucket, prefix, kmsKeyARN, jobID string) (string, error) {
+func SessionPolicy(bucket, prefix, kmsKeyARN, jobID string, reads ...string) (string, error) {
 	if !validID.MatchString(jobID) {
 		return "", fmt.Errorf("grant: invalid job id %q", jobID)
 	}
@@ -106,6 +110,16 @@ func SessionPolicy(bucket, prefix, kmsKeyARN, jobID string) (string, error) {
 			Resource:  []string{"arn:aws:s3:::" + bucket},
 			Condition: map[string]map[string]any{"StringLike": {"s3:prefix": []string{jobPrefix, jobPrefix + "*"}}},
 		},
+	}
+	if len(reads) > 0 {
+		read := statement{Sid: "ReadOnly", Effect: "Allow", Action: []string{"s3:GetObject"}}
+		for _, rp := range reads {
+			if !validRead.MatchString(rp) {
+				return "", fmt.Errorf("grant: %q is not a checkpoint prefix a job may read", rp)
+			}
+			read.Resource = append(read.Resource, "arn:aws:s3:::"+bucket+"/"+prefix+rp+"*")
+		}
+		statements = append(statements, read)
 	}
 	if kmsKeyARN != "" {
 		statements = append(statements, statement{
@@ -148,7 +162,7 @@ type Static struct {
 }
 
 // Grant returns the static credentials.
-func (s *Static) Grant(_ context.Context, _ string) (*job.StorageGrant, error) {
+func (s *Static) Grant(_ context.Context, _ string, _ ...string) (*job.StorageGrant, error) {
 	now, life := time.Now, s.Lifetime
 	if s.Now != nil {
 		now = s.Now

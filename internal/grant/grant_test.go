@@ -109,3 +109,48 @@ func TestStaticGrantExpires(t *testing.T) {
 		t.Fatalf("static grant %+v %v", g, err)
 	}
 }
+
+// A warm start's grant adds reading — only reading — the one checkpoint the run starts from;
+// any other prefix is refused.
+func TestSessionPolicyReadsAWarmStartsCheckpoint(t *testing.T) {
+	t.Parallel()
+	const src = "01a20201-0000-7000-8000-00000000000f"
+	doc, err := grant.SessionPolicy("ht-data", "prod/", "", jobID, "jobs/"+src+"/checkpoints/step_40/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc) > 2048 {
+		t.Errorf("session policy is %d characters", len(doc))
+	}
+	var p struct {
+		Statement []struct {
+			Sid      string
+			Action   []string
+			Resource []string
+		}
+	}
+	if err := json.Unmarshal([]byte(doc), &p); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range p.Statement {
+		if s.Sid != "ReadOnly" {
+			continue
+		}
+		found = true
+		if len(s.Action) != 1 || s.Action[0] != "s3:GetObject" {
+			t.Errorf("the warm start's checkpoint allows %v", s.Action)
+		}
+		if len(s.Resource) != 1 || s.Resource[0] != "arn:aws:s3:::ht-data/prod/jobs/"+src+"/checkpoints/step_40/*" {
+			t.Errorf("readable: %v", s.Resource)
+		}
+	}
+	if !found {
+		t.Fatalf("no read statement in %s", doc)
+	}
+	for _, bad := range []string{"jobs/" + src + "/", "jobs/" + src + "/logs/", "archive/", "jobs/" + src + "/checkpoints/step_40/../../", "jobs/*/checkpoints/step_1/"} {
+		if _, err := grant.SessionPolicy("ht-data", "prod/", "", jobID, bad); err == nil {
+			t.Errorf("a grant may read %q", bad)
+		}
+	}
+}

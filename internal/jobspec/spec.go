@@ -124,14 +124,17 @@ type Spec struct {
 	DifficultyFiltering *DifficultyFiltering `json:"difficulty_filtering,omitempty"`
 	Parallelism         *Parallelism         `json:"parallelism,omitempty"`
 	CheckpointID        string               `json:"checkpoint_id,omitempty"`
-	Sampling            *Sampling            `json:"sampling,omitempty"`
-	Eval                *OnlineEval          `json:"eval,omitempty"`
-	Val                 *Val                 `json:"val,omitempty"`
-	PreBatchFilters     []Filter             `json:"pre_batch_filters,omitempty"`
-	PostBatchFilters    []Filter             `json:"post_batch_filters,omitempty"`
-	Wandb               *Wandb               `json:"wandb,omitempty"`
-	Checkpoints         *Checkpoints         `json:"checkpoints,omitempty"`
-	Adapters            *Adapters            `json:"adapters,omitempty"`
+	// WarmStart is the committed checkpoint CheckpointID names, as the API resolved it at
+	// submit; the run starts from it.
+	WarmStart        *WarmStart   `json:"warm_start,omitempty"`
+	Sampling         *Sampling    `json:"sampling,omitempty"`
+	Eval             *OnlineEval  `json:"eval,omitempty"`
+	Val              *Val         `json:"val,omitempty"`
+	PreBatchFilters  []Filter     `json:"pre_batch_filters,omitempty"`
+	PostBatchFilters []Filter     `json:"post_batch_filters,omitempty"`
+	Wandb            *Wandb       `json:"wandb,omitempty"`
+	Checkpoints      *Checkpoints `json:"checkpoints,omitempty"`
+	Adapters         *Adapters    `json:"adapters,omitempty"`
 
 	// fft: the prime-rl config as the job wrote it, less the service's keys (see KindFFT).
 	PrimeRL map[string]any `json:"prime_rl,omitempty"`
@@ -1195,4 +1198,23 @@ func modelBillions(model string) float64 {
 	}
 	f, _ := strconv.ParseFloat(m[1], 64)
 	return f
+}
+
+// WarmStart is a committed checkpoint of another job of the organization's that a run starts
+// from: its weights, optimizer and progress, as a restart resumes from its own.
+type WarmStart struct {
+	Job  string `json:"job"`
+	Step int    `json:"step"`
+}
+
+// ParseCheckpointID reads a checkpoint id as this service names checkpoints — "<job id>-step-<N>"
+// (the Prime surface's ids; `train checkpoints` shows the steps) — or a bare job id, which
+// names its newest committed checkpoint (step 0 here).
+func ParseCheckpointID(id string) (jobID string, step int) {
+	if i := strings.LastIndex(id, "-step-"); i > 0 {
+		if n, err := strconv.Atoi(id[i+len("-step-"):]); err == nil && n > 0 {
+			return id[:i], n
+		}
+	}
+	return id, 0
 }

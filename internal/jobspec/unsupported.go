@@ -28,9 +28,6 @@ func Unsupported(s Spec) []Issue {
 	if p := s.Parallelism; p != nil && p.PipelineParallelSize > 1 {
 		add("/pipeline_parallel_size", "prime-rl's inference config has no pipeline parallelism; vLLM runs with tensor and data parallelism only")
 	}
-	if s.CheckpointID != "" {
-		add("/checkpoint_id", "warm starts from a checkpoint id are not built yet; the run starts from the model's weights")
-	}
 	if s.Val != nil {
 		add("/val", "prime-rl runs online evaluation ([eval]) but no separate validation; [val] is not applied")
 	}
