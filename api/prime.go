@@ -593,8 +593,8 @@ func (s *Server) primeRunUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"run_id": id, "run_name": u.Name, "base_model": u.Model, "status": primeRun(j)["status"],
-		"training":  map[string]any{"tokens": u.Tokens.Total, "input_tokens": u.Tokens.Input, "output_tokens": u.Tokens.Output, "cost_usd": cost},
-		"inference": map[string]any{"tokens": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0},
+		"training":     map[string]any{"tokens": u.Tokens.Total, "input_tokens": u.Tokens.Input, "output_tokens": u.Tokens.Output, "cost_usd": cost},
+		"inference":    map[string]any{"tokens": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0},
 		"total_tokens": u.Tokens.Total, "total_cost_usd": cost,
 		"pricing":      map[string]any{"training_per_mtok": nil, "inference_input_per_mtok": nil, "inference_output_per_mtok": nil},
 		"record_count": u.Step,
