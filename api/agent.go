@@ -155,9 +155,9 @@ func (s *Server) agentError(w http.ResponseWriter, r *http.Request, err error) b
 		// Nothing of the report was recorded and the lease was not renewed: an honest agent
 		// never reports a step past its job's max_steps.
 		msg := step.Error()
-		writeProblem(w, r, &Problem{Type: problemTypeBase + "invalid-checkpoints", Title: http.StatusText(http.StatusUnprocessableEntity),
-			Status: http.StatusUnprocessableEntity, Detail: "the report's checkpoint steps are refused: " + msg,
-			Errors: []FieldError{{Pointer: "/checkpoints/" + strconv.Itoa(step.Index), Message: step.Why}}})
+		p := newProblem(http.StatusUnprocessableEntity, "invalid-checkpoints", "the report's checkpoint steps are refused: "+msg)
+		p.Errors = []FieldError{{Pointer: "/checkpoints/" + strconv.Itoa(step.Index), Message: step.Why}}
+		writeProblem(w, r, p)
 	case errors.Is(err, job.ErrLeaseLost):
 		writeProblem(w, r, newProblem(http.StatusConflict, "lease-lost",
 			"this lease is no longer current (it expired, or the job was claimed again or ended); stop the pipeline"))

@@ -20,11 +20,6 @@ import (
 // What agents wrote to object storage for a job: metrics, checkpoints, artifacts. The API
 // reads it with the same format (package jobdata) the agents write it with.
 
-type metricsPage struct {
-	Items       []jobdata.Row `json:"items"`
-	NextMinStep *int          `json:"next_min_step,omitempty"`
-}
-
 // storeReady answers 503 when the service runs without object storage configured.
 func (s *Server) storeReady(w http.ResponseWriter, r *http.Request) bool {
 	if s.cfg.Store == nil {
@@ -56,7 +51,7 @@ func (s *Server) getJobMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.noteSkipped(r, j.ID, read)
-	page := metricsPage{Items: read.Rows}
+	page := client.MetricsPage{Items: read.Rows}
 	if read.More {
 		next := read.Rows[len(read.Rows)-1].Step() + 1
 		page.NextMinStep = &next
@@ -72,22 +67,6 @@ func (s *Server) noteSkipped(r *http.Request, jobID string, read jobdata.Metrics
 	}
 }
 
-type checkpointItem struct {
-	Step     int            `json:"step"`
-	Status   string         `json:"status"`
-	Bytes    int64          `json:"bytes"`
-	Files    int            `json:"files"`
-	Time     *time.Time     `json:"time,omitempty"`
-	Download []downloadFile `json:"download,omitempty"`
-}
-
-type downloadFile struct {
-	Path   string `json:"path"`
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256,omitempty"`
-	URL    string `json:"url"`
-}
-
 func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
 	if !ok || !s.storeReady(w, r) {
@@ -99,9 +78,9 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	expires := time.Now().Add(downloadTTL).UTC().Truncate(time.Second)
-	items := make([]checkpointItem, 0, len(cps))
+	items := make([]client.Checkpoint, 0, len(cps))
 	for _, c := range cps {
-		it := checkpointItem{Step: c.Step, Status: "uploading", Bytes: c.Bytes, Files: c.Files}
+		it := client.Checkpoint{Step: c.Step, Status: "uploading", Bytes: c.Bytes, Files: c.Files}
 		if !c.Time.IsZero() {
 			t := c.Time.UTC()
 			it.Time = &t
@@ -122,7 +101,7 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 
 // checkpointDownloads lists a committed checkpoint's files, as its manifest has them, with
 // download links.
-func (s *Server) checkpointDownloads(r *http.Request, jobID string, step int, expires time.Time) ([]downloadFile, error) {
+func (s *Server) checkpointDownloads(r *http.Request, jobID string, step int, expires time.Time) ([]client.DownloadFile, error) {
 	prefix := jobdata.CheckpointPrefix(jobID, step)
 	rc, err := s.cfg.Store.Get(r.Context(), prefix+jobdata.ManifestName)
 	if errors.Is(err, blob.ErrNotFound) {
@@ -137,22 +116,15 @@ func (s *Server) checkpointDownloads(r *http.Request, jobID string, step int, ex
 	if err != nil {
 		return nil, fmt.Errorf("manifest of step %d: %w", step, err)
 	}
-	out := make([]downloadFile, 0, len(m.Files))
+	out := make([]client.DownloadFile, 0, len(m.Files))
 	for _, f := range m.Files {
 		u, err := s.downloadURL(r.Context(), r, prefix+f.Path, expires)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, downloadFile{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256, URL: u})
+		out = append(out, client.DownloadFile{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256, URL: u})
 	}
 	return out, nil
-}
-
-type artifactItem struct {
-	Name  string     `json:"name"`
-	Bytes int64      `json:"bytes"`
-	Time  *time.Time `json:"time,omitempty"`
-	URL   string     `json:"url"`
 }
 
 func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
@@ -167,7 +139,7 @@ func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	expires := time.Now().Add(downloadTTL).UTC().Truncate(time.Second)
-	items := make([]artifactItem, 0, len(objs))
+	items := make([]client.Artifact, 0, len(objs))
 	for _, o := range objs {
 		t := o.Modified.UTC()
 		u, err := s.downloadURL(r.Context(), r, o.Key, expires)
@@ -175,7 +147,7 @@ func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
 			s.internalError(w, r, err)
 			return
 		}
-		items = append(items, artifactItem{Name: strings.TrimPrefix(o.Key, prefix), Bytes: o.Size, Time: &t, URL: u})
+		items = append(items, client.Artifact{Name: strings.TrimPrefix(o.Key, prefix), Bytes: o.Size, Time: &t, URL: u})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": items, "expires_at": expires})
 }
@@ -255,17 +227,6 @@ func stepPace(rows []jobdata.Row) (float64, bool) {
 	return (times[len(times)-1] - times[first]) / float64(n), true
 }
 
-type usageJob struct {
-	ID         string     `json:"id"`
-	Name       string     `json:"name,omitempty"`
-	Kind       string     `json:"kind"`
-	Status     job.Status `json:"status"`
-	GPUs       int        `json:"gpus"`
-	GPUType    string     `json:"gpu_type,omitempty"`
-	GPUSeconds float64    `json:"gpu_seconds"`
-	CreatedAt  time.Time  `json:"created_at"`
-}
-
 func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 	org := principal(r).Org
 	st, err := s.cfg.Queue.GetOrg(r.Context(), org)
@@ -278,19 +239,15 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	items := make([]usageJob, 0, len(jobs))
+	items := make([]client.UsageJob, 0, len(jobs))
 	for _, j := range jobs {
-		items = append(items, usageJob{ID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, GPUs: j.Config.Resources.GPUs,
+		items = append(items, client.UsageJob{ID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, GPUs: j.Config.Resources.GPUs,
 			GPUType: j.Config.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), CreatedAt: j.CreatedAt})
 	}
-	out := map[string]any{
-		"organization": map[string]any{"org": org, "gpu_seconds": round3(st.GPUSeconds), "running": st.Running, "running_gpus": st.RunningGPUs},
-		"jobs":         items,
-	}
-	if next != "" {
-		out["next_cursor"] = next
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, client.Usage{
+		Organization: client.OrgUsage{Org: org, GPUSeconds: round3(st.GPUSeconds), Running: st.Running, RunningGPUs: st.RunningGPUs},
+		Jobs:         items, NextCursor: next,
+	})
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

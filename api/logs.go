@@ -11,16 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
-
-type logPage struct {
-	Attempt    int64             `json:"attempt,omitempty"`
-	Attempts   []int64           `json:"attempts"`
-	Components []string          `json:"components,omitempty"`
-	Items      []jobdata.LogLine `json:"items"`
-}
 
 func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
@@ -67,7 +61,7 @@ func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !follow {
-		page := logPage{Attempt: res.Fence, Attempts: res.Fences, Components: res.Components, Items: res.Lines}
+		page := client.LogPage{Attempt: res.Fence, Attempts: res.Fences, Components: res.Components, Items: res.Lines}
 		if page.Items == nil {
 			page.Items = []jobdata.LogLine{}
 		}

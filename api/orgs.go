@@ -53,15 +53,16 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 	if req.Token != "" {
 		var err error
 		if jti, until, err = auth.TokenID(req.Token); err != nil {
-			writeProblem(w, r, &Problem{Type: problemTypeBase + "invalid-token", Title: http.StatusText(http.StatusUnprocessableEntity),
-				Status: http.StatusUnprocessableEntity, Detail: err.Error(), Errors: []FieldError{{Pointer: "/token", Message: err.Error()}}})
+			p := newProblem(http.StatusUnprocessableEntity, "invalid-token", err.Error())
+			p.Errors = []FieldError{{Pointer: "/token", Message: err.Error()}}
+			writeProblem(w, r, p)
 			return
 		}
 	}
 	if jti == "" || until.IsZero() {
-		writeProblem(w, r, &Problem{Type: problemTypeBase + "invalid-body", Title: http.StatusText(http.StatusUnprocessableEntity),
-			Status: http.StatusUnprocessableEntity, Detail: "send the token, or its jti and expires_at",
-			Errors: []FieldError{{Pointer: "/token", Message: "send the token, or its jti and expires_at"}}})
+		p := newProblem(http.StatusUnprocessableEntity, "invalid-body", "send the token, or its jti and expires_at")
+		p.Errors = []FieldError{{Pointer: "/token", Message: "send the token, or its jti and expires_at"}}
+		writeProblem(w, r, p)
 		return
 	}
 	if err := s.cfg.Queue.RevokeToken(r.Context(), jti, until); err != nil {

@@ -15,30 +15,19 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
 // Problem is an RFC 9457 problem document, with the field errors that caused it.
 type Problem struct {
-	Type     string       `json:"type"`
-	Title    string       `json:"title"`
-	Status   int          `json:"status"`
-	Detail   string       `json:"detail,omitempty"`
-	Instance string       `json:"instance,omitempty"`
-	Errors   []FieldError `json:"errors,omitempty"`
+	client.Problem
 	// retryAfter, if set, is sent as Retry-After (seconds).
 	retryAfter int
 }
 
-// FieldError names one thing wrong with a request: a body field by JSON pointer (and its
-// place in the TOML or JSON document where known) or a parameter.
-type FieldError struct {
-	Pointer   string `json:"pointer,omitempty"`
-	Parameter string `json:"parameter,omitempty"`
-	Line      int    `json:"line,omitempty"`
-	Column    int    `json:"column,omitempty"`
-	Message   string `json:"message"`
-}
+// FieldError names one thing wrong with a request; its wire form is the client's.
+type FieldError = client.FieldError
 
 // problemTypeBase prefixes the type URIs; each names a page of docs/errors.md.
 const problemTypeBase = "https://hostedtrain.dev/problems/"
@@ -52,12 +41,12 @@ func unavailable() *Problem {
 }
 
 func newProblem(status int, slug, detail string) *Problem {
-	return &Problem{
+	return &Problem{Problem: client.Problem{
 		Type:   problemTypeBase + slug,
 		Title:  http.StatusText(status),
 		Status: status,
 		Detail: detail,
-	}
+	}}
 }
 
 // writeProblem is the one place errors leave the API.

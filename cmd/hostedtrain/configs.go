@@ -148,11 +148,13 @@ func typeOf(s *openapi3.Schema) string {
 	return t
 }
 
+// firstLine is a description's first sentence, on one line.
 func firstLine(s string) string {
 	s = strings.TrimSpace(s)
-	if i := strings.IndexAny(s, "\n"); i >= 0 {
+	if i := strings.Index(s, "\n\n"); i >= 0 {
 		s = s[:i]
 	}
+	s = strings.Join(strings.Fields(s), " ")
 	if i := strings.Index(s, ". "); i >= 0 {
 		s = s[:i+1]
 	}

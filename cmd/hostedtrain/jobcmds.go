@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
 
 // isTerminal reports whether w is a terminal (live lines and spinners only there).
@@ -141,7 +141,7 @@ func newMetricsCmd() *cobra.Command {
 			for _, c := range cols {
 				wanted = append(wanted, c.key)
 			}
-			var rows []map[string]json.RawMessage
+			var rows []jobdata.Row
 			from := minStep
 			for {
 				page, err := api.JobMetrics(cmd.Context(), id, from, maxStep, wanted, 10000)

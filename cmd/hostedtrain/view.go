@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
@@ -178,7 +179,7 @@ func metricColumns(series map[string]string, names []string) ([]column, bool) {
 
 // renderMetrics is `train metrics` as a table, one row a step, a column a metric; the
 // default columns show only the series the job has.
-func renderMetrics(w io.Writer, rows []map[string]json.RawMessage, cols []column, explicit bool) {
+func renderMetrics(w io.Writer, rows []jobdata.Row, cols []column, explicit bool) {
 	if !explicit {
 		present := map[string]bool{}
 		for _, r := range rows {
@@ -232,7 +233,7 @@ func renderMetrics(w io.Writer, rows []map[string]json.RawMessage, cols []column
 }
 
 // renderPlot draws one metric over the steps in the terminal.
-func renderPlot(w io.Writer, rows []map[string]json.RawMessage, c column, width, height int) {
+func renderPlot(w io.Writer, rows []jobdata.Row, c column, width, height int) {
 	name := c.key
 	var ys []float64
 	first, last := 0, 0

@@ -92,11 +92,11 @@ func TestGoldenCLIViews(t *testing.T) {
 	}
 	golden(t, "logs.txt", b.Bytes())
 
-	var rows []map[string]json.RawMessage
+	var rows []jobdata.Row
 	for step := 1; step <= 30; step++ {
 		r := float64(step) / 40
 		line := fmt.Sprintf(`{"step":%d,"time":1.5,"train/agg/all/agent/reward/mean":%g,"entropy/all/mean":%g,"loss/mean":0.03}`, step, 0.2+r*r, 1.2-r/2)
-		var row map[string]json.RawMessage
+		var row jobdata.Row
 		_ = json.Unmarshal([]byte(line), &row)
 		rows = append(rows, row)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
 
 // A run started from another run's checkpoint (checkpoint_id) resumes at the step after it —
@@ -46,8 +47,8 @@ func TestDevWarmStartsFromAnotherRunsCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stepOf := func(row map[string]json.RawMessage) string { return string(row["step"]) }
-	if len(m.Items) != 15 || stepOf(m.Items[0]) != "16" || stepOf(m.Items[len(m.Items)-1]) != "30" {
+	stepOf := func(row jobdata.Row) int { return row.Step() }
+	if len(m.Items) != 15 || stepOf(m.Items[0]) != 16 || stepOf(m.Items[len(m.Items)-1]) != 30 {
 		t.Errorf("the warm-started run's metrics: %d rows, want steps 16 to 30", len(m.Items))
 	}
 	cps, err := api.JobCheckpoints(ctx, second.ID)

@@ -41,19 +41,21 @@ func New(baseURL, token string) *Client {
 
 // Problem is the API's problem+json document.
 type Problem struct {
-	Type   string       `json:"type"`
-	Title  string       `json:"title"`
-	Status int          `json:"status"`
-	Detail string       `json:"detail"`
-	Errors []FieldError `json:"errors"`
+	Type     string       `json:"type"`
+	Title    string       `json:"title"`
+	Status   int          `json:"status"`
+	Detail   string       `json:"detail,omitempty"`
+	Instance string       `json:"instance,omitempty"`
+	Errors   []FieldError `json:"errors,omitempty"`
 }
 
-// FieldError is one field the API found fault with.
+// FieldError names one thing wrong with a request: a body field by JSON pointer (and its
+// place in the TOML or JSON document where known) or a parameter.
 type FieldError struct {
-	Pointer   string `json:"pointer"`
-	Parameter string `json:"parameter"`
-	Line      int    `json:"line"`
-	Column    int    `json:"column"`
+	Pointer   string `json:"pointer,omitempty"`
+	Parameter string `json:"parameter,omitempty"`
+	Line      int    `json:"line,omitempty"`
+	Column    int    `json:"column,omitempty"`
 	Message   string `json:"message"`
 }
 
@@ -449,8 +451,8 @@ func (c *Client) Fail(ctx context.Context, id string, o job.Outcome) error {
 
 // MetricsPage is a page of a job's metrics, one row a step.
 type MetricsPage struct {
-	Items       []map[string]json.RawMessage `json:"items"`
-	NextMinStep *int                         `json:"next_min_step,omitempty"`
+	Items       []jobdata.Row `json:"items"`
+	NextMinStep *int          `json:"next_min_step,omitempty"`
 }
 
 // JobMetrics reads a job's metrics: steps from minStep to maxStep (0: no bound), only the
@@ -634,12 +636,7 @@ func (o LogOptions) query() url.Values {
 }
 
 // LogLine is one line of a job's log.
-type LogLine struct {
-	Time      *time.Time `json:"time,omitempty"`
-	Component string     `json:"component"`
-	Level     string     `json:"level,omitempty"`
-	Line      string     `json:"line"`
-}
+type LogLine = jobdata.LogLine
 
 // LogPage is a read of a job's logs.
 type LogPage struct {
@@ -900,23 +897,29 @@ func withQuery(path string, q url.Values) string {
 
 // Usage is GPU time used by the organization and by its jobs.
 type Usage struct {
-	Organization struct {
-		Org         string  `json:"org"`
-		GPUSeconds  float64 `json:"gpu_seconds"`
-		Running     int     `json:"running"`
-		RunningGPUs int     `json:"running_gpus"`
-	} `json:"organization"`
-	Jobs []struct {
-		ID         string     `json:"id"`
-		Name       string     `json:"name,omitempty"`
-		Kind       string     `json:"kind"`
-		Status     job.Status `json:"status"`
-		GPUs       int        `json:"gpus"`
-		GPUType    string     `json:"gpu_type,omitempty"`
-		GPUSeconds float64    `json:"gpu_seconds"`
-		CreatedAt  time.Time  `json:"created_at"`
-	} `json:"jobs"`
-	NextCursor string `json:"next_cursor,omitempty"`
+	Organization OrgUsage   `json:"organization"`
+	Jobs         []UsageJob `json:"jobs"`
+	NextCursor   string     `json:"next_cursor,omitempty"`
+}
+
+// OrgUsage is the organization's GPU time and what runs now.
+type OrgUsage struct {
+	Org         string  `json:"org"`
+	GPUSeconds  float64 `json:"gpu_seconds"`
+	Running     int     `json:"running"`
+	RunningGPUs int     `json:"running_gpus"`
+}
+
+// UsageJob is one job's line of the organization's usage.
+type UsageJob struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name,omitempty"`
+	Kind       string     `json:"kind"`
+	Status     job.Status `json:"status"`
+	GPUs       int        `json:"gpus"`
+	GPUType    string     `json:"gpu_type,omitempty"`
+	GPUSeconds float64    `json:"gpu_seconds"`
+	CreatedAt  time.Time  `json:"created_at"`
 }
 
 // Usage reads the organization's GPU time and its jobs', a page of jobs at a time.
