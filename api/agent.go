@@ -60,11 +60,7 @@ func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.cfg.Storage != nil {
-		var reads []string
-		if ws := cl.Job.Config.WarmStart; ws != nil {
-			reads = append(reads, jobdata.CheckpointPrefix(ws.Job, ws.Step)) // the run starts from it
-		}
-		if cl.Storage, err = s.cfg.Storage.Grant(r.Context(), cl.Job.ID, reads...); err != nil {
+		if cl.Storage, err = s.cfg.Storage.Grant(r.Context(), cl.Job.ID, grantReads(cl.Job)...); err != nil {
 			// Without storage the run would be lost: hand the job back, unharmed, for the
 			// next claim, and tell the agent to try again later.
 			s.cfg.Logger.Error("claim: storage grant", "job", cl.Job.ID, "err", err)
@@ -109,7 +105,11 @@ func (s *Server) agentHeartbeat(w http.ResponseWriter, r *http.Request) {
 	// Fresh credentials only for the lease holder of a job that goes on: the heartbeat just
 	// proved the lease current. A failure is not the agent's: it asks again next time.
 	if hb.StorageRefresh && s.cfg.Storage != nil && rep.Action == job.Continue {
-		if rep.Storage, err = s.cfg.Storage.Grant(r.Context(), id); err != nil {
+		var reads []string
+		if j, gerr := s.cfg.Queue.Get(r.Context(), id); gerr == nil {
+			reads = grantReads(j)
+		}
+		if rep.Storage, err = s.cfg.Storage.Grant(r.Context(), id, reads...); err != nil {
 			s.cfg.Logger.Error("heartbeat: storage grant", "job", id, "err", err)
 		}
 	}
@@ -185,4 +185,13 @@ func (s *Server) openSecrets(cl *job.Claim) error {
 		return err
 	}
 	return json.Unmarshal(plain, &cl.Secrets)
+}
+
+// grantReads are the prefixes of other jobs a job's storage grant may read: the checkpoint a
+// warm start restores (on every grant of the job: a restore may outlast the first).
+func grantReads(j *job.Job) []string {
+	if ws := j.Config.WarmStart; ws != nil {
+		return []string{jobdata.CheckpointPrefix(ws.Job, ws.Step)}
+	}
+	return nil
 }

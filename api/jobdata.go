@@ -191,12 +191,12 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.cfg.Store != nil && jobspec.RunsPrimeRL(j.Config.Kind) && p.Step > 0 {
-		steps, err := jobdata.RolloutSteps(r.Context(), s.cfg.Store, j.ID)
-		if err != nil {
-			s.internalError(w, r, err)
-			return
+		// a side answer: progress does not fail for it
+		if steps, err := jobdata.RolloutSteps(r.Context(), s.cfg.Store, j.ID); err == nil {
+			p.StepsWithSamples = steps
+		} else {
+			s.cfg.Logger.Warn("progress: list the job's rollouts", "job", j.ID, "err", err)
 		}
-		p.StepsWithSamples = steps
 	}
 	writeJSON(w, http.StatusOK, p)
 }
@@ -273,8 +273,12 @@ func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
 			u.CostUSD = &cost
 		}
 	}
-	if j.Status == job.Running && u.Step > 0 && u.MaxSteps > u.Step {
-		gs := round3(j.GPUSeconds * float64(u.MaxSteps) / float64(u.Step))
+	from := 0 // the step the GPU time's first step followed: a warm start's
+	if ws := c.WarmStart; ws != nil {
+		from = ws.Step
+	}
+	if j.Status == job.Running && u.Step > from && u.MaxSteps > u.Step {
+		gs := round3(j.GPUSeconds * float64(u.MaxSteps-from) / float64(u.Step-from))
 		u.ProjectedGPUSeconds = &gs
 		if u.CostUSD != nil {
 			cost := round3(gs / 3600 * u.PricePerGPUHour)

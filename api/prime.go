@@ -608,10 +608,13 @@ func (s *Server) primeRunSamples(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := url.Values{}
-	for _, k := range []string{"step", "page", "limit"} {
+	for _, k := range []string{"step", "page"} {
 		if v := r.URL.Query().Get(k); v != "" {
 			q.Set(k, v)
 		}
+	}
+	if n := intQuery(r, "limit", 0); n > 0 {
+		q.Set("limit", strconv.Itoa(min(n, 100)))
 	}
 	var page client.SamplesPage
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/samples", q, nil, &page) {

@@ -42,6 +42,8 @@ func (s *Server) warmStart(r *http.Request, a *admitted) *Problem {
 		return refuse("/checkpoint_id", "the checkpoints of job %s are of %s; this job trains %s (a warm start keeps the model)", src.ID, src.Config.Model, a.spec.Model)
 	case (src.Config.LoRA == nil) != (a.spec.LoRA == nil):
 		return refuse("/checkpoint_id", "job %s trained %s and this job %s: its checkpoint holds the other kind of weights", src.ID, loraWord(src.Config.LoRA != nil), loraWord(a.spec.LoRA != nil))
+	case src.Config.LoRA != nil && src.Config.LoRA.Rank != a.spec.LoRA.Rank:
+		return refuse("/checkpoint_id", "job %s trained a LoRA adapter of rank %d; this job's lora_rank is %d (a checkpoint's adapter keeps its rank)", src.ID, src.Config.LoRA.Rank, a.spec.LoRA.Rank)
 	}
 	if s.cfg.Store == nil {
 		return newProblem(http.StatusServiceUnavailable, "no-object-storage", "this deployment has no object storage configured, so checkpoints cannot be read")

@@ -64,6 +64,11 @@ func TestCheckpointIDResolvesToAWarmStart(t *testing.T) {
 			t.Errorf("checkpoint_id %s: %s\nwant %q", c.ckpt, r.body, c.want)
 		}
 	}
+	// A LoRA of another rank cannot load the checkpoint's adapter.
+	body := []byte(fmt.Sprintf("model = %q\nmax_steps = 50\ncheckpoint_id = %q\nlora_rank = 7\n[[env]]\nid = \"acme/env\"\n", model, d.jobID+"-step-10"))
+	if r := submit(d.token, body); r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "LoRA") {
+		t.Errorf("a LoRA of another rank: %d %s", r.status, r.body)
+	}
 	// A dry run says the same.
 	r := call(t, "POST", d.s.URL+"/v1/jobs/preview", d.token, "application/toml", file(model, d.jobID+"-step-15", 50))
 	if r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "it has steps 10, 20") {

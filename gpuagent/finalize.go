@@ -56,6 +56,7 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 	if r.data.rollouts != nil {
 		// the run is over: every step it wrote episodes for is whole (or as whole as it gets)
 		r.data.trained = max(r.data.trained, r.data.rollouts.lastStep())
+		r.data.ended = true
 	}
 	r.flush(final)
 	if err := r.storage.get(); err != nil {

@@ -290,7 +290,7 @@ func (r *jobRun) shipRollouts(ctx context.Context) error {
 	if r.data.rollouts == nil {
 		return nil
 	}
-	n, notes, err := r.data.rollouts.ship(ctx, r.data.trained)
+	n, notes, err := r.data.rollouts.ship(ctx, r.data.trained, r.data.ended)
 	for _, msg := range notes {
 		r.warn(msg)
 	}

@@ -35,15 +35,20 @@ func (s *rolloutShipper) tracesFile(step int) string {
 	return filepath.Join(s.dir, "step_"+strconv.Itoa(step), "train", "effective", "traces.jsonl")
 }
 
-// ship stores the steps from next up to upTo that have a traces file. A step that fails to be
-// stored stops the pass, to be tried again; notes are what the job's log should say.
-func (s *rolloutShipper) ship(ctx context.Context, upTo int) (stored int, notes []string, err error) {
+// ship stores the steps from next up to upTo. A step whose traces file is not there yet stops
+// the pass (the file monitor may write it after the trainer's row), unless the run is over
+// (final): then it has none and is passed over. A step that fails to be stored stops the pass,
+// to be tried again; notes are what the job's log should say.
+func (s *rolloutShipper) ship(ctx context.Context, upTo int, final bool) (stored int, notes []string, err error) {
 	for ; s.next <= upTo; s.next++ {
 		if ctx.Err() != nil {
 			return stored, notes, ctx.Err()
 		}
 		f, err := nolink.Open(s.tracesFile(s.next))
 		if errors.Is(err, fs.ErrNotExist) {
+			if !final {
+				return stored, notes, nil
+			}
 			continue
 		}
 		if err != nil {

@@ -47,19 +47,24 @@ func TestRolloutShipperStoresStepsTheTrainerTook(t *testing.T) {
 		}
 		return fmt.Sprint(steps)
 	}
-	if n, notes, err := s.ship(ctx, 2); err != nil || n != 2 || len(notes) != 0 || stored() != "[1 2]" {
+	if n, notes, err := s.ship(ctx, 2, false); err != nil || n != 2 || len(notes) != 0 || stored() != "[1 2]" {
 		t.Fatalf("up to step 2: %d stored, notes %v, err %v; stored %s", n, notes, err, stored())
 	}
 	if s.lastStep() != 5 {
 		t.Fatalf("last step %d, want 5", s.lastStep())
 	}
-	if n, _, err := s.ship(ctx, s.lastStep()); err != nil || n != 2 || stored() != "[1 2 3 5]" {
-		t.Fatalf("up to step 5: %d stored, err %v; stored %s (step 4 has no traces)", n, err, stored())
+	// Step 4 has no traces file yet: the run goes on, so the shipper waits for it.
+	if n, _, err := s.ship(ctx, s.lastStep(), false); err != nil || n != 1 || stored() != "[1 2 3]" {
+		t.Fatalf("up to step 5 while the run goes on: %d stored, err %v; stored %s", n, err, stored())
+	}
+	// The run is over: step 4 has none, and step 5 is stored.
+	if n, _, err := s.ship(ctx, s.lastStep(), true); err != nil || n != 1 || stored() != "[1 2 3 5]" {
+		t.Fatalf("up to step 5 once the run is over: %d stored, err %v; stored %s (step 4 has no traces)", n, err, stored())
 	}
 	// A resume from step 2 writes step 3 again; its episodes replace the first attempt's.
 	write(3, "0.0", 2)
 	r := &rolloutShipper{store: store, jobID: "j", dir: dir, next: 3}
-	if _, _, err := r.ship(ctx, 3); err != nil {
+	if _, _, err := r.ship(ctx, 3, false); err != nil {
 		t.Fatal(err)
 	}
 	got, err := jobdata.GetRollouts(ctx, store, "j", 3)

@@ -147,6 +147,8 @@ type streams struct {
 	rollouts *rolloutShipper // nil for jobs that do not run prime-rl's rl
 	// trained is the highest step the trainer wrote a row for: its batch was shipped.
 	trained int
+	// ended is set once the run is over: every step's rollouts are as whole as they get.
+	ended bool
 }
 
 // addRows takes rows into the summary and the metrics stream; it returns notes on rows that

@@ -137,7 +137,10 @@ func TestCLIFollowsARun(t *testing.T) {
 	if out, code := d.cli(t, "train", "delete", lj.ID); code == 0 || !strings.Contains(out, "pass --force (-f) to go ahead") {
 		t.Errorf("delete without --force off a terminal (%d): %s", code, out)
 	}
-	check("delete", []string{"train", "delete", lj.ID[:13], "-f"}, "job "+lj.ID+" deleted")
+	if out, code := d.cli(t, "train", "delete", lj.ID[:13], "-f"); code == 0 || !strings.Contains(out, "takes a job's whole id") {
+		t.Errorf("delete -f of a piece of an id (%d): %s", code, out)
+	}
+	check("delete", []string{"train", "delete", lj.ID, "-f"}, "job "+lj.ID+" deleted")
 	if out, code := d.cli(t, "train", "get", lj.ID); code == 0 || !strings.Contains(out, "404") {
 		t.Errorf("get of the deleted job (%d): %s", code, out)
 	}

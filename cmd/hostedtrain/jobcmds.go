@@ -371,6 +371,9 @@ func newUsageCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
+			if every < time.Second {
+				return fmt.Errorf("--interval %s: at least 1s", every)
+			}
 			api, err := apiClient()
 			if err != nil {
 				return err
@@ -565,6 +568,10 @@ func newDeleteCmd() *cobra.Command {
 			id, err := jobID(ctx, api, args[0])
 			if err != nil {
 				return err
+			}
+			// Unasked, a piece of an id could delete a job the user did not mean: the whole id.
+			if force, _ := cmd.Flags().GetBool("force"); force && id != args[0] {
+				return fmt.Errorf("delete --force takes a job's whole id (%q fits %s): give it, or leave out --force to be asked", args[0], id)
 			}
 			if err := confirm(cmd, fmt.Sprintf("Permanently delete job %s and everything it stored?", id), true); err != nil {
 				return err

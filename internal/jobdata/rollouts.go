@@ -7,12 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
+	"maps"
 	"math"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 )
@@ -37,8 +41,13 @@ func RolloutsKey(jobID string, step int) string {
 const (
 	MaxSamplesPerStep = 32
 	maxMessageChars   = 4000
-	maxMessagesPerEnd = 12 // messages kept of the prompt and of the completion each
+	maxSampleChars    = 16000 // all of a sample's messages together
+	minMessageChars   = 200   // what a message keeps once its sample's budget is spent
+	maxMessagesPerEnd = 12    // messages kept of the prompt and of the completion each
 	maxTaskBytes      = 2000
+	maxErrors         = 4
+	maxErrorChars     = 1000
+	maxNamedValues    = 32 // rewards and metrics kept of a sample each
 	histogramBins     = 20
 	// maxTraceLine is the longest trace line read; longer ones (huge token lists) are counted
 	// in the distributions only if they can be read, and otherwise skipped.
@@ -151,20 +160,53 @@ func (t *trace) reward() float64 {
 	return sum
 }
 
-// group is the task an episode belongs to: episodes of one example form a group, whose mean
-// reward is the baseline of the advantage.
-func (t *trace) group() string {
+// scored is what every episode is read for: its reward and the example it answered.
+type scored struct {
+	ID   string `json:"id"`
+	Task struct {
+		Data json.RawMessage `json:"data"`
+		Key  *string         `json:"key"`
+		Hash *string         `json:"hash"`
+	} `json:"task"`
+	Rewards map[string]*struct {
+		Score  float64  `json:"score"`
+		Weight *float64 `json:"weight"`
+	} `json:"rewards"`
+}
+
+func (t *scored) reward() float64 {
+	sum := 0.0
+	for _, r := range t.Rewards {
+		if r == nil {
+			continue
+		}
+		w := 1.0
+		if r.Weight != nil {
+			w = *r.Weight
+		}
+		sum += r.Score * w
+	}
+	return sum
+}
+
+// group is the example an episode answered: episodes of one example form a group, whose mean
+// reward is the baseline of the advantage. Without the task's key or hash, a hash of its row.
+func (t *scored) group() string {
 	switch {
 	case t.Task.Key != nil:
-		return *t.Task.Key
+		return "k" + *t.Task.Key
 	case t.Task.Hash != nil:
-		return *t.Task.Hash
+		return "h" + *t.Task.Hash
 	}
-	return string(t.Task.Data)
+	h := fnv.New64a()
+	h.Write(t.Task.Data)
+	return "d" + strconv.FormatUint(h.Sum64(), 16)
 }
 
 // ReadTraces turns a step's traces.jsonl into its stored form. A line that is not a trace
-// record is skipped and counted.
+// record is skipped and counted. Every episode counts in the distributions; samples are
+// taken at a stride that doubles as the batch grows (at most 2 × MaxSamplesPerStep are held,
+// each cut to size as it is taken), so they spread evenly over a batch of any size.
 func ReadTraces(step int, r io.Reader) (RolloutStep, error) {
 	out := RolloutStep{Step: step, Samples: []Sample{}}
 	br := bufio.NewReaderSize(r, 1<<20)
@@ -173,20 +215,26 @@ func ReadTraces(step int, r io.Reader) (RolloutStep, error) {
 		group  string
 	}
 	var eps []episode
-	var kept []*trace // candidates, thinned as more arrive (reservoir by index)
-	var keptAt []int
+	var kept []Sample // candidates: the episodes at multiples of stride
+	stride := 1
 	for {
 		line, err := readTraceLine(br)
 		if len(line) > 0 {
-			var t trace
-			if jerr := json.Unmarshal(line, &t); jerr != nil || t.ID == "" {
+			var sc scored
+			if jerr := json.Unmarshal(line, &sc); jerr != nil || sc.ID == "" {
 				out.Skipped++
 			} else {
-				eps = append(eps, episode{reward: t.reward(), group: t.group()})
-				kept = append(kept, &t)
-				keptAt = append(keptAt, len(eps)-1)
-				if len(kept) >= 4*MaxSamplesPerStep {
-					kept, keptAt = thin(kept, keptAt)
+				at := len(eps)
+				eps = append(eps, episode{reward: sc.reward(), group: sc.group()})
+				if at%stride == 0 {
+					var t trace
+					if json.Unmarshal(line, &t) == nil {
+						kept = append(kept, sampleOf(&t, at))
+					}
+					if len(kept) >= 2*MaxSamplesPerStep {
+						stride *= 2
+						kept = slices.DeleteFunc(kept, func(s Sample) bool { return s.Index%stride != 0 })
+					}
 				}
 			}
 		}
@@ -215,8 +263,9 @@ func ReadTraces(step int, r io.Reader) (RolloutStep, error) {
 	}
 	out.Distributions = map[string]Distribution{"rewards": histogram(rewards), "advantages": histogram(advantages)}
 	for _, i := range spaced(len(kept), MaxSamplesPerStep) {
-		at := keptAt[i]
-		out.Samples = append(out.Samples, sampleOf(kept[i], at, advantages[at]))
+		sm := kept[i]
+		sm.Advantage = round6(advantages[sm.Index])
+		out.Samples = append(out.Samples, sm)
 	}
 	return out, nil
 }
@@ -246,18 +295,6 @@ func readTraceLine(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// thin halves the candidates, keeping every other one, so a step of any size holds a bounded
-// number in memory and what is kept stays spread over the whole batch.
-func thin(ts []*trace, at []int) ([]*trace, []int) {
-	var t2 []*trace
-	var a2 []int
-	for i := 0; i < len(ts); i += 2 {
-		t2 = append(t2, ts[i])
-		a2 = append(a2, at[i])
-	}
-	return t2, a2
-}
-
 // spaced picks up to k of n indices, evenly spaced, first included.
 func spaced(n, k int) []int {
 	if n <= k {
@@ -274,77 +311,101 @@ func spaced(n, k int) []int {
 	return out
 }
 
-func sampleOf(t *trace, index int, advantage float64) Sample {
-	s := Sample{ID: t.ID, Index: index, Agent: t.Agent.Name, Reward: round6(t.reward()), Advantage: round6(advantage), OK: t.OK,
+// sampleOf is an episode as kept: its text cut to the sample's budget (the advantage is set
+// once the whole batch is read).
+func sampleOf(t *trace, index int) Sample {
+	s := Sample{ID: cutText(t.ID, 100), Index: index, Agent: cutText(t.Agent.Name, 100), Reward: round6(t.reward()), OK: t.OK,
 		Prompt: []SampleMessage{}, Completion: []SampleMessage{}}
 	if len(t.Task.Data) > 0 && string(t.Task.Data) != "null" {
 		if len(t.Task.Data) <= maxTaskBytes {
 			s.Task = t.Task.Data
 		} else {
-			cut, _ := json.Marshal(cutText(string(t.Task.Data), maxTaskBytes))
+			// cut: an object still, its text under "truncated"
+			text, _ := cutEncoded(string(t.Task.Data), maxTaskBytes)
+			cut, _ := json.Marshal(map[string]string{"truncated": text})
 			s.Task, s.Truncated = cut, true
 		}
 	}
 	if t.StopCondition != nil {
-		s.StopCondition = *t.StopCondition
+		s.StopCondition = cutText(*t.StopCondition, 100)
 	}
-	for name, r := range t.Rewards {
-		if r != nil {
+	for _, name := range slices.Sorted(maps.Keys(t.Rewards)) {
+		if r := t.Rewards[name]; r != nil && len(s.Rewards) < maxNamedValues {
 			if s.Rewards == nil {
 				s.Rewards = map[string]float64{}
 			}
-			s.Rewards[name] = round6(r.Score)
+			s.Rewards[cutText(name, 100)] = round6(r.Score)
 		}
 	}
-	for name, v := range t.Metrics {
-		if v != nil && !math.IsNaN(*v) && !math.IsInf(*v, 0) {
+	for _, name := range slices.Sorted(maps.Keys(t.Metrics)) {
+		if v := t.Metrics[name]; v != nil && !math.IsNaN(*v) && !math.IsInf(*v, 0) && len(s.Metrics) < maxNamedValues {
 			if s.Metrics == nil {
 				s.Metrics = map[string]float64{}
 			}
-			s.Metrics[name] = round6(*v)
+			s.Metrics[cutText(name, 100)] = round6(*v)
 		}
 	}
-	for _, e := range t.Errors {
-		s.Errors = append(s.Errors, cutText(strings.TrimSpace(e.Type+": "+e.Message), maxMessageChars))
+	for i, e := range t.Errors {
+		if i == maxErrors {
+			s.Errors = append(s.Errors, fmt.Sprintf("[%d more errors not kept]", len(t.Errors)-maxErrors))
+			break
+		}
+		text, _ := cutEncoded(strings.TrimSpace(e.Type+": "+e.Message), maxErrorChars)
+		s.Errors = append(s.Errors, text)
 	}
 	for _, c := range t.Calls {
 		if c.Usage != nil {
 			s.OutputTokens += c.Usage.CompletionTokens
 		}
 	}
+	var prompt, completion []json.RawMessage
 	sampled := false
 	for _, n := range t.Nodes {
 		sampled = sampled || n.Sampled
-		m, cut := messageText(n.Message)
-		s.Truncated = s.Truncated || cut
 		if sampled {
-			s.Completion = append(s.Completion, m)
+			completion = append(completion, n.Message)
 		} else {
-			s.Prompt = append(s.Prompt, m)
+			prompt = append(prompt, n.Message)
 		}
 	}
+	budget := maxSampleChars
 	var cut bool
-	s.Prompt, cut = keepEnds(s.Prompt)
+	s.Prompt, cut = keptMessages(prompt, &budget)
 	s.Truncated = s.Truncated || cut
-	s.Completion, cut = keepEnds(s.Completion)
+	s.Completion, cut = keptMessages(completion, &budget)
 	s.Truncated = s.Truncated || cut
 	return s
 }
 
-// keepEnds keeps the first and last of a long list of messages, with a marker between.
-func keepEnds(ms []SampleMessage) ([]SampleMessage, bool) {
-	if len(ms) <= maxMessagesPerEnd {
-		return ms, false
+// keptMessages writes messages as text, the first and last of a long list, each cut to what
+// is left of the sample's budget (and never to less than minMessageChars).
+func keptMessages(raw []json.RawMessage, budget *int) ([]SampleMessage, bool) {
+	var cut bool
+	if len(raw) > maxMessagesPerEnd {
+		half := maxMessagesPerEnd / 2
+		raw = append(raw[:half:half], raw[len(raw)-half:]...)
+		cut = true
 	}
-	half := maxMessagesPerEnd / 2
-	out := append([]SampleMessage{}, ms[:half]...)
-	out = append(out, SampleMessage{Role: "note", Content: fmt.Sprintf("[%d messages not kept]", len(ms)-2*half)})
-	return append(out, ms[len(ms)-half:]...), true
+	out := make([]SampleMessage, 0, len(raw)+1)
+	for i, m := range raw {
+		if cut && i == maxMessagesPerEnd/2 {
+			out = append(out, SampleMessage{Role: "note", Content: "[messages not kept]"})
+		}
+		text, role := messageText(m)
+		limit := max(min(maxMessageChars, *budget), minMessageChars)
+		var size int
+		if text, size = cutEncoded(text, limit); size > limit {
+			cut = true
+		}
+		*budget -= min(size, limit)
+		out = append(out, SampleMessage{Role: role, Content: text})
+	}
+	return out, cut
 }
 
 // messageText writes a verifiers message (system, user, assistant or tool; content a string
 // or typed parts) as text.
-func messageText(raw json.RawMessage) (SampleMessage, bool) {
+func messageText(raw json.RawMessage) (text, role string) {
 	var m struct {
 		Role             string          `json:"role"`
 		Content          json.RawMessage `json:"content"`
@@ -353,10 +414,9 @@ func messageText(raw json.RawMessage) (SampleMessage, bool) {
 			Name      string `json:"name"`
 			Arguments string `json:"arguments"`
 		} `json:"tool_calls"`
-		Name *string `json:"name"`
 	}
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return SampleMessage{Role: "unknown", Content: cutText(string(raw), maxMessageChars)}, len(raw) > maxMessageChars
+		return string(raw), "unknown"
 	}
 	var parts []string
 	if m.ReasoningContent != nil && *m.ReasoningContent != "" {
@@ -368,8 +428,7 @@ func messageText(raw json.RawMessage) (SampleMessage, bool) {
 	for _, c := range m.ToolCalls {
 		parts = append(parts, fmt.Sprintf("[tool call] %s(%s)", c.Name, c.Arguments))
 	}
-	text := strings.Join(parts, "\n")
-	return SampleMessage{Role: m.Role, Content: cutText(text, maxMessageChars)}, len(text) > maxMessageChars
+	return strings.Join(parts, "\n"), cutText(m.Role, 20)
 }
 
 // contentText is verifiers' content_text: a string as is, typed parts' text joined by
@@ -396,6 +455,29 @@ func contentText(raw json.RawMessage) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// cutEncoded cuts s so that it takes at most n bytes as a JSON string (a control character
+// takes 6, a quote or backslash 2), marking the cut; it also says what s took whole.
+func cutEncoded(s string, n int) (string, int) {
+	size, end := 0, -1
+	for i, r := range s {
+		c := utf8.RuneLen(r)
+		switch {
+		case r < 0x20:
+			c = 6
+		case r == '"' || r == '\\':
+			c = 2
+		}
+		if end < 0 && size+c > n {
+			end = i
+		}
+		size += c
+	}
+	if end < 0 {
+		return s, size
+	}
+	return s[:end] + fmt.Sprintf(" […%d more bytes]", len(s)-end), size
 }
 
 // cutText cuts s to at most n bytes on a rune boundary, marking the cut.
@@ -449,11 +531,13 @@ func histogram(vs []float64) Distribution {
 
 // PutRollouts stores one step's rollouts.
 func PutRollouts(ctx context.Context, store blob.Store, jobID string, rs RolloutStep) error {
-	b, err := json.Marshal(rs)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the budget counts `<` as one byte, as it is stored
+	if err := enc.Encode(rs); err != nil {
 		return err
 	}
-	return store.Put(ctx, RolloutsKey(jobID, rs.Step), bytes.NewReader(b))
+	return store.Put(ctx, RolloutsKey(jobID, rs.Step), &b)
 }
 
 // RolloutSteps lists the steps a job has rollouts of, in order.

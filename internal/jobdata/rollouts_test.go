@@ -3,7 +3,9 @@ package jobdata_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os/exec"
 	"path/filepath"
@@ -173,4 +175,80 @@ func TestRolloutsRoundTrip(t *testing.T) {
 	if blob.KindOf(jobdata.RolloutsKey("j1", 3)) != "rollouts" {
 		t.Fatalf("kind of %s: %q", jobdata.RolloutsKey("j1", 3), blob.KindOf(jobdata.RolloutsKey("j1", 3)))
 	}
+}
+
+// Samples spread evenly over a batch of any size, and a step's object stays under a megabyte
+// however long and however escaped its episodes are.
+func TestReadTracesSpreadsAndBounds(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{31, 100, 1000, 4096} {
+		var b strings.Builder
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, `{"id":"t%d","task":{"key":"k%d"},"rewards":{"r":{"score":1}},"nodes":[{"message":{"role":"user","content":"q"}}]}`+"\n", i, i/8)
+		}
+		rs, err := jobdata.ReadTraces(1, strings.NewReader(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := min(n, jobdata.MaxSamplesPerStep)
+		if len(rs.Samples) != want || rs.Episodes != n {
+			t.Fatalf("n=%d: %d samples of %d episodes", n, len(rs.Samples), rs.Episodes)
+		}
+		ideal := float64(n) / float64(want)
+		for i := 1; i < len(rs.Samples); i++ {
+			gap := float64(rs.Samples[i].Index - rs.Samples[i-1].Index)
+			if gap < ideal/2 || gap > ideal*2 {
+				t.Fatalf("n=%d: gap %v between samples %d and %d, want about %.1f: %v", n, gap, i-1, i, ideal, indexes(rs.Samples))
+			}
+		}
+	}
+
+	// 64 episodes of 40 long messages of quotes and control characters, with many errors
+	msg := strings.Repeat(`\"\u0001<>&`, 700)
+	var b strings.Builder
+	for i := 0; i < 64; i++ {
+		var nodes []string
+		for k := 0; k < 40; k++ {
+			nodes = append(nodes, fmt.Sprintf(`{"message":{"role":"user","content":"%s"},"sampled":%v}`, msg, k > 2))
+		}
+		var errs []string
+		for k := 0; k < 10; k++ {
+			errs = append(errs, fmt.Sprintf(`{"type":"E","message":"%s"}`, msg))
+		}
+		fmt.Fprintf(&b, `{"id":"t%d","task":{"data":{"prompt":"%s"}},"nodes":[%s],"errors":[%s],"rewards":{"r":{"score":0.5}}}`+"\n",
+			i, msg, strings.Join(nodes, ","), strings.Join(errs, ","))
+	}
+	rs, err := jobdata.ReadTraces(1, strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := blob.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jobdata.PutRollouts(context.Background(), store, "j", rs); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := store.List(context.Background(), jobdata.RolloutsPrefix("j"))
+	if err != nil || len(objs) != 1 {
+		t.Fatal(objs, err)
+	}
+	if out := objs[0].Size; len(rs.Samples) != jobdata.MaxSamplesPerStep || out > 1<<20 {
+		t.Fatalf("%d samples in %d bytes, want %d in under 1 MiB", len(rs.Samples), out, jobdata.MaxSamplesPerStep)
+	}
+	var task map[string]string
+	if err := json.Unmarshal(rs.Samples[0].Task, &task); err != nil || task["truncated"] == "" || !rs.Samples[0].Truncated {
+		t.Fatalf("a long task row, cut: %s (%v)", rs.Samples[0].Task, err)
+	}
+	if n := len(rs.Samples[0].Errors); n != 5 || !strings.Contains(rs.Samples[0].Errors[4], "6 more errors") {
+		t.Fatalf("%d errors kept: %q", n, rs.Samples[0].Errors[len(rs.Samples[0].Errors)-1])
+	}
+}
+
+func indexes(ss []jobdata.Sample) []int {
+	var out []int
+	for _, s := range ss {
+		out = append(out, s.Index)
+	}
+	return out
 }

@@ -362,7 +362,8 @@ function jobPage(id) {
   const samples = el('div', { id: 'samples' });
   async function loadRollouts(kind) {
     if (kind !== 'rl' && kind !== 'fft') return;
-    const page = await api(`/v1/jobs/${id}/samples?limit=1`);
+    const progress = await api(`/v1/jobs/${id}/progress`);
+    const page = { steps: progress.steps_with_samples || [] };
     document.getElementById('rollouts-title').hidden = false;
     if (!page.steps.length) { rollouts.replaceChildren(el('p', { class: 'muted' }, 'none yet: a step\'s are kept once the trainer takes it')); return; }
     if (page.steps.length !== roll.steps.length) {
@@ -380,7 +381,14 @@ function jobPage(id) {
     const want = `${step}/${roll.type}`;
     if (want === roll.shown) return;
     roll.shown = want;
-    const [page, dist] = await Promise.all([api(`/v1/jobs/${id}/samples?step=${step}`), api(`/v1/jobs/${id}/distributions?step=${step}&type=${roll.type}`)]);
+    let page, dist;
+    try {
+      [page, dist] = await Promise.all([api(`/v1/jobs/${id}/samples?step=${step}`), api(`/v1/jobs/${id}/distributions?step=${step}&type=${roll.type}`)]);
+    } catch (e) {
+      roll.shown = ''; // tried again on the next look
+      throw e;
+    }
+    if (roll.shown !== want) return; // another step or type was picked meanwhile
     const most = Math.max(1, ...dist.bins.map((b) => b.count));
     histogram.replaceChildren(
       el('p', { class: 'muted', id: 'histogram-title' }, `${dist.type} at step ${step} over ${dist.count} episodes: mean ${fmt(dist.mean)}, std ${fmt(dist.std)}`),
