@@ -658,3 +658,67 @@ func (s *Server) primeListModels(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models})
 }
+
+// primeCreateTrainingRun is the prime CLI's full fine-tune path (`prime train CONFIG` with a
+// whole prime-rl config): its payload becomes the fft job file it stands for.
+func (s *Server) primeCreateTrainingRun(w http.ResponseWriter, r *http.Request) {
+	v, _ := validatedBody(r)
+	p, _ := v.(map[string]any)
+	cfg, _ := p["config"].(map[string]any)
+	out := make(map[string]any, len(cfg)+4)
+	for k, val := range cfg {
+		out[k] = val
+	}
+	out["kind"] = jobspec.KindFFT
+	for from, to := range map[string]string{"name": "name", "imageTag": "image_tag", "gpuType": "gpu_type"} {
+		if val, ok := p[from].(string); ok && val != "" {
+			out[to] = val
+		}
+	}
+	secrets := map[string]any{}
+	for from, to := range map[string]string{"wandbApiKey": "WANDB_API_KEY", "hfToken": "HF_TOKEN"} {
+		if val, ok := p[from].(string); ok && val != "" {
+			secrets[to] = val
+		}
+	}
+	if len(secrets) > 0 {
+		out["secrets"] = secrets
+	}
+	body, err := json.Marshal(out)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	var sub job.Job
+	if !s.innerJSON(w, r, http.MethodPost, "/v1/jobs", url.Values{"kind": {jobspec.KindFFT}}, body, &sub) {
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"runId": sub.ID, "tokenValue": ""})
+}
+
+func (s *Server) primeTrainingGPUTypes(w http.ResponseWriter, r *http.Request) {
+	var list struct {
+		Items []client.GPUType `json:"items"`
+	}
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/gpus", nil, nil, &list) {
+		return
+	}
+	types := []string{}
+	for _, g := range list.Items {
+		types = append(types, g.GPUType)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"gpuTypes": types})
+}
+
+func (s *Server) primeTrainingFFTModels(w http.ResponseWriter, r *http.Request) {
+	var list client.ModelList
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/models", nil, nil, &list) {
+		return
+	}
+	cluster := map[string]any{"clusterId": "hostedtrain", "clusterName": "hostedtrain", "gpuType": jobspec.DefaultGPUType}
+	models := make([]map[string]any, 0, len(list.Items))
+	for _, m := range list.Items {
+		models = append(models, map[string]any{"name": m.Name, "clusters": []any{cluster}})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+}

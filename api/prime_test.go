@@ -9,6 +9,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/api/apitest"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
 // The Prime-compatible surface through the contract: every answer here is checked against
@@ -161,4 +162,32 @@ func TestPrimeSurfaceAnswersErrorsAsTheCLIReadsThem(t *testing.T) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// The full fine-tune path: the CLI's payload is the fft job it stands for, refused as a job
+// file is (here: no [inference], which a run on one node needs).
+func TestPrimeSurfaceCreatesFullFinetunes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const cfg = `"type": "full_finetune", "max_steps": 10, "model": {"name": "Qwen/Qwen3-0.6B"}, "trainer": {},
+		"orchestrator": {"train": {"source": [{"name": "reverse-text", "env": {"taskset": {"id": "reverse-text"}}}]}}`
+	r := call(t, "POST", b.s.URL+"/api/v1/training/runs", b.writer, "application/json",
+		[]byte(`{"name": "fft-1", "hfToken": "hf_x", "gpuType": "H100", "config": {`+cfg+`, "inference": {}}}`))
+	var created struct {
+		RunID      string `json:"runId"`
+		TokenValue string `json:"tokenValue"`
+	}
+	r.decode(t, &created)
+	if r.status != http.StatusCreated || created.RunID == "" {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var j job.Job
+	call(t, "GET", b.s.URL+"/v1/jobs/"+created.RunID, b.writer, "", nil).decode(t, &j)
+	if j.Kind != "fft" || j.Name != "fft-1" || len(j.Config.Secrets) != 1 || j.Config.Secrets[0] != "HF_TOKEN" {
+		t.Fatalf("the job: kind %s name %q secrets %v", j.Kind, j.Name, j.Config.Secrets)
+	}
+	r = call(t, "POST", b.s.URL+"/api/v1/training/runs", b.writer, "application/json", []byte(`{"config": {`+cfg+`}}`))
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "inference") || !strings.Contains(string(r.body), `"detail"`) {
+		t.Fatalf("a full fine-tune without [inference]: %d %s", r.status, r.body)
+	}
 }

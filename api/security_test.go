@@ -111,6 +111,9 @@ func (v victim) do(t *testing.T, op operation, token string) reply {
 			body, ctype = []byte(strings.Replace(victimJob, "victim-private-run", "another-run", 1)), "application/toml"
 		case op.path == "/api/v1/rft/runs":
 			body = []byte(`{"model": {"name": "Qwen/Qwen3-4B-Instruct-2507"}, "environments": [{"id": "gsm8k"}], "name": "another-run"}`)
+		case op.path == "/api/v1/training/runs":
+			body = []byte(`{"name": "another-run", "config": {"type": "full_finetune", "max_steps": 10, "model": {"name": "Qwen/Qwen3-0.6B"},
+				"orchestrator": {"train": {"source": [{"name": "reverse-text", "env": {"taskset": {"id": "reverse-text"}}}]}}, "trainer": {}, "inference": {}}}`)
 		case op.path == "/v1/webhooks":
 			body = []byte(fmt.Sprintf(`{"url":%q,"events":["job.completed"]}`, v.receiver))
 		case op.method == "PATCH":

@@ -221,6 +221,26 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 		t.Errorf("create an sft run: %s", out)
 	}
 
+	// A full fine-tune, through the CLI's full fine-tune client: it runs to completion and is
+	// a run like any other.
+	out, ok = d.primeClient(t, "create-fft", "../../testdata/prime-train/fft-type-marker.toml", "HF_TOKEN=hf_x")
+	var fft struct {
+		RunID string `json:"run_id"`
+	}
+	if err := json.Unmarshal(out, &fft); !ok || err != nil || fft.RunID == "" {
+		t.Fatalf("create a full fine-tune: %s", out)
+	}
+	testwait.Until(t, 2*time.Minute, "the full fine-tune to complete", func() bool { return status(fft.RunID) == job.Completed })
+	if out, ok := d.primeClient(t, "get", fft.RunID); !ok || !strings.Contains(string(out), `"DEDICATED_FULL_FT"`) {
+		t.Errorf("get of the full fine-tune: %s", out)
+	}
+	if out, ok := d.primeClient(t, "fft-models"); !ok || !strings.Contains(string(out), `"cluster_name": "hostedtrain"`) {
+		t.Errorf("available fft models: %.300s", out)
+	}
+	if out, ok := d.primeClient(t, "gpu-types"); !ok || !strings.Contains(string(out), `"gpu_types": ["H100"]`) {
+		t.Errorf("available gpu types: %s", out)
+	}
+
 	// What we refuse, the CLI shows field by field, named as its payload names them.
 	out, ok = d.primeClient(t, "create", "../../testdata/prime-train/env-id-spaces.toml")
 	if ok || !strings.Contains(string(out), "ValidationError") || !strings.Contains(string(out), "environments.0.id: an environment id is") {

@@ -5,6 +5,7 @@ the upstream conformance kit) against a hostedtrain API, for the Prime-compatibl
     prime_client.py KIT list | models
     prime_client.py KIT get|stop|restart|delete|metrics|checkpoints|progress RUN_ID
     prime_client.py KIT logs RUN_ID [REGEX]
+    prime_client.py KIT create-fft CONFIG.toml [KEY=VALUE ...]   (the full fine-tune path)
     prime_client.py KIT usage RUN_ID              (its billing client: `prime train usage RUN`)
     prime_client.py KIT rollouts RUN_ID STEP [PAGE LIMIT]
     prime_client.py KIT distributions RUN_ID [TYPE [STEP]]
@@ -41,6 +42,7 @@ import stubs  # noqa: E402,F401  (the kit's: must precede every upstream import)
 import prime_cli.commands.rl as cli_rl  # noqa: E402
 from prime_cli.api.billing import BillingClient  # noqa: E402
 from prime_cli.api.rl import RLClient  # noqa: E402
+from prime_cli.api.training import HostedTrainingClient, build_payload_from_toml  # noqa: E402
 from prime_cli.core.client import APIClient, APIError  # noqa: E402
 from prime_cli.core.config import Config  # noqa: E402
 
@@ -77,6 +79,21 @@ def main() -> int:
             app_config = Config()
             out = eval(create_call_source(), {}, {"rl_client": rl_client, "cfg": cfg, "secrets": secrets,
                                                   "app_config": app_config})
+        elif cmd == "create-fft":
+            # as the CLI's full fine-tune path builds its payload (commands/rl.py): the whole
+            # TOML less its CLI-only keys, the two secrets it forwards, name, image and GPU type
+            path = Path(args[0])
+            raw = cli_rl.toml.load(path)
+            secrets = cli_rl.collect_env_vars(env_args=args[1:] or None, env_files=None, on_warning=lambda m: None) or {}
+            cfg = {k: v for k, v in raw.items() if k not in ("env_file", "env_files", "image_tag", "gpu_type")}
+            payload = build_payload_from_toml(cfg, name=raw.get("name"), image_tag=raw.get("image_tag"),
+                                              wandb_api_key=secrets.get("WANDB_API_KEY"), hf_token=secrets.get("HF_TOKEN"),
+                                              gpu_type=raw.get("gpu_type"))
+            out = HostedTrainingClient(APIClient()).create_run(payload)
+        elif cmd == "fft-models":
+            out = HostedTrainingClient(APIClient()).list_available_fft_models()
+        elif cmd == "gpu-types":
+            out = HostedTrainingClient(APIClient()).list_available_gpu_types()
         elif cmd == "list":
             out = rl_client.list_runs()
         elif cmd == "models":
