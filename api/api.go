@@ -191,6 +191,8 @@ func New(cfg Config) (*Server, error) {
 		"primeTrainingFFTModels":   s.primeTrainingFFTModels,
 		"primeRestartRun":          s.primeRestartRun,
 		"primeRunLogs":             s.primeRunLogs,
+		"primeRunEnvServers":       s.primeRunEnvServers,
+		"primeRunEnvServerLogs":    s.primeRunEnvServerLogs,
 		"primeRunMetrics":          s.primeRunMetrics,
 		"primeRunCheckpoints":      s.primeRunCheckpoints,
 		"primeRunProgress":         s.primeRunProgress,

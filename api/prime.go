@@ -496,6 +496,39 @@ func (s *Server) primeRunLogs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"logs": b.String()})
 }
 
+// primeRunEnvServers lists a run's environment servers as the prime CLI's `train components`
+// reads them: those whose logs the job has (envs/train/<name>).
+func (s *Server) primeRunEnvServers(w http.ResponseWriter, r *http.Request) {
+	id, j, ok := s.primeRunID(w, r)
+	if !ok {
+		return
+	}
+	var page client.LogPage
+	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/logs", url.Values{"tail_lines": {"1"}}, nil, &page) {
+		return
+	}
+	servers := []map[string]any{}
+	for _, c := range page.Components {
+		name, ok := strings.CutPrefix(c, "envs/train/")
+		if !ok {
+			continue
+		}
+		servers = append(servers, map[string]any{"env_name": name, "env_index": len(servers), "pod_name": c, "status": primeRun(j)["status"]})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"env_servers": servers})
+}
+
+// primeRunEnvServerLogs is one environment server's logs: the run's logs of component
+// env-server for that environment.
+func (s *Server) primeRunEnvServerLogs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	q.Set("component", "env-server")
+	q.Del("env_index")
+	r2 := r.Clone(r.Context())
+	r2.URL.RawQuery = q.Encode()
+	s.primeRunLogs(w, r2)
+}
+
 func (s *Server) primeRunMetrics(w http.ResponseWriter, r *http.Request) {
 	id, _, ok := s.primeRunID(w, r)
 	if !ok {

@@ -109,6 +109,16 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 		rollouts.Total == 0 || len(rollouts.Samples[0].Completion) == 0 || !strings.Contains(rollouts.Samples[0].Completion[0].Content, "apples") {
 		t.Errorf("rollouts of step 7: %.600s", out)
 	}
+	out, ok = d.primeClient(t, "env-servers", run.ID)
+	var servers []struct {
+		EnvName string `json:"env_name"`
+		Status  string
+	}
+	if err := json.Unmarshal(out, &servers); !ok || err != nil || len(servers) != 1 || servers[0].Status != "COMPLETED" {
+		t.Errorf("env servers: %s", out)
+	} else if out, ok := d.primeClient(t, "env-server-logs", run.ID, servers[0].EnvName); !ok || !strings.Contains(string(out), "rollouts scored") {
+		t.Errorf("env server logs of %s: %.400s", servers[0].EnvName, out)
+	}
 	out, ok = d.primeClient(t, "usage", run.ID)
 	var usage struct {
 		RunID       string `json:"run_id"`

@@ -7,6 +7,7 @@ the upstream conformance kit) against a hostedtrain API, for the Prime-compatibl
     prime_client.py KIT logs RUN_ID [REGEX]
     prime_client.py KIT create-fft CONFIG.toml [KEY=VALUE ...]   (the full fine-tune path)
     prime_client.py KIT usage RUN_ID              (its billing client: `prime train usage RUN`)
+    prime_client.py KIT env-servers RUN_ID | env-server-logs RUN_ID NAME
     prime_client.py KIT rollouts RUN_ID STEP [PAGE LIMIT]
     prime_client.py KIT distributions RUN_ID [TYPE [STEP]]
 
@@ -115,6 +116,10 @@ def main() -> int:
             out = rl_client.list_checkpoints(args[0])
         elif cmd == "progress":
             out = rl_client.get_progress(args[0])
+        elif cmd == "env-servers":
+            out = rl_client.list_env_servers(args[0])
+        elif cmd == "env-server-logs":
+            out = {"logs": rl_client.get_env_server_logs(args[0], env_name=args[1], env_index=0, tail_lines=20)}
         elif cmd == "usage":
             out = BillingClient(APIClient()).get_run_usage(args[0])
         elif cmd == "rollouts":
