@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,10 @@ func TestCLIFollowsARun(t *testing.T) {
 		t.Errorf("--tail 5 printed %d lines", n)
 	}
 	check("logs -f of a finished run", []string{"train", "logs", j.ID, "-f", "--component", "agent"}, "pipeline exited")
+	comps := check("components", []string{"train", "components", j.ID}, "COMPONENT", "trainer", "--env ")
+	if m := regexp.MustCompile(`--env (\S+)`).FindStringSubmatch(comps); m != nil {
+		check("logs --env", []string{"train", "logs", j.ID, "--env", m[1], "-n", "3"}, "rollouts scored")
+	}
 	check("metrics", []string{"train", "metrics", j.ID}, "REWARD", "LOSS", "\n20 ", "reward = train/agg/all/agent/reward/mean")
 	check("metrics --plot", []string{"train", "metrics", j.ID, "--plot"}, "reward (train/agg/all/agent/reward/mean), steps 1 to 20", "┤")
 	check("checkpoints", []string{"train", "checkpoints", j.ID}, "STEP", "committed")

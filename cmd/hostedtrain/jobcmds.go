@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,7 +39,7 @@ func terminalWidth(w io.Writer) int {
 func newLogsCmd() *cobra.Command {
 	var o client.LogOptions
 	var follow, raw bool
-	var output string
+	var output, env string
 	c := &cobra.Command{
 		Use:   "logs ID",
 		Short: "Show a job's logs (trainer, orchestrator, inference, envs, pipeline, install, agent); -f follows",
@@ -57,6 +58,16 @@ func newLogsCmd() *cobra.Command {
 			id, err := jobID(cmd.Context(), api, args[0])
 			if err != nil {
 				return err
+			}
+			if env != "" {
+				// the prime CLI's --env: one environment server (a trailing /N is its index)
+				if o.Component != "" && o.Component != "envs" && o.Component != "env-server" {
+					return fmt.Errorf("--env names an environment server; it goes with no --component (or envs)")
+				}
+				name, _, _ := strings.Cut(env, "/")
+				o.Component = "envs/train/" + name
+			} else if o.Component == "env-server" {
+				o.Component = "envs" // the prime CLI's name of them
 			}
 			out := cmd.OutOrStdout()
 			show := func(l client.LogLine) {
@@ -97,7 +108,8 @@ func newLogsCmd() *cobra.Command {
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing new lines until the job ends")
 	f.IntVarP(&o.Tail, "tail", "n", 100, "the last N lines")
 	f.StringVar(&o.Since, "since", "", "only lines since: a duration back from now (10m) or a time")
-	f.StringVar(&o.Component, "component", "", "one component: trainer, orchestrator, inference, envs (or envs/train/NAME, envs/eval/NAME), preflight, install, pipeline or agent")
+	f.StringVarP(&o.Component, "component", "c", "", "one component: trainer, orchestrator, inference, envs (or envs/train/NAME, envs/eval/NAME; env-server is envs), preflight, install, pipeline or agent")
+	f.StringVar(&env, "env", "", "one environment server's lines: its name (train components lists them)")
 	f.StringVar(&o.Search, "search", "", "only lines containing this text (any case), or matching it with --regex")
 	f.BoolVar(&o.Regex, "regex", false, "--search is a regular expression (RE2)")
 	f.BoolVarP(&raw, "raw", "r", false, "the lines as written, without time, component or level")
@@ -597,6 +609,31 @@ func newGPUsCmd() *cobra.Command {
 			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) ([]client.GPUType, error) {
 				return api.GPUs(ctx)
 			}, renderGPUs)
+		},
+	}
+	outputFlag(c, &output)
+	return c
+}
+
+func newComponentsCmd() *cobra.Command {
+	var output string
+	c := &cobra.Command{
+		Use:   "components ID",
+		Short: "The parts of a run that write logs: trainer, orchestrator, inference, each environment server, ...",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.LogPage, error) {
+				id, err := jobID(ctx, api, args[0])
+				if err != nil {
+					return nil, err
+				}
+				page, err := api.JobLogs(ctx, id, client.LogOptions{Tail: 1})
+				if err != nil {
+					return nil, err
+				}
+				page.Items = nil
+				return page, nil
+			}, renderComponents)
 		},
 	}
 	outputFlag(c, &output)

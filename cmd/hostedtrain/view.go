@@ -348,6 +348,23 @@ func renderProgress(out io.Writer, p *client.JobProgress) {
 	w.Flush()
 }
 
+// renderComponents is `train components`.
+func renderComponents(w io.Writer, p *client.LogPage) {
+	t := table(w)
+	fmt.Fprintln(t, "COMPONENT\tLOGS WITH")
+	for _, c := range p.Components {
+		with := "--component " + c
+		if name, ok := strings.CutPrefix(c, "envs/train/"); ok {
+			with = "--env " + name
+		}
+		fmt.Fprintf(t, "%s\t%s\n", c, with)
+	}
+	t.Flush()
+	if len(p.Components) == 0 {
+		fmt.Fprintln(w, "no logs yet")
+	}
+}
+
 // renderGPUs is `train gpus`.
 func renderGPUs(w io.Writer, gpus []client.GPUType) {
 	t := table(w)

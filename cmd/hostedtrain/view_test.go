@@ -147,6 +147,10 @@ func TestGoldenCLIViews(t *testing.T) {
 	golden(t, "usage-job-unpriced.txt", b.Bytes())
 
 	b.Reset()
+	renderComponents(&b, &client.LogPage{Components: []string{"agent", "envs/train/alphabet-sort", "orchestrator", "trainer"}})
+	golden(t, "components.txt", b.Bytes())
+
+	b.Reset()
 	renderGPUs(&b, []client.GPUType{{GPUType: "H100", PerNode: 8, IdleNodes: []int{3, 3, 2, 2, 1, 1, 1, 1}}})
 	golden(t, "gpus.txt", b.Bytes())
 
