@@ -41,6 +41,7 @@ type Queue interface {
 	Restart(ctx context.Context, id string) (*job.Job, error)
 	Delete(ctx context.Context, id string) error
 	IdleCapacity(ctx context.Context, model string, counts []int) ([]int, error)
+	SealedSecrets(ctx context.Context, id string) (string, error)
 	Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error)
 	AbandonClaim(ctx context.Context, agent, claimID string) (string, error)
 	Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error)
@@ -150,6 +151,7 @@ func New(cfg Config) (*Server, error) {
 		"getJob":                   s.getJob,
 		"cancelJob":                s.cancelJob,
 		"deleteJob":                s.deleteJob,
+		"forkJob":                  s.forkJob,
 		"restartJob":               s.restartJob,
 		"listJobEvents":            s.listJobEvents,
 		"agentAbandonClaim":        s.agentAbandonClaim,
@@ -171,6 +173,8 @@ func New(cfg Config) (*Server, error) {
 		"download":                 s.download,
 		"getJobMetrics":            s.getJobMetrics,
 		"listJobCheckpoints":       s.listJobCheckpoints,
+		"pinCheckpoint":            s.pinCheckpoint,
+		"unpinCheckpoint":          s.pinCheckpoint,
 		"listJobArtifacts":         s.listJobArtifacts,
 		"agentClaim":               s.agentClaim,
 		"agentHeartbeat":           s.agentHeartbeat,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,10 +78,15 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	pinned, err := jobdata.PinnedSteps(r.Context(), s.cfg.Store, j.ID)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
 	expires := time.Now().Add(downloadTTL).UTC().Truncate(time.Second)
 	items := make([]client.Checkpoint, 0, len(cps))
 	for _, c := range cps {
-		it := client.Checkpoint{Step: c.Step, Status: "uploading", Bytes: c.Bytes, Files: c.Files}
+		it := client.Checkpoint{Step: c.Step, Status: "uploading", Bytes: c.Bytes, Files: c.Files, Pinned: pinned[c.Step] && c.Committed}
 		if !c.Time.IsZero() {
 			t := c.Time.UTC()
 			it.Time = &t
@@ -397,4 +403,43 @@ func (s *Server) getJobDistributions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// pinCheckpoint (PUT) keeps a committed checkpoint of the job past its keep_cloud; unpin
+// (DELETE) lets the agent prune it again with the others. Pinning a step that is not
+// committed is refused naming it.
+func (s *Server) pinCheckpoint(w http.ResponseWriter, r *http.Request) {
+	j, ok := s.ownJob(w, r)
+	if !ok || !s.storeReady(w, r) {
+		return
+	}
+	step, err := strconv.Atoi(pathParam(r, "step"))
+	if err != nil || step < 1 {
+		writeProblem(w, r, newProblem(http.StatusBadRequest, "invalid-step", "a checkpoint's step is a whole number from 1"))
+		return
+	}
+	if r.Method == http.MethodDelete {
+		if err := s.cfg.Store.Delete(r.Context(), jobdata.PinKey(j.ID, step)); err != nil && !errors.Is(err, blob.ErrNotFound) {
+			s.internalError(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	committed, err := jobdata.CommittedSteps(r.Context(), s.cfg.Store, j.ID)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if !slices.Contains(committed, step) {
+		p := newProblem(http.StatusNotFound, "no-checkpoint", fmt.Sprintf("job %s has no committed checkpoint of step %d; it has %s", j.ID, step, stepList(committed)))
+		p.Errors = []FieldError{{Parameter: "step", Message: "no committed checkpoint of this step"}}
+		writeProblem(w, r, p)
+		return
+	}
+	if err := s.cfg.Store.Put(r.Context(), jobdata.PinKey(j.ID, step), strings.NewReader("pinned\n")); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -485,3 +485,39 @@ func TestProgressAndUsage(t *testing.T) {
 		t.Errorf("a bad status filter: %d", r.status)
 	}
 }
+
+// A pin marks a committed checkpoint to keep; the list shows it; a step that is not committed
+// cannot be pinned; an unpin lets it go.
+func TestPinAndUnpinACheckpoint(t *testing.T) {
+	t.Parallel()
+	d := setupData(t)
+	d.put(t, "checkpoints/step_10/manifest.json", `{"files":[]}`)
+	d.put(t, "checkpoints/step_20/trainer/.metadata", "an upload in progress")
+	pin := func(method string, step int) reply {
+		return call(t, method, fmt.Sprintf("%s/v1/jobs/%s/checkpoints/%d/pin", d.s.URL, d.jobID, step), d.token, "", nil)
+	}
+	if r := pin("PUT", 10); r.status != http.StatusNoContent {
+		t.Fatalf("pin: %d %s", r.status, r.body)
+	}
+	if r := pin("PUT", 20); r.status != http.StatusNotFound || !strings.Contains(string(r.body), "no committed checkpoint of step 20; it has steps 10") {
+		t.Fatalf("pin of an upload in progress: %d %s", r.status, r.body)
+	}
+	var list struct {
+		Items []struct {
+			Step   int
+			Pinned bool
+		}
+	}
+	d.get(t, "/checkpoints", &list)
+	if len(list.Items) != 2 || !list.Items[0].Pinned || list.Items[1].Pinned {
+		t.Fatalf("checkpoints after the pin: %+v", list.Items)
+	}
+	if r := pin("DELETE", 10); r.status != http.StatusNoContent {
+		t.Fatalf("unpin: %d %s", r.status, r.body)
+	}
+	list.Items = nil // a fresh read: the decoder keeps what a field it does not see held
+	d.get(t, "/checkpoints", &list)
+	if list.Items[0].Pinned {
+		t.Fatalf("still pinned after the unpin: %+v", list.Items)
+	}
+}

@@ -96,7 +96,7 @@ func newVictim(t *testing.T) victim {
 // url fills an operation's path with the victim's ids.
 func (v victim) url(op operation) string {
 	p := strings.NewReplacer("{id}", v.jobID, "{runId}", v.jobID, "{webhook_id}", v.hookID, "{delivery_id}", v.dlID,
-		"{claim_id}", "claim-1", "{org}", "acme").Replace(op.path)
+		"{claim_id}", "claim-1", "{org}", "acme", "{step}", "10").Replace(op.path)
 	return v.st.URL + p
 }
 

@@ -18,10 +18,19 @@ import (
 // job to start from it. A checkpoint that is not there, or that the job cannot start from, is
 // refused naming checkpoint_id (or max_steps, when the run would have nothing left to do).
 func (s *Server) warmStart(r *http.Request, a *admitted) *Problem {
+	return s.resolveWarmStart(r, a, nil)
+}
+
+// resolveWarmStart is warmStart with its problems' pointers renamed by rename (nil: as they
+// are): a fork names its step, not a checkpoint_id.
+func (s *Server) resolveWarmStart(r *http.Request, a *admitted, rename map[string]string) *Problem {
 	if a.spec.CheckpointID == "" || a.spec.Kind != jobspec.KindRL {
 		return nil
 	}
 	refuse := func(ptr, format string, args ...any) *Problem {
+		if to, ok := rename[ptr]; ok {
+			ptr = to
+		}
 		fe := FieldError{Pointer: ptr, Message: fmt.Sprintf(format, args...)}
 		b := requestBody(r)
 		b.place(&fe)

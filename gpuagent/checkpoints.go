@@ -286,7 +286,19 @@ func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 	u.mu.Unlock()
 	u.onCommit(step)
 	u.logger.Info("checkpoint committed", "step", step, "bytes", m.Bytes, "files", len(m.Files))
+	var pinned map[int]bool
+	if len(drop) > 0 {
+		var err error
+		if pinned, err = jobdata.PinnedSteps(ctx, u.store, u.jobID); err != nil {
+			u.logger.Warn("old checkpoints kept: the pins could not be read", "err", err)
+			drop = nil // a pin unread is a pin: nothing is pruned this time
+		}
+	}
 	for _, s := range drop {
+		if pinned[s] {
+			u.logger.Info("old checkpoint kept: it is pinned", "step", s)
+			continue
+		}
 		if err := deleteCheckpoint(ctx, u.store, u.jobID, s); err != nil {
 			u.logger.Warn("old checkpoint not deleted", "step", s, "err", err)
 		}

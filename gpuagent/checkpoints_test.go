@@ -2,6 +2,7 @@ package gpuagent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -162,5 +163,33 @@ func TestTheUploaderDeletesNothingThroughALinkTheJobPlanted(t *testing.T) {
 		if _, err := os.Stat(jobdata.StepDir(victim, s)); err != nil {
 			t.Errorf("the other job's step %d was deleted through the link: %v", s, err)
 		}
+	}
+}
+
+// keep_cloud prunes the oldest committed checkpoints, but never a pinned one.
+func TestTheUploaderKeepsAPinnedCheckpoint(t *testing.T) {
+	t.Parallel()
+	store, err := blob.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := store.Put(ctx, jobdata.PinKey("j1", 2), strings.NewReader("pinned\n")); err != nil {
+		t.Fatal(err)
+	}
+	local := filepath.Join(t.TempDir(), "checkpoints")
+	u := newUploader(store, "j1", local, 1, nil, slog.New(slog.DiscardHandler), func(int) {}, newTelemetry())
+	go u.run(ctx)
+	for _, step := range []int{2, 4, 6} {
+		writeCheckpoint(t, local, step, 1<<10)
+		u.scan()
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		u.wait(wctx)
+		wcancel()
+	}
+	steps, err := jobdata.CommittedSteps(ctx, store, "j1")
+	if err != nil || fmt.Sprint(steps) != "[2 6]" {
+		t.Fatalf("committed in storage: %v %v; want the pinned 2 and the newest 6", steps, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/redis/go-redis/v9"
 )
 
 // Delete forgets a job that ended (COMPLETED, FAILED or STOPPED): its entries in its
@@ -57,4 +58,20 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("queue: delete %s: it was restarted meanwhile: %w", id, job.ErrConflict)
 	}
 	return c.dropOwn(ctx, id)
+}
+
+// SealedSecrets are a job's secrets as its submit sealed them ("" if it had none, or they went
+// with it when it was archived): for a fork, which opens and seals them again for itself.
+func (c *Client) SealedSecrets(ctx context.Context, id string) (string, error) {
+	// one key at a time: the two are in different slots of a cluster
+	for _, k := range []string{c.keys.own(id, "ownsec"), c.keys.oldSecrets(id)} {
+		v, err := c.rdb.Get(ctx, k).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return "", fmt.Errorf("queue: secrets of %s: %w", id, err)
+		}
+		if v != "" {
+			return v, nil
+		}
+	}
+	return "", nil
 }

@@ -90,6 +90,7 @@ func TestCLIFollowsARun(t *testing.T) {
 	check("metrics", []string{"train", "metrics", j.ID}, "REWARD", "LOSS", "\n20 ", "reward = train/agg/all/agent/reward/mean")
 	check("metrics --plot", []string{"train", "metrics", j.ID, "--plot"}, "reward (train/agg/all/agent/reward/mean), steps 1 to 20", "┤")
 	check("checkpoints", []string{"train", "checkpoints", j.ID}, "STEP", "committed")
+	check("checkpoints --pin", []string{"train", "checkpoints", j.ID, "--pin", "20"}, "committed, pinned")
 	dl := t.TempDir()
 	check("checkpoints --download", []string{"train", "checkpoints", j.ID, "--download", "0", "--to", dl}, "sha256 ok")
 	if _, err := os.Stat(filepath.Join(dl, "step_20", "trainer", ".metadata")); err != nil {

@@ -33,6 +33,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := json.Unmarshal([]byte(lastLine(out)), &j); err != nil || j.Status != job.Completed {
 		t.Fatalf("the run: %v %s", err, out)
 	}
+	// A run forked from its step 15: the dashboard shows where it started from.
+	out, code = d.cli(t, "train", "fork", j.ID, "--step", "15", "--max-steps", "25", "-o", "json")
+	var forked job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &forked); code != 0 || err != nil {
+		t.Fatalf("fork: %s", out)
+	}
 	// An eval of an open-weight model: served on the dev agent's GPU, its summary on the job.
 	out, code = d.cli(t, "eval", "run", "my-env", "-m", "Qwen/Qwen3-4B-Instruct-2507", "-n", "4", "-r", "2", "--wait", "-o", "json")
 	if code != 0 {
@@ -53,7 +59,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots, ev.ID)
+	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots, ev.ID, forked.ID)
 	cmd.Dir = web
 	res, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(res), "dashboard ok") {

@@ -194,12 +194,14 @@ func newMetricsCmd() *cobra.Command {
 
 func newCheckpointsCmd() *cobra.Command {
 	var output, to, download string
+	var pin, unpin int
 	c := &cobra.Command{
 		Use:   "checkpoints ID",
 		Short: "List a job's checkpoints; --download STEP fetches one (its files checked against their sha256)",
 		Example: `  hostedtrain train checkpoints JOB
   hostedtrain train checkpoints JOB --download 200 --to ./ckpt
-  hostedtrain train checkpoints JOB --download latest`,
+  hostedtrain train checkpoints JOB --download latest
+  hostedtrain train checkpoints JOB --pin 200     # keep it past keep_cloud`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -212,6 +214,14 @@ func newCheckpointsCmd() *cobra.Command {
 			id, err := jobID(cmd.Context(), api, args[0])
 			if err != nil {
 				return err
+			}
+			for step, on := range map[int]bool{pin: true, unpin: false} {
+				if step <= 0 {
+					continue
+				}
+				if err := api.PinCheckpoint(cmd.Context(), id, step, on); err != nil {
+					return err
+				}
 			}
 			cps, err := api.JobCheckpoints(cmd.Context(), id)
 			if err != nil {
@@ -237,6 +247,8 @@ func newCheckpointsCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&download, "download", "", "download this step's checkpoint, or the newest committed (latest, or 0)")
 	c.Flags().StringVar(&to, "to", ".", "where --download writes step_N/")
+	c.Flags().IntVar(&pin, "pin", 0, "keep this committed step past keep_cloud")
+	c.Flags().IntVar(&unpin, "unpin", 0, "let this step go with the others again")
 	outputFlag(c, &output)
 	return c
 }
@@ -636,6 +648,38 @@ func newComponentsCmd() *cobra.Command {
 			}, renderComponents)
 		},
 	}
+	outputFlag(c, &output)
+	return c
+}
+
+func newForkCmd() *cobra.Command {
+	var output string
+	var req client.ForkRequest
+	c := &cobra.Command{
+		Use:   "fork ID",
+		Short: "Start a new run from a committed checkpoint of a job (any state), with changes",
+		Example: `  hostedtrain train fork JOB                      # from its newest checkpoint
+  hostedtrain train fork JOB --step 40 --max-steps 200 --learning-rate 5e-6`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*job.Job, error) {
+				id, err := jobID(ctx, api, args[0])
+				if err != nil {
+					return nil, err
+				}
+				return api.ForkJob(ctx, id, req)
+			}, func(w io.Writer, j *job.Job) {
+				fmt.Fprintf(w, "job %s is queued: it starts from job %s's checkpoint of step %d and runs to step %d\n",
+					j.ID, j.Config.WarmStart.Job, j.Config.WarmStart.Step, j.Config.MaxSteps)
+			})
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&req.Step, "step", 0, "the committed checkpoint's step (default: the newest)")
+	f.IntVar(&req.MaxSteps, "max-steps", 0, "the new run's max_steps (default: the job's)")
+	f.StringVar(&req.Name, "name", "", "the new run's name")
+	f.Float64Var(&req.LearningRate, "learning-rate", 0, "the new run's learning rate")
+	f.StringVar(&req.TimeLimit, "time-limit", "", "the new run's time limit (48h, 90m)")
 	outputFlag(c, &output)
 	return c
 }

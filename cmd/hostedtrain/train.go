@@ -37,7 +37,7 @@ func newTrainCmd() *cobra.Command {
 	}
 	c.Flags().AddFlagSet(submit.Flags())
 	c.AddCommand(submit, newGetCmd(), newListCmd(), newStopCmd(), newRestartCmd(), newLogsCmd(), newMetricsCmd(),
-		newCheckpointsCmd(), newArtifactsCmd(), newProgressCmd(), newRolloutsCmd(), newDistributionsCmd(), newDeleteCmd(), newConfigsCmd(), newGPUsCmd(), newComponentsCmd(), newUsageCmd(), newEventsCmd(), newModelsCmd(), newInitCmd())
+		newCheckpointsCmd(), newArtifactsCmd(), newProgressCmd(), newRolloutsCmd(), newDistributionsCmd(), newDeleteCmd(), newConfigsCmd(), newGPUsCmd(), newComponentsCmd(), newForkCmd(), newUsageCmd(), newEventsCmd(), newModelsCmd(), newInitCmd())
 	return c
 }
 

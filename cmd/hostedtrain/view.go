@@ -105,6 +105,9 @@ func renderJob(out io.Writer, j *job.Job) {
 			fmt.Fprintf(w, "checkpoints\tnone\n")
 		}
 	}
+	if ws := j.Config.WarmStart; ws != nil {
+		fmt.Fprintf(w, "started from\tjob %s, its checkpoint of step %d\n", ws.Job, ws.Step)
+	}
 	renderResult(w, j.Progress.Result)
 	fmt.Fprintf(w, "attempt\t%d of %d\n", j.Attempt, j.MaxAttempts)
 	fmt.Fprintf(w, "gpu time\t%s\n", gpuHours(j.GPUSeconds))
@@ -282,7 +285,11 @@ func renderCheckpoints(w io.Writer, cps []client.Checkpoint) {
 		if c.Time != nil {
 			when = c.Time.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%d\t%s\n", c.Step, c.Status, size(c.Bytes), c.Files, when)
+		status := c.Status
+		if c.Pinned {
+			status += ", pinned"
+		}
+		fmt.Fprintf(t, "%d\t%s\t%s\t%d\t%s\n", c.Step, status, size(c.Bytes), c.Files, when)
 	}
 	t.Flush()
 	if len(cps) == 0 {

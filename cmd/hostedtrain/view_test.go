@@ -51,7 +51,7 @@ func sampleJobs() []*job.Job {
 	return []*job.Job{
 		{ID: "01a20201-0000-7000-8000-000000000002", Org: "acme", Kind: "rl", Status: job.Running, Attempt: 1, MaxAttempts: 3,
 			Config: jobspec.Spec{Model: "Qwen/Qwen3-4B-Instruct-2507", Env: []jobspec.Env{{ID: "primeintellect/alphabet-sort"}, {ID: "gsm8k"}},
-				Resources: jobspec.Resources{GPUs: 2, GPUType: "H100"}},
+				Resources: jobspec.Resources{GPUs: 2, GPUType: "H100"}, WarmStart: &jobspec.WarmStart{Job: "01a20200-0000-7000-8000-0000000000aa", Step: 40}},
 			Progress: job.Progress{Step: 120, MaxSteps: 300, Metrics: map[string]float64{"train/agg/all/agent/reward/mean": 0.6123, "entropy/all/mean": 0.81, "loss/mean": 0.031},
 				Series:      map[string]string{"reward": "train/agg/all/agent/reward/mean", "entropy": "entropy/all/mean", "loss": "loss/mean"},
 				Checkpoints: 2, CheckpointStep: 100},
@@ -112,7 +112,7 @@ func TestGoldenCLIViews(t *testing.T) {
 
 	at := t0.Add(time.Hour)
 	b.Reset()
-	renderCheckpoints(&b, []client.Checkpoint{{Step: 100, Status: "committed", Bytes: 2 << 30, Files: 9, Time: &at}, {Step: 150, Status: "uploading", Bytes: 300 << 20, Files: 4}})
+	renderCheckpoints(&b, []client.Checkpoint{{Step: 50, Status: "committed", Pinned: true, Bytes: 2 << 30, Files: 9, Time: &at}, {Step: 100, Status: "committed", Bytes: 2 << 30, Files: 9, Time: &at}, {Step: 150, Status: "uploading", Bytes: 300 << 20, Files: 4}})
 	golden(t, "checkpoints.txt", b.Bytes())
 
 	b.Reset()

@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
 
 // A run started from another run's checkpoint (checkpoint_id) resumes at the step after it —
@@ -61,6 +63,20 @@ func TestDevWarmStartsFromAnotherRunsCheckpoint(t *testing.T) {
 	}
 	if len(steps) != 2 || steps[0] != 25 || steps[1] != 30 {
 		t.Errorf("the warm-started run's own checkpoints: %v, want 25 and 30 (never step 15, the other job's)", steps)
+	}
+	// A fork of the warm-started run, from its step 25: the same, asked of the job itself.
+	out, code = d.cli(t, "train", "fork", second.ID, "--step", "25", "--max-steps", "35", "--name", "forked")
+	if code != 0 || !strings.Contains(out, "starts from job "+second.ID+"'s checkpoint of step 25 and runs to step 35") {
+		t.Fatalf("fork (%d): %s", code, out)
+	}
+	forked := strings.Fields(out)[1]
+	testwait.Until(t, 2*time.Minute, "the fork to complete", func() bool {
+		j, err := api.GetJob(ctx, forked)
+		return err == nil && j.Status == job.Completed
+	})
+	if out, code := d.cli(t, "train", "get", forked); code != 0 || !strings.Contains(out, "started from  job "+second.ID+", its checkpoint of step 25") ||
+		!strings.Contains(out, "steps         35/35") {
+		t.Errorf("train get of the fork (%d):\n%s", code, out)
 	}
 	logs, code := d.cli(t, "train", "logs", second.ID, "--component", "agent")
 	if code != 0 || !strings.Contains(logs, "warm start") || !strings.Contains(logs, first.ID) {

@@ -45,7 +45,7 @@ type Presigner interface {
 // JobPrefix is where everything of one job lives; package jobdata lays out what is inside.
 func JobPrefix(jobID string) string { return "jobs/" + jobID + "/" }
 
-// KindOf is what a job's object is — checkpoints, metrics, logs, artifacts or rollouts — from its key
+// KindOf is what a job's object is — checkpoints, metrics, logs, artifacts, rollouts or pins — from its key
 // (jobs/{id}/{kind}/...); "" for any other key. Stores tag objects with it, so lifecycle
 // rules can treat each kind apart.
 func KindOf(key string) string {
@@ -58,7 +58,7 @@ func KindOf(key string) string {
 		return ""
 	}
 	switch parts[1] {
-	case "checkpoints", "metrics", "logs", "artifacts", "rollouts":
+	case "checkpoints", "metrics", "logs", "artifacts", "rollouts", "pins":
 		return parts[1]
 	}
 	return ""

@@ -478,6 +478,7 @@ func (c *Client) JobMetrics(ctx context.Context, id string, minStep, maxStep int
 type Checkpoint struct {
 	Step     int            `json:"step"`
 	Status   string         `json:"status"`
+	Pinned   bool           `json:"pinned,omitempty"`
 	Bytes    int64          `json:"bytes"`
 	Files    int            `json:"files"`
 	Time     *time.Time     `json:"time,omitempty"`
@@ -791,6 +792,35 @@ func (c *Client) JobProgress(ctx context.Context, id string) (*JobProgress, erro
 	var p JobProgress
 	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/progress", "", nil, &p)
 	return &p, err
+}
+
+// PinCheckpoint keeps job id's committed checkpoint of step past its keep_cloud (pin) or lets
+// it go again (!pin).
+func (c *Client) PinCheckpoint(ctx context.Context, id string, step int, pin bool) error {
+	method := http.MethodPut
+	if !pin {
+		method = http.MethodDelete
+	}
+	_, err := c.do(ctx, method, "/v1/jobs/"+url.PathEscape(id)+"/checkpoints/"+strconv.Itoa(step)+"/pin", "", nil, nil)
+	return err
+}
+
+// ForkRequest is what a fork changes: the step it starts from (0: the newest committed
+// checkpoint) and the new run's settings (zero: the job's own).
+type ForkRequest struct {
+	Step         int     `json:"step,omitempty"`
+	MaxSteps     int     `json:"max_steps,omitempty"`
+	Name         string  `json:"name,omitempty"`
+	LearningRate float64 `json:"learning_rate,omitempty"`
+	Priority     *int    `json:"priority,omitempty"`
+	TimeLimit    string  `json:"time_limit,omitempty"`
+}
+
+// ForkJob starts a new run from a committed checkpoint of job id.
+func (c *Client) ForkJob(ctx context.Context, id string, req ForkRequest) (*job.Job, error) {
+	var j job.Job
+	_, err := c.postJSON(ctx, "/v1/jobs/"+url.PathEscape(id)+"/fork", req, &j)
+	return &j, err
 }
 
 // DeleteJob deletes a job that ended, with everything it stored.

@@ -2,7 +2,9 @@ package jobdata
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -118,4 +120,25 @@ func CommittedSteps(ctx context.Context, store blob.Store, jobID string) ([]int,
 		}
 	}
 	return steps, nil
+}
+
+// PinKey is the mark that keeps a job's committed checkpoint of step in storage past its
+// keep_cloud: the agent never prunes a pinned step.
+func PinKey(jobID string, step int) string {
+	return fmt.Sprintf("%spins/step_%d", JobPrefix(jobID), step)
+}
+
+// PinnedSteps are the steps of a job's pinned checkpoints.
+func PinnedSteps(ctx context.Context, store blob.Store, jobID string) (map[int]bool, error) {
+	objs, err := store.List(ctx, JobPrefix(jobID)+"pins/")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]bool{}
+	for _, o := range objs {
+		if step, ok := stepOf(path.Base(o.Key)); ok {
+			out[step] = true
+		}
+	}
+	return out, nil
 }

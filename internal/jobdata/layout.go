@@ -16,6 +16,7 @@
 //	jobs/{id}/checkpoints/step_{n}/manifest.json  written last: the commit mark
 //	jobs/{id}/artifacts/{name}                 GEPA and eval outputs
 //	jobs/{id}/rollouts/step_{n}.json           step n's sampled episodes and reward distributions
+//	jobs/{id}/pins/step_{n}                    the user keeps step n's checkpoint past keep_cloud
 package jobdata
 
 import (

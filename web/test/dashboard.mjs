@@ -5,10 +5,12 @@
 //
 // Then it opens an eval job and finds its result: the summary per environment.
 //
-//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID
+// A forked job's page names the job and step it started from, linked.
+//
+//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID FORKED_JOB_ID
 import { chromium } from 'playwright-core';
 
-const [url, token, jobID, out, evalID] = process.argv.slice(2);
+const [url, token, jobID, out, evalID, forkedID] = process.argv.slice(2);
 const fail = (msg) => { console.error('FAIL: ' + msg); process.exitCode = 1; };
 
 const browser = await chromium.launch({
@@ -92,6 +94,12 @@ try {
   if (!evalRow.includes('my-env') || !/0\.\d{4}/.test(evalRow)) fail('the eval result row: ' + evalRow);
   if ((await page.$$('#charts .chart')).length !== 0) fail('an eval job shows training charts');
   await page.screenshot({ path: out + '/eval.png', fullPage: true });
+
+  await page.goto(url + '/#/jobs/' + forkedID);
+  await page.waitForSelector('#lineage a', timeout);
+  const lineage = await page.textContent('#lineage');
+  const href = await page.getAttribute('#lineage a', 'href');
+  if (href !== '#/jobs/' + jobID || !lineage.includes('at step 15')) fail(`the fork's lineage: ${lineage} (${href})`);
 
   await page.goto(url + '/docs');
   await page.waitForSelector('#redoc h1', timeout);

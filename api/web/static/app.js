@@ -314,6 +314,10 @@ function jobPage(id) {
       const u = j.runtime.upstream;
       pairs.push(['upstream', `prime-rl ${(u.prime_rl || '?').slice(0, 7)}, verifiers ${(u.verifiers || '?').slice(0, 7)}, prime ${u.prime_cli || '?'}`]);
     }
+    if (j.config.warm_start) {
+      const ws = j.config.warm_start;
+      pairs.push(['started from', el('span', { id: 'lineage' }, el('a', { href: '#/jobs/' + ws.job, class: 'mono' }, ws.job), ` at step ${ws.step}`)]);
+    }
     if (j.queue_reason) pairs.push(['queue', `${j.queue_reason} (${j.runs_ahead} ahead)`]);
     if (j.error) pairs.push(['error', el('span', { class: 'error' }, j.error)]);
     const actions = [];

@@ -1,0 +1,96 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+)
+
+// forkJob starts a new rl job from a committed checkpoint of one of the organization's jobs,
+// in any state: the job's config with the request's changes, its secrets sealed again for the
+// new job, and its warm start — the checkpoint_id a job file would name — resolved as a
+// submit resolves it. The new job's warm_start is its lineage: parent and step.
+func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
+	src, ok := s.ownJob(w, r)
+	if !ok {
+		return
+	}
+	var req client.ForkRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if src.Kind != jobspec.KindRL {
+		writeProblem(w, r, newProblem(http.StatusConflict, "cannot-fork",
+			fmt.Sprintf("job %s is a %s job; only an rl job's checkpoints start another run", src.ID, src.Kind)))
+		return
+	}
+	spec := src.Config // a copy of the struct; what is changed below is not shared
+	spec.WarmStart, spec.CheckpointID = nil, src.ID
+	if req.Step > 0 {
+		spec.CheckpointID = fmt.Sprintf("%s-step-%d", src.ID, req.Step)
+	}
+	if req.MaxSteps > 0 {
+		spec.MaxSteps = req.MaxSteps
+	}
+	if req.Name != "" {
+		spec.Name = req.Name
+	}
+	if req.LearningRate > 0 {
+		spec.LearningRate = req.LearningRate
+	}
+	if req.Priority != nil {
+		spec.Priority = *req.Priority
+	}
+	if req.TimeLimit != "" {
+		spec.TimeLimit = req.TimeLimit
+	}
+	a := &admitted{spec: spec}
+	if prob := s.resolveWarmStart(r, a, map[string]string{"/checkpoint_id": "/step"}); prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	id, err := job.NewID()
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec}
+	if len(src.Config.Secrets) > 0 {
+		sealed, err := s.cfg.Queue.SealedSecrets(r.Context(), src.ID)
+		if err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+		if sealed == "" {
+			writeProblem(w, r, newProblem(http.StatusConflict, "cannot-fork", fmt.Sprintf(
+				"job %s's secrets (%v) are no longer kept (it ended longer ago than jobs are kept ready to run); "+
+					"submit its job file with checkpoint_id = %q and its secrets instead", src.ID, src.Config.Secrets, a.spec.CheckpointID)))
+			return
+		}
+		plain, err := s.cfg.Secrets.Open(sealed, src.ID)
+		if err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+		if sub.SealedSecrets, err = s.cfg.Secrets.Seal(plain, id); err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+	}
+	j, _, err := s.cfg.Queue.Submit(r.Context(), sub, "", "")
+	var limit *job.LimitError
+	switch {
+	case errors.As(err, &limit):
+		writeProblem(w, r, limitProblem(limit))
+		return
+	case err != nil:
+		s.internalError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/jobs/"+j.ID)
+	writeJSON(w, http.StatusCreated, j)
+}
