@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -83,10 +84,29 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	var committed []int
+	for _, c := range cps {
+		if c.Committed {
+			committed = append(committed, c.Step)
+		}
+	}
+	metrics, err := s.checkpointMetrics(r, j, committed)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	bestBy := j.Config.Checkpoints.Best(j.Config.Eval != nil)
+	best, bestValue := 0, math.Inf(-1)
+	for _, step := range committed {
+		if v, ok := metrics[step][bestBy]; ok && v > bestValue {
+			best, bestValue = step, v
+		}
+	}
 	expires := time.Now().Add(downloadTTL).UTC().Truncate(time.Second)
 	items := make([]client.Checkpoint, 0, len(cps))
 	for _, c := range cps {
-		it := client.Checkpoint{Step: c.Step, Status: "uploading", Bytes: c.Bytes, Files: c.Files, Pinned: pinned[c.Step] && c.Committed}
+		it := client.Checkpoint{Step: c.Step, Status: "uploading", Bytes: c.Bytes, Files: c.Files, Pinned: pinned[c.Step] && c.Committed,
+			Metrics: metrics[c.Step], Best: c.Committed && c.Step == best}
 		if !c.Time.IsZero() {
 			t := c.Time.UTC()
 			it.Time = &t
@@ -103,6 +123,62 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 		items = append(items, it)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": items, "expires_at": expires})
+}
+
+// checkpointMetrics are, for each of the steps, the training reward of the step and the newest
+// online evaluation's reward at or before it (the series the job's progress names).
+func (s *Server) checkpointMetrics(r *http.Request, j *job.Job, steps []int) (map[int]map[string]float64, error) {
+	out := map[int]map[string]float64{}
+	keys := map[string]string{}
+	for _, name := range []string{"reward", "eval_reward"} {
+		if k := j.Progress.Series[name]; k != "" {
+			keys[name] = k
+		}
+	}
+	if len(steps) == 0 || len(keys) == 0 {
+		return out, nil
+	}
+	names := make([]string, 0, len(keys))
+	for _, k := range keys {
+		names = append(names, k)
+	}
+	last := steps[len(steps)-1]
+	reward, eval := map[int]float64{}, map[int]float64{}
+	for minStep := 0; ; {
+		read, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, jobdata.MetricsQuery{MinStep: minStep, MaxStep: last, Names: names, Limit: 10000})
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range read.Rows {
+			if v, ok := row.Float(keys["reward"]); ok {
+				reward[row.Step()] = v
+			}
+			if v, ok := row.Float(keys["eval_reward"]); ok {
+				eval[row.Step()] = v
+			}
+		}
+		if !read.More || len(read.Rows) == 0 {
+			break
+		}
+		minStep = read.Rows[len(read.Rows)-1].Step() + 1
+	}
+	evalSteps := slices.Sorted(maps.Keys(eval))
+	for _, step := range steps {
+		m := map[string]float64{}
+		if v, ok := reward[step]; ok {
+			m["reward"] = v
+		}
+		// the newest evaluation at or before the step
+		if i, found := slices.BinarySearch(evalSteps, step); found {
+			m["eval_reward"] = eval[step]
+		} else if i > 0 {
+			m["eval_reward"] = eval[evalSteps[i-1]]
+		}
+		if len(m) > 0 {
+			out[step] = m
+		}
+	}
+	return out, nil
 }
 
 // checkpointDownloads lists a committed checkpoint's files, as its manifest has them, with

@@ -201,6 +201,7 @@ func newCheckpointsCmd() *cobra.Command {
 		Example: `  hostedtrain train checkpoints JOB
   hostedtrain train checkpoints JOB --download 200 --to ./ckpt
   hostedtrain train checkpoints JOB --download latest
+  hostedtrain train checkpoints JOB --download best   # by the job's best_metric
   hostedtrain train checkpoints JOB --pin 200     # keep it past keep_cloud`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -230,9 +231,21 @@ func newCheckpointsCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if cmd.Flags().Changed("download") {
 				step := 0 // latest (0 says it too)
-				if download != "latest" {
+				switch download {
+				case "latest":
+				case "best":
+					step = -1
+					for _, c := range cps {
+						if c.Best {
+							step = c.Step
+						}
+					}
+					if step < 0 {
+						return errors.New("--download best: no committed checkpoint has a value of the job's best_metric yet")
+					}
+				default:
 					if step, err = strconv.Atoi(download); err != nil || step < 0 {
-						return fmt.Errorf("--download %q: a step number, or latest", download)
+						return fmt.Errorf("--download %q: a step number, latest or best", download)
 					}
 				}
 				return downloadCheckpoint(cmd, api, cps, step, to)
@@ -245,7 +258,7 @@ func newCheckpointsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&download, "download", "", "download this step's checkpoint, or the newest committed (latest, or 0)")
+	c.Flags().StringVar(&download, "download", "", "download this step's checkpoint, the newest committed (latest, or 0), or the best (best_metric)")
 	c.Flags().StringVar(&to, "to", ".", "where --download writes step_N/")
 	c.Flags().IntVar(&pin, "pin", 0, "keep this committed step past keep_cloud")
 	c.Flags().IntVar(&unpin, "unpin", 0, "let this step go with the others again")

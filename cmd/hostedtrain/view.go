@@ -279,7 +279,7 @@ func size(b int64) string {
 // renderCheckpoints is `train checkpoints`.
 func renderCheckpoints(w io.Writer, cps []client.Checkpoint) {
 	t := table(w)
-	fmt.Fprintln(t, "STEP\tSTATUS\tSIZE\tFILES\tTIME")
+	fmt.Fprintln(t, "STEP\tSTATUS\tREWARD\tEVAL REWARD\tSIZE\tFILES\tTIME")
 	for _, c := range cps {
 		when := "-"
 		if c.Time != nil {
@@ -289,7 +289,16 @@ func renderCheckpoints(w io.Writer, cps []client.Checkpoint) {
 		if c.Pinned {
 			status += ", pinned"
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%d\t%s\n", c.Step, status, size(c.Bytes), c.Files, when)
+		if c.Best {
+			status += ", best"
+		}
+		metric := func(name string) string {
+			if v, ok := c.Metrics[name]; ok {
+				return fmt.Sprintf("%.4f", v)
+			}
+			return "-"
+		}
+		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", c.Step, status, metric("reward"), metric("eval_reward"), size(c.Bytes), c.Files, when)
 	}
 	t.Flush()
 	if len(cps) == 0 {

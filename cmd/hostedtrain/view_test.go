@@ -112,7 +112,7 @@ func TestGoldenCLIViews(t *testing.T) {
 
 	at := t0.Add(time.Hour)
 	b.Reset()
-	renderCheckpoints(&b, []client.Checkpoint{{Step: 50, Status: "committed", Pinned: true, Bytes: 2 << 30, Files: 9, Time: &at}, {Step: 100, Status: "committed", Bytes: 2 << 30, Files: 9, Time: &at}, {Step: 150, Status: "uploading", Bytes: 300 << 20, Files: 4}})
+	renderCheckpoints(&b, []client.Checkpoint{{Step: 50, Status: "committed", Pinned: true, Best: true, Metrics: map[string]float64{"reward": 0.71, "eval_reward": 0.66}, Bytes: 2 << 30, Files: 9, Time: &at}, {Step: 100, Status: "committed", Metrics: map[string]float64{"reward": 0.74, "eval_reward": 0.61}, Bytes: 2 << 30, Files: 9, Time: &at}, {Step: 150, Status: "uploading", Bytes: 300 << 20, Files: 4}})
 	golden(t, "checkpoints.txt", b.Bytes())
 
 	b.Reset()

@@ -476,9 +476,13 @@ func (c *Client) JobMetrics(ctx context.Context, id string, minStep, maxStep int
 
 // Checkpoint is one of a job's checkpoints in storage.
 type Checkpoint struct {
-	Step     int            `json:"step"`
-	Status   string         `json:"status"`
-	Pinned   bool           `json:"pinned,omitempty"`
+	Step   int    `json:"step"`
+	Status string `json:"status"`
+	Pinned bool   `json:"pinned,omitempty"`
+	// Metrics are the step's reward and newest eval_reward at or before it.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Best marks the committed checkpoint with the highest value of the job's best_metric.
+	Best     bool           `json:"best,omitempty"`
 	Bytes    int64          `json:"bytes"`
 	Files    int            `json:"files"`
 	Time     *time.Time     `json:"time,omitempty"`

@@ -67,3 +67,37 @@ func TestNormalizeResolvesAliasesAndDefaults(t *testing.T) {
 		t.Errorf("defaults: got %+v", s)
 	}
 }
+
+// The best checkpoint is named by eval reward with online evaluation and by reward without,
+// unless the job says; eval_reward without [eval] is refused.
+func TestBestMetric(t *testing.T) {
+	env := []any{map[string]any{"id": "gsm8k"}}
+	base := func(extra map[string]any) map[string]any {
+		m := map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507", "env": env, "max_steps": 10}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	eval := map[string]any{"interval": 5, "env": []any{map[string]any{"id": "gsm8k"}}}
+	for _, c := range []struct {
+		in   map[string]any
+		want string
+	}{
+		{base(nil), "reward"},
+		{base(map[string]any{"eval": eval}), "eval_reward"},
+		{base(map[string]any{"eval": eval, "checkpoints": map[string]any{"best_metric": "reward"}}), "reward"},
+	} {
+		res, err := Normalize(c.in)
+		if err != nil || len(res.Errors) > 0 {
+			t.Fatalf("%v: %v %v", c.in, err, res.Errors)
+		}
+		if got := res.Spec.Checkpoints.Best(res.Spec.Eval != nil); got != c.want {
+			t.Errorf("%v: best by %s, want %s", c.in, got, c.want)
+		}
+	}
+	res, err := Normalize(base(map[string]any{"checkpoints": map[string]any{"best_metric": "eval_reward"}}))
+	if err != nil || len(res.Errors) != 1 || res.Errors[0].Pointer != "/checkpoints/best_metric" {
+		t.Fatalf("eval_reward without [eval]: %v %+v", err, res.Errors)
+	}
+}

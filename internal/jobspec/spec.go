@@ -275,6 +275,20 @@ type Checkpoints struct {
 	Interval int `json:"interval"`
 	// KeepCloud is how many of the newest checkpoints stay in object storage; -1 keeps all.
 	KeepCloud int `json:"keep_cloud"`
+	// BestMetric names the best checkpoint: eval_reward or reward ("": eval_reward with
+	// online evaluation, else reward).
+	BestMetric string `json:"best_metric,omitempty"`
+}
+
+// Best is the series that names the job's best checkpoint.
+func (c *Checkpoints) Best(hasEval bool) string {
+	switch {
+	case c != nil && c.BestMetric != "":
+		return c.BestMetric
+	case hasEval:
+		return "eval_reward"
+	}
+	return "reward"
 }
 
 // Adapters is prime's [adapters]: how often LoRA adapters are exported and how many kept.
@@ -410,8 +424,9 @@ type tailscale struct {
 }
 
 type checkpointsInput struct {
-	Interval  int  `json:"interval"`
-	KeepCloud *int `json:"keep_cloud"`
+	Interval   int    `json:"interval"`
+	KeepCloud  *int   `json:"keep_cloud"`
+	BestMetric string `json:"best_metric"`
 }
 
 type checkpointingInput struct {
@@ -719,6 +734,10 @@ func (n *normalizer) rl(in input, s *Spec) error {
 	case in.Checkpoints != nil:
 		ck.Interval = orInt(in.Checkpoints.Interval, ck.Interval)
 		ck.KeepCloud = deref(in.Checkpoints.KeepCloud, ck.KeepCloud)
+		ck.BestMetric = in.Checkpoints.BestMetric
+		if ck.BestMetric == "eval_reward" && in.Eval == nil {
+			n.fail("/checkpoints/best_metric", "best_metric = \"eval_reward\" needs online evaluation ([eval]); without it, use reward")
+		}
 	case in.Checkpointing != nil:
 		ck.Interval = orInt(in.Checkpointing.SaveEveryNSteps, ck.Interval)
 		ck.KeepCloud = deref(in.Checkpointing.KeepNCheckpoints, ck.KeepCloud)

@@ -60,6 +60,9 @@ try {
   if (!facts.includes('COMPLETED') && !(await page.textContent('#job-title')).includes('COMPLETED')) fail('the job page does not say COMPLETED');
   const events = await page.$$eval('#events li', (lis) => lis.map((li) => li.textContent));
   if (!events.some((e) => e.includes('job.completed'))) fail('the events lack job.completed: ' + events.join(' | '));
+  // The best checkpoint is marked, with the rewards of its step.
+  const bestRow = await page.textContent('#checkpoints tr.best');
+  if (!bestRow.includes('best') || !/0\.\d{4}/.test(bestRow)) fail('the best checkpoint row: ' + bestRow);
   // A download link works without the token.
   const link = await page.getAttribute('#checkpoints a', 'href');
   const res = await page.request.get(link);

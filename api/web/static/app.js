@@ -349,9 +349,10 @@ function jobPage(id) {
     if (kind !== 'rl') { checkpoints.replaceChildren(el('p', { class: 'muted' }, 'none: only rl jobs checkpoint')); return; }
     const page = await api(`/v1/jobs/${id}/checkpoints`);
     if (!page.items.length) { checkpoints.replaceChildren(el('p', { class: 'muted' }, 'none yet')); return; }
-    checkpoints.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, ['Step', 'Status', 'Size', 'Time', 'Download'].map((h) => el('th', {}, h)))),
-      el('tbody', {}, page.items.map((c) => el('tr', {},
-        el('td', {}, c.step), el('td', {}, c.status), el('td', {}, size(c.bytes)),
+    checkpoints.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, ['Step', 'Status', 'Reward', 'Eval reward', 'Size', 'Time', 'Download'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, page.items.map((c) => el('tr', { 'data-step': c.step, class: c.best ? 'best' : null },
+        el('td', {}, c.step), el('td', {}, c.status, c.pinned ? ' · pinned' : '', c.best ? ' · ' : '', c.best ? el('b', {}, 'best') : ''),
+        el('td', {}, fmt((c.metrics || {}).reward)), el('td', {}, fmt((c.metrics || {}).eval_reward)), el('td', {}, size(c.bytes)),
         el('td', {}, c.time ? new Date(c.time).toLocaleString() : '-'),
         el('td', {}, (c.download || []).map((f) => el('div', {}, el('a', { href: f.url, class: 'mono', rel: 'noopener' }, f.path), ' ', el('span', { class: 'muted' }, size(f.bytes))))))))));
   }
