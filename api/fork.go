@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -28,7 +29,11 @@ func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("job %s is a %s job; only an rl job's checkpoints start another run", src.ID, src.Kind)))
 		return
 	}
-	spec := src.Config // a copy of the struct; what is changed below is not shared
+	var spec jobspec.Spec // a deep copy: nothing of the source's is shared
+	if b, err := json.Marshal(src.Config); err != nil || json.Unmarshal(b, &spec) != nil {
+		s.internalError(w, r, fmt.Errorf("fork %s: copy the config: %v", src.ID, err))
+		return
+	}
 	spec.WarmStart, spec.CheckpointID = nil, src.ID
 	if req.Step > 0 {
 		spec.CheckpointID = fmt.Sprintf("%s-step-%d", src.ID, req.Step)
@@ -46,10 +51,20 @@ func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
 		spec.Priority = *req.Priority
 	}
 	if req.TimeLimit != "" {
-		spec.TimeLimit = req.TimeLimit
+		tl, msg := jobspec.ParseTimeLimit(req.TimeLimit)
+		if msg != "" {
+			writeProblem(w, r, invalidBody([]FieldError{{Pointer: "/time_limit", Message: msg}}))
+			return
+		}
+		spec.TimeLimit = tl
 	}
-	a := &admitted{spec: spec}
-	if prob := s.resolveWarmStart(r, a, map[string]string{"/checkpoint_id": "/step"}); prob != nil {
+	// as a submit is checked: the model still offered, then the checkpoint
+	a := &admitted{spec: spec, gpusSaid: true}
+	prob := s.offered(r, a)
+	if prob == nil {
+		prob = s.resolveWarmStart(r, a, map[string]string{"/checkpoint_id": "/step"})
+	}
+	if prob != nil {
 		writeProblem(w, r, prob)
 		return
 	}

@@ -67,6 +67,9 @@ func TestForkStartsANewJobFromACheckpoint(t *testing.T) {
 	if r := fork(d.token, `{"step": 20, "max_steps": 20}`); r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "max_steps") {
 		t.Fatalf("fork with nothing left to do: %d %s", r.status, r.body)
 	}
+	if r := fork(d.token, `{"time_limit": "99999h"}`); r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "time_limit must be between 1m and") {
+		t.Fatalf("fork with a time limit past the most: %d %s", r.status, r.body)
+	}
 	if r := fork(d.token, `{"steps": 20}`); r.status != http.StatusBadRequest && r.status != http.StatusUnprocessableEntity {
 		t.Fatalf("a misspelt key: %d %s", r.status, r.body)
 	}

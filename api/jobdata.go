@@ -79,10 +79,10 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	// pins and metrics are extras: the list (and its download links) does not fail for them
 	pinned, err := jobdata.PinnedSteps(r.Context(), s.cfg.Store, j.ID)
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		s.cfg.Logger.Warn("checkpoints: read the job's pins", "job", j.ID, "err", err)
 	}
 	var committed []int
 	for _, c := range cps {
@@ -92,11 +92,10 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 	}
 	metrics, err := s.checkpointMetrics(r, j, committed)
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		s.cfg.Logger.Warn("checkpoints: read the metrics of their steps", "job", j.ID, "err", err)
 	}
 	bestBy := j.Config.Checkpoints.Best(j.Config.Eval != nil)
-	best, bestValue := 0, math.Inf(-1)
+	best, bestValue := -1, math.Inf(-1)
 	for _, step := range committed {
 		if v, ok := metrics[step][bestBy]; ok && v > bestValue {
 			best, bestValue = step, v
@@ -125,8 +124,9 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"items": items, "expires_at": expires})
 }
 
-// checkpointMetrics are, for each of the steps, the training reward of the step and the newest
-// online evaluation's reward at or before it (the series the job's progress names).
+// checkpointMetrics are, for each of the steps (ascending), the training reward of the step and
+// the reward of the newest online evaluation since the step before it, at or before it (the
+// series the job's progress names: with several evaluation environments, the first by name).
 func (s *Server) checkpointMetrics(r *http.Request, j *job.Job, steps []int) (map[int]map[string]float64, error) {
 	out := map[int]map[string]float64{}
 	keys := map[string]string{}
@@ -163,20 +163,25 @@ func (s *Server) checkpointMetrics(r *http.Request, j *job.Job, steps []int) (ma
 		minStep = read.Rows[len(read.Rows)-1].Step() + 1
 	}
 	evalSteps := slices.Sorted(maps.Keys(eval))
+	prev := 0
 	for _, step := range steps {
 		m := map[string]float64{}
 		if v, ok := reward[step]; ok {
 			m["reward"] = v
 		}
-		// the newest evaluation at or before the step
-		if i, found := slices.BinarySearch(evalSteps, step); found {
-			m["eval_reward"] = eval[step]
-		} else if i > 0 {
+		// the newest evaluation after the checkpoint before and at or before this one: of the
+		// weights this checkpoint holds, never the base model's (step 0) or an older one's
+		i, found := slices.BinarySearch(evalSteps, step)
+		if found {
+			i++
+		}
+		if i > 0 && evalSteps[i-1] > prev {
 			m["eval_reward"] = eval[evalSteps[i-1]]
 		}
 		if len(m) > 0 {
 			out[step] = m
 		}
+		prev = step
 	}
 	return out, nil
 }

@@ -278,32 +278,43 @@ func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 	u.mu.Lock()
 	u.committed = append(u.committed, step)
 	sort.Ints(u.committed)
-	var drop []int
-	if u.keep >= 0 && len(u.committed) > u.keep {
-		drop = slices.Clone(u.committed[:len(u.committed)-u.keep])
-		u.committed = u.committed[len(u.committed)-u.keep:]
-	}
+	over := u.keep >= 0 && len(u.committed) > u.keep
 	u.mu.Unlock()
 	u.onCommit(step)
 	u.logger.Info("checkpoint committed", "step", step, "bytes", m.Bytes, "files", len(m.Files))
-	var pinned map[int]bool
-	if len(drop) > 0 {
-		var err error
-		if pinned, err = jobdata.PinnedSteps(ctx, u.store, u.jobID); err != nil {
-			u.logger.Warn("old checkpoints kept: the pins could not be read", "err", err)
-			drop = nil // a pin unread is a pin: nothing is pruned this time
+	if over {
+		u.prune(ctx)
+	}
+	return m.Bytes, nil
+}
+
+// prune deletes the oldest committed checkpoints past keep, never a pinned one: pinned steps
+// stay committed and do not count against keep (so a step unpinned is pruned at the next
+// commit). Pins that cannot be read prune nothing this time.
+func (u *uploader) prune(ctx context.Context) {
+	pinned, err := jobdata.PinnedSteps(ctx, u.store, u.jobID)
+	if err != nil {
+		u.logger.Warn("old checkpoints kept this time: the pins could not be read", "err", err)
+		return
+	}
+	u.mu.Lock()
+	var unpinned []int
+	for _, s := range u.committed {
+		if !pinned[s] {
+			unpinned = append(unpinned, s)
 		}
 	}
+	var drop []int
+	if len(unpinned) > u.keep {
+		drop = unpinned[:len(unpinned)-u.keep]
+		u.committed = slices.DeleteFunc(u.committed, func(s int) bool { return slices.Contains(drop, s) })
+	}
+	u.mu.Unlock()
 	for _, s := range drop {
-		if pinned[s] {
-			u.logger.Info("old checkpoint kept: it is pinned", "step", s)
-			continue
-		}
 		if err := deleteCheckpoint(ctx, u.store, u.jobID, s); err != nil {
 			u.logger.Warn("old checkpoint not deleted", "step", s, "err", err)
 		}
 	}
-	return m.Bytes, nil
 }
 
 // put stores one file of a checkpoint and returns its size and sha256. A store that uploads

@@ -192,4 +192,16 @@ func TestTheUploaderKeepsAPinnedCheckpoint(t *testing.T) {
 	if err != nil || fmt.Sprint(steps) != "[2 6]" {
 		t.Fatalf("committed in storage: %v %v; want the pinned 2 and the newest 6", steps, err)
 	}
+	// Unpinned, step 2 goes at the next commit, with the others past keep.
+	if err := store.Delete(ctx, jobdata.PinKey("j1", 2)); err != nil {
+		t.Fatal(err)
+	}
+	writeCheckpoint(t, local, 8, 1<<10)
+	u.scan()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	u.wait(wctx)
+	wcancel()
+	if steps, err = jobdata.CommittedSteps(ctx, store, "j1"); err != nil || fmt.Sprint(steps) != "[8]" {
+		t.Fatalf("committed after the unpin: %v %v; want the newest, 8", steps, err)
+	}
 }

@@ -63,8 +63,9 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 // SealedSecrets are a job's secrets as its submit sealed them ("" if it had none, or they went
 // with it when it was archived): for a fork, which opens and seals them again for itself.
 func (c *Client) SealedSecrets(ctx context.Context, id string) (string, error) {
-	// one key at a time: the two are in different slots of a cluster
-	for _, k := range []string{c.keys.own(id, "ownsec"), c.keys.oldSecrets(id)} {
+	// one key at a time (the two are in different slots of a cluster), the old one first: the
+	// migration writes the new one before it deletes the old (migrate.go)
+	for _, k := range []string{c.keys.oldSecrets(id), c.keys.own(id, "ownsec")} {
 		v, err := c.rdb.Get(ctx, k).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return "", fmt.Errorf("queue: secrets of %s: %w", id, err)

@@ -65,18 +65,20 @@ keep_cloud = -1
 			evals[row.Step()] = v
 		}
 	}
-	// the expected best: the committed step whose newest evaluation at or before it is highest
-	want, wantV := 0, math.Inf(-1)
+	// the expected best: the committed step whose newest evaluation since the checkpoint
+	// before it (never the base model's, step 0) is highest
+	want, wantV, prev := 0, math.Inf(-1), 0
 	for _, c := range cps {
 		newest, at := 0.0, -1
 		for s, v := range evals {
-			if s <= c.Step && s > at {
+			if s <= c.Step && s > prev && s > at {
 				newest, at = v, s
 			}
 		}
 		if at >= 0 && newest > wantV {
 			want, wantV = c.Step, newest
 		}
+		prev = c.Step
 	}
 	best := 0
 	for _, c := range cps {

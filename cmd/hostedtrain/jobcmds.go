@@ -216,11 +216,16 @@ func newCheckpointsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for step, on := range map[int]bool{pin: true, unpin: false} {
-				if step <= 0 {
-					continue
+			if pin > 0 && pin == unpin {
+				return fmt.Errorf("--pin %d and --unpin %d: one or the other", pin, unpin)
+			}
+			if pin > 0 {
+				if err := api.PinCheckpoint(cmd.Context(), id, pin, true); err != nil {
+					return err
 				}
-				if err := api.PinCheckpoint(cmd.Context(), id, step, on); err != nil {
+			}
+			if unpin > 0 {
+				if err := api.PinCheckpoint(cmd.Context(), id, unpin, false); err != nil {
 					return err
 				}
 			}
@@ -234,13 +239,13 @@ func newCheckpointsCmd() *cobra.Command {
 				switch download {
 				case "latest":
 				case "best":
-					step = -1
+					found := false
 					for _, c := range cps {
 						if c.Best {
-							step = c.Step
+							step, found = c.Step, true
 						}
 					}
-					if step < 0 {
+					if !found {
 						return errors.New("--download best: no committed checkpoint has a value of the job's best_metric yet")
 					}
 				default:
@@ -671,8 +676,8 @@ func newForkCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "fork ID",
 		Short: "Start a new run from a committed checkpoint of a job (any state), with changes",
-		Example: `  hostedtrain train fork JOB                      # from its newest checkpoint
-  hostedtrain train fork JOB --step 40 --max-steps 200 --learning-rate 5e-6`,
+		Example: `  hostedtrain train fork JOB --max-steps 400     # from its newest checkpoint, further
+  hostedtrain train fork JOB --step 40 --learning-rate 5e-6   # from step 40, to its max_steps`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*job.Job, error) {

@@ -505,14 +505,10 @@ func Normalize(v map[string]any) (Result, error) {
 	s.Model = in.Model
 	s.Priority = in.Priority
 	if in.TimeLimit != "" {
-		d, err := time.ParseDuration(in.TimeLimit)
-		switch {
-		case err != nil:
-			n.fail("/time_limit", "time_limit %q is not a duration such as \"48h\" or \"90m\"", in.TimeLimit)
-		case d < time.Minute || d > MaxTimeLimit:
-			n.fail("/time_limit", "time_limit must be between 1m and %s", shortDuration(MaxTimeLimit))
-		default:
-			s.TimeLimit = shortDuration(d)
+		if tl, msg := ParseTimeLimit(in.TimeLimit); msg != "" {
+			n.fail("/time_limit", "%s", msg)
+		} else {
+			s.TimeLimit = tl
 		}
 	}
 	n.secrets(in, s)
@@ -1236,4 +1232,17 @@ func ParseCheckpointID(id string) (jobID string, step int) {
 		}
 	}
 	return id, 0
+}
+
+// ParseTimeLimit reads a job's time_limit ("48h", "90m"): its normal form, or why it is
+// refused (not a duration, or outside 1m to MaxTimeLimit).
+func ParseTimeLimit(v string) (string, string) {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return "", fmt.Sprintf("time_limit %q is not a duration such as \"48h\" or \"90m\"", v)
+	case d < time.Minute || d > MaxTimeLimit:
+		return "", fmt.Sprintf("time_limit must be between 1m and %s", shortDuration(MaxTimeLimit))
+	}
+	return shortDuration(d), ""
 }
