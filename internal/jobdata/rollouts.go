@@ -112,42 +112,16 @@ type Bin struct {
 	Count int     `json:"count"`
 }
 
-// trace is what is read of a verifiers Trace record.
-type trace struct {
-	ID   string `json:"id"`
-	Task struct {
-		Data json.RawMessage `json:"data"`
-		Key  *string         `json:"key"`
-		Hash *string         `json:"hash"`
-	} `json:"task"`
-	Agent struct {
-		Name string `json:"name"`
-	} `json:"agent"`
-	Nodes []struct {
-		Message json.RawMessage `json:"message"`
-		Sampled bool            `json:"sampled"`
-	} `json:"nodes"`
-	Calls []struct {
-		Usage *struct {
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-	} `json:"calls"`
-	Rewards map[string]*struct {
-		Score  float64  `json:"score"`
-		Weight *float64 `json:"weight"`
-	} `json:"rewards"`
-	Metrics       map[string]*float64 `json:"metrics"`
-	OK            bool                `json:"ok"`
-	StopCondition *string             `json:"stop_condition"`
-	Errors        []struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"errors"`
+// rewards are a trace's named rewards, each weighted; nil where scoring did not run.
+type rewards map[string]*struct {
+	Score  float64  `json:"score"`
+	Weight *float64 `json:"weight"`
 }
 
-func (t *trace) reward() float64 {
+// sum is verifiers' Trace.reward: the weighted sum of the rewards that ran.
+func (rs rewards) sum() float64 {
 	sum := 0.0
-	for _, r := range t.Rewards {
+	for _, r := range rs {
 		if r == nil {
 			continue
 		}
@@ -168,25 +142,31 @@ type scored struct {
 		Key  *string         `json:"key"`
 		Hash *string         `json:"hash"`
 	} `json:"task"`
-	Rewards map[string]*struct {
-		Score  float64  `json:"score"`
-		Weight *float64 `json:"weight"`
-	} `json:"rewards"`
+	Rewards rewards `json:"rewards"`
 }
 
-func (t *scored) reward() float64 {
-	sum := 0.0
-	for _, r := range t.Rewards {
-		if r == nil {
-			continue
-		}
-		w := 1.0
-		if r.Weight != nil {
-			w = *r.Weight
-		}
-		sum += r.Score * w
-	}
-	return sum
+// trace is what is read of a verifiers Trace record kept as a sample.
+type trace struct {
+	scored
+	Agent struct {
+		Name string `json:"name"`
+	} `json:"agent"`
+	Nodes []struct {
+		Message json.RawMessage `json:"message"`
+		Sampled bool            `json:"sampled"`
+	} `json:"nodes"`
+	Calls []struct {
+		Usage *struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	} `json:"calls"`
+	Metrics       map[string]*float64 `json:"metrics"`
+	OK            bool                `json:"ok"`
+	StopCondition *string             `json:"stop_condition"`
+	Errors        []struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"errors"`
 }
 
 // group is the example an episode answered: episodes of one example form a group, whose mean
@@ -225,7 +205,7 @@ func ReadTraces(step int, r io.Reader) (RolloutStep, error) {
 				out.Skipped++
 			} else {
 				at := len(eps)
-				eps = append(eps, episode{reward: sc.reward(), group: sc.group()})
+				eps = append(eps, episode{reward: sc.Rewards.sum(), group: sc.group()})
 				if at%stride == 0 {
 					var t trace
 					if json.Unmarshal(line, &t) == nil {
@@ -314,7 +294,7 @@ func spaced(n, k int) []int {
 // sampleOf is an episode as kept: its text cut to the sample's budget (the advantage is set
 // once the whole batch is read).
 func sampleOf(t *trace, index int) Sample {
-	s := Sample{ID: cutText(t.ID, 100), Index: index, Agent: cutText(t.Agent.Name, 100), Reward: round6(t.reward()), OK: t.OK,
+	s := Sample{ID: cutText(t.ID, 100), Index: index, Agent: cutText(t.Agent.Name, 100), Reward: round6(t.Rewards.sum()), OK: t.OK,
 		Prompt: []SampleMessage{}, Completion: []SampleMessage{}}
 	if len(t.Task.Data) > 0 && string(t.Task.Data) != "null" {
 		if len(t.Task.Data) <= maxTaskBytes {
