@@ -377,11 +377,7 @@ func newProgressCmd() *cobra.Command {
 		Short: "Where a run stands: its step, newest metrics, pace and ETA",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.JobProgress, error) {
-				id, err := jobID(ctx, api, args[0])
-				if err != nil {
-					return nil, err
-				}
+			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*client.JobProgress, error) {
 				return api.JobProgress(ctx, id)
 			}, renderProgress)
 		},
@@ -652,11 +648,7 @@ func newComponentsCmd() *cobra.Command {
 		Short: "The parts of a run that write logs: trainer, orchestrator, inference, each environment server, ...",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.LogPage, error) {
-				id, err := jobID(ctx, api, args[0])
-				if err != nil {
-					return nil, err
-				}
+			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*client.LogPage, error) {
 				page, err := api.JobLogs(ctx, id, client.LogOptions{Tail: 1})
 				if err != nil {
 					return nil, err
@@ -680,11 +672,7 @@ func newForkCmd() *cobra.Command {
   hostedtrain train fork JOB --step 40 --learning-rate 5e-6   # from step 40, to its max_steps`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*job.Job, error) {
-				id, err := jobID(ctx, api, args[0])
-				if err != nil {
-					return nil, err
-				}
+			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*job.Job, error) {
 				return api.ForkJob(ctx, id, req)
 			}, func(w io.Writer, j *job.Job) {
 				fmt.Fprintf(w, "job %s is queued: it starts from job %s's checkpoint of step %d and runs to step %d\n",

@@ -24,11 +24,7 @@ func newRolloutsCmd() *cobra.Command {
 			"evenly spaced over the batch. Without --step, the newest step that has them.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.SamplesPage, error) {
-				id, err := jobID(ctx, api, args[0])
-				if err != nil {
-					return nil, err
-				}
+			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*client.SamplesPage, error) {
 				return api.JobSamples(ctx, id, step, page, num)
 			}, renderSamples)
 		},
@@ -51,11 +47,7 @@ func newDistributionsCmd() *cobra.Command {
 			if kind != "rewards" && kind != "advantages" {
 				return fmt.Errorf("--type %q: want rewards or advantages", kind)
 			}
-			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*client.DistributionPage, error) {
-				id, err := jobID(ctx, api, args[0])
-				if err != nil {
-					return nil, err
-				}
+			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*client.DistributionPage, error) {
 				return api.JobDistribution(ctx, id, step, kind)
 			}, renderDistribution)
 		},

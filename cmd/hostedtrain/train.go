@@ -111,6 +111,19 @@ func fetchAndPrint[T any](cmd *cobra.Command, output string, fetch func(context.
 	return nil
 }
 
+// fetchForJob is fetchAndPrint for a command on one job: arg (its id, or a piece of it) is
+// resolved to the job's id first.
+func fetchForJob[T any](cmd *cobra.Command, output, arg string, fetch func(context.Context, *client.Client, string) (T, error), render func(io.Writer, T)) error {
+	return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (T, error) {
+		id, err := jobID(ctx, api, arg)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return fetch(ctx, api, id)
+	}, render)
+}
+
 func printJSON(w io.Writer, v any) {
 	b, _ := json.Marshal(v)
 	fmt.Fprintln(w, string(b))
@@ -291,11 +304,7 @@ func jobCmd(use, short, question string, act func(*client.Client, context.Contex
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*job.Job, error) {
-				id, err := jobID(ctx, api, args[0])
-				if err != nil {
-					return nil, err
-				}
+			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*job.Job, error) {
 				if question != "" {
 					if err := confirm(cmd, fmt.Sprintf(question, id), false); err != nil {
 						return nil, err
