@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/failure"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
@@ -60,21 +61,23 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 	}
 	r.flush(final)
 	if err := r.storage.get(); err != nil {
-		return failed("%v", err)
+		return failedIn(failure.StageStorage, "%v", err)
 	}
 	if o, ended := run.cause.outcome(r.claim.Job.Config); ended {
 		return o
 	}
 	switch {
 	case run.err != nil:
-		return failed("%s", describeStart(run.err))
+		return failedIn(failure.StageServe, "%s", describeStart(run.err))
 	case run.code == 0 && evalFailed != "":
 		// verifiers stores a failed model call on its rollout and exits 0.
-		return failed("%s", evalFailed)
+		return failedIn(failure.StageResults, "%s", evalFailed)
 	case run.code == 0:
 		return outcome{kind: endCompleted}
 	}
-	return failed("pipeline exited with %s: %s", run.exit, r.lastError(p))
+	o := failedIn(failure.StagePipeline, "pipeline exited with %s: %s", run.exit, r.lastError(p))
+	o.code = run.code
+	return o
 }
 
 // lastError finds the most telling line for a failure: the newest ERROR (or CRITICAL) line of
@@ -83,21 +86,9 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 // code 1"), else the last line the pipeline printed.
 func (r *jobRun) lastError(p *prepared) string {
 	var components []string
-	if p != nil && p.rendered.RunDir != "" {
-		// prime-rl's logs/latest is a link to the newest run's folder beside it; one that
-		// leads out of the job's folder is not followed.
-		latest, err := filepath.EvalSymlinks(filepath.Join(p.rendered.RunDir, "logs", "latest"))
-		if err != nil || !strings.HasPrefix(latest, r.dir+"/") {
-			latest = ""
-		}
-		_ = filepath.WalkDir(latest, func(path string, d os.DirEntry, err error) error {
-			if err == nil && !d.IsDir() && strings.HasSuffix(path, ".log") {
-				components = append(components, path)
-			}
-			return nil
-		})
+	if p != nil {
+		components = r.componentLogs(p.rendered.RunDir)
 	}
-	components = append(components, filepath.Join(r.dir, "inference.log"))
 	pipeline := filepath.Join(r.dir, "pipeline.log")
 	msg, _ := newestError(components)
 	if msg == "" {
@@ -114,6 +105,27 @@ func (r *jobRun) lastError(p *prepared) string {
 		msg = msg[:500] + "..."
 	}
 	return msg
+}
+
+// componentLogs are the log files of the pipeline's components: prime-rl's trainer,
+// orchestrator and environment servers (its newest run's logs), and the inference server.
+func (r *jobRun) componentLogs(runDir string) []string {
+	var components []string
+	if runDir != "" {
+		// prime-rl's logs/latest is a link to the newest run's folder beside it; one that
+		// leads out of the job's folder is not followed.
+		latest, err := filepath.EvalSymlinks(filepath.Join(runDir, "logs", "latest"))
+		if err != nil || !strings.HasPrefix(latest, r.dir+"/") {
+			latest = ""
+		}
+		_ = filepath.WalkDir(latest, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(path, ".log") {
+				components = append(components, path)
+			}
+			return nil
+		})
+	}
+	return append(components, filepath.Join(r.dir, "inference.log"))
 }
 
 // newestError is the newest ERROR or CRITICAL line of the files (without its time and level),

@@ -52,12 +52,13 @@ func sandboxed(t testing.TB) *gpuagent.Sandbox {
 	return f.Sandbox()
 }
 
-// When the job's storage fills up while it runs, the job fails with the reason after a bounded
-// number of tries — it does not sit RUNNING while retries go on forever — and its pipeline is
-// stopped.
+// When the job's storage fills up while it runs, the attempt fails with the reason after a
+// bounded number of tries — it does not sit RUNNING while retries go on forever — and its
+// pipeline is stopped. It is the platform's fault (retried on another node while attempts
+// last: here there is one).
 func TestStorageFullFailsTheJob(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{})
+	b := setup(t, queue.Config{MaxAttempts: 1})
 	store := &fullStore{Store: b.store}
 	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "50ms")
 	cfg.Store, cfg.StorageTries, cfg.Sandbox = store, 3, sandboxed(t)
@@ -68,6 +69,10 @@ func TestStorageFullFailsTheJob(t *testing.T) {
 	done := b.waitFor(t, j.ID, "ended", terminal)
 	if done.Status != job.Failed || !strings.Contains(done.Error, "storage refused its writes") || !strings.Contains(done.Error, "StorageFull") {
 		t.Fatalf("got %s %q; want FAILED saying the storage refused the job's writes", done.Status, done.Error)
+	}
+	if a := done.FailureAnalysis; a == nil || a.Class != job.FailStorage || a.Fault != job.FaultPlatform || a.Retried ||
+		!strings.Contains(strings.Join(a.Evidence, " "), "StorageFull") {
+		t.Errorf("analysis %+v; want storage, the platform's, on its last attempt", a)
 	}
 }
 

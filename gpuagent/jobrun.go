@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/failure"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
@@ -36,6 +37,7 @@ type jobRun struct {
 	flushFails int
 	lease      *leaseKeeper
 	data       *streams
+	runDir     string // prime-rl's run folder, once the pipeline is rendered ("" for other kinds)
 
 	notesMu sync.Mutex
 	notes   *os.File // agent.log: what the agent did for the job, shipped with its logs
@@ -61,14 +63,23 @@ const (
 	endLost      // the lease is someone else's: tell nothing
 )
 
-// outcome is how a job ended and what the service is told.
+// outcome is how a job ended and what the service is told. A failure also says where the
+// attempt stopped and the pipeline's exit status, which its analysis reads (failure.Classify).
 type outcome struct {
-	kind   endKind
-	reason string
+	kind     endKind
+	reason   string
+	stage    failure.Stage
+	code     int
+	analysis *job.FailureAnalysis
 }
 
+// failed is a failure before the pipeline ran.
 func failed(format string, args ...any) outcome {
-	return outcome{kind: endFailed, reason: fmt.Sprintf(format, args...)}
+	return failedIn(failure.StagePrepare, format, args...)
+}
+
+func failedIn(stage failure.Stage, format string, args ...any) outcome {
+	return outcome{kind: endFailed, reason: fmt.Sprintf(format, args...), stage: stage}
 }
 
 // stoppedReason is the report of a job stopped on request; the service records it STOPPED.
@@ -216,11 +227,16 @@ func (a *Agent) runJob(drain context.Context, r *jobRun) {
 	}()
 
 	out := r.execute(drain, life)
+	if out.kind == endFailed || out.kind == endTimeLimit {
+		an := r.analyze(out)
+		out.analysis = &an
+		r.note("failure analysed", "class", an.Class, "fault", an.Fault, "confidence", an.Confidence, "retry", an.Retryable())
+	}
 	stopHeartbeats()
 	<-hbDone
 	r.closeNotes()
 	if how := out.report(); how != "" {
-		r.lease.report(life, how, out.reason, a.cfg.ReportTimeout)
+		r.lease.report(life, how, out.reason, out.analysis, a.cfg.ReportTimeout)
 	} else {
 		r.log.Warn("job abandoned", "reason", out.reason)
 	}

@@ -252,9 +252,12 @@ func refused(err error) bool {
 
 // report sends the end of the job (complete, fail or release), retrying while the API is
 // unreachable, up to timeout.
-func (l *leaseKeeper) report(ctx context.Context, how, reason string, timeout time.Duration) {
+func (l *leaseKeeper) report(ctx context.Context, how, reason string, analysis *job.FailureAnalysis, timeout time.Duration) {
 	_, prog, fresh := l.snapshot()
 	o := job.Outcome{Token: l.token, Progress: &prog, Checkpoints: fresh, Reason: reason}
+	if how == "fail" {
+		o.Failure = analysis
+	}
 	l.mu.Lock()
 	o.GPUsFreedAt = l.freedAt
 	l.mu.Unlock()

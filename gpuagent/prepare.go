@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/failure"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
@@ -57,7 +58,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	if jobspec.RunsPrimeRL(spec.Kind) {
 		committed, err := jobdata.CommittedSteps(ctx, r.store, r.claim.Job.ID)
 		if err != nil {
-			return nil, failed("list checkpoints: %v", err)
+			return nil, failedIn(failure.StageStorage, "list checkpoints: %v", err)
 		}
 		keep := jobspec.DefaultKeepCloud
 		if spec.Checkpoints != nil {
@@ -94,7 +95,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 			began := time.Now()
 			step, err := restoreNewest(prep, r.store, r.claim.Job.ID, committed, jobdata.CheckpointsDir(runDir), r.log)
 			if err != nil {
-				return stopped(failed("restore checkpoint: %v", err))
+				return stopped(failedIn(failure.StageStorage, "restore checkpoint: %v", err))
 			}
 			if step > 0 {
 				p.resume = step
@@ -125,6 +126,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		return nil, failed("prepare the %s pipeline: %v", spec.Kind, err)
 	}
 	p.rendered = rendered
+	r.runDir = rendered.RunDir
 	for _, name := range rendered.FileNames() {
 		if err := os.WriteFile(filepath.Join(r.dir, name), rendered.Files[name], 0o644); err != nil {
 			return nil, failed("write %s: %v", name, err)
@@ -145,11 +147,11 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		return nil, o
 	}
 	if err := r.installEnvironments(prep); err != nil {
-		return stopped(failed("%v", err))
+		return stopped(failedIn(failure.StageInstall, "%v", err))
 	}
 	if len(rendered.Preflight) > 0 {
 		if err := r.preflight(prep, rendered.Preflight); err != nil {
-			return stopped(failed("%v", err))
+			return stopped(failedIn(failure.StagePreflight, "%v", err))
 		}
 	}
 	if o, stop := r.interrupted(drain); stop {

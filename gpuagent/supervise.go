@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/failure"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
@@ -31,7 +32,7 @@ func (c stopCause) outcome(spec jobspec.Spec) (outcome, bool) {
 	case causeStop:
 		return outcome{kind: endStopped, reason: stoppedReason}, true
 	case causeTimeLimit:
-		return outcome{kind: endTimeLimit, reason: fmt.Sprintf("the time limit of %s was reached", spec.TimeLimit)}, true
+		return outcome{kind: endTimeLimit, reason: fmt.Sprintf("the time limit of %s was reached", spec.TimeLimit), stage: failure.StageTimeLimit}, true
 	case causeDrain:
 		return outcome{kind: endReleased, reason: "its agent is draining (node preempted or shut down)"}, true
 	}

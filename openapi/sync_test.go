@@ -3,9 +3,12 @@ package openapi
 import (
 	"bytes"
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/oasdiff/yaml"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
 // openapi.json is what the API loads; it must be openapi.yaml's JSON form.
@@ -27,5 +30,32 @@ func TestTheDocumentIsValid(t *testing.T) {
 	}
 	if err := spec.Doc.Validate(context.Background()); err != nil {
 		t.Fatalf("openapi.yaml: %v", err)
+	}
+}
+
+// The contract's failure classes and faults are the ones the service writes.
+func TestFailureEnumsAreTheService(t *testing.T) {
+	spec, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := spec.Doc.Components.Schemas["FailureAnalysis"].Value.Properties
+	enum := func(name string) []string {
+		var out []string
+		for _, v := range props[name].Value.Enum {
+			out = append(out, v.(string))
+		}
+		return out
+	}
+	var classes []string
+	for _, c := range job.FailureClasses {
+		classes = append(classes, string(c))
+	}
+	if got := enum("class"); !slices.Equal(got, classes) {
+		t.Errorf("contract classes %v; the service's %v", got, classes)
+	}
+	faults := []string{string(job.FaultPlatform), string(job.FaultUser), string(job.FaultUnknown)}
+	if got := enum("fault"); !slices.Equal(got, faults) {
+		t.Errorf("contract faults %v; the service's %v", got, faults)
 	}
 }

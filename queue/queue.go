@@ -41,11 +41,17 @@ type Config struct {
 	LeaseTTL time.Duration
 	// HeartbeatInterval is what agents are told to heartbeat at. Default LeaseTTL / 4.
 	HeartbeatInterval time.Duration
-	// MaxAttempts is how many leases a job may lose before it fails. Default 3.
+	// MaxAttempts is how many attempts a job may have: an attempt that ends in a lost lease or
+	// a failure its agent read as the platform's fault (job.FailureAnalysis) is retried until
+	// then. Default 3.
 	MaxAttempts int
 	// RetryBackoff is the wait before the second attempt; it doubles with each further one, up
 	// to RetryBackoffMax, with ±20% jitter. Defaults 10 s and 10 min.
 	RetryBackoff, RetryBackoffMax time.Duration
+	// RetryElsewhereFor is how long, once its backoff ends, a retried job is kept from the agent
+	// whose attempt failed, so that another node takes it if there is one. Default 5 min;
+	// negative: never.
+	RetryElsewhereFor time.Duration
 	// MaxClaimWait caps how long a claim may wait for work. Default 20 s.
 	MaxClaimWait time.Duration
 	// UsageHalfLife is how fast past GPU use stops counting against an organization's share.
@@ -109,6 +115,7 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.RetryBackoff, 10*time.Second)
 	def(&c.RetryBackoffMax, 10*time.Minute)
+	def(&c.RetryElsewhereFor, 5*time.Minute)
 	def(&c.MaxClaimWait, 20*time.Second)
 	def(&c.UsageHalfLife, 24*time.Hour)
 	def(&c.ClaimQuantum, 60*time.Second)
@@ -821,15 +828,41 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 	if err != nil {
 		return "", err
 	}
+	failure, retried, err := failureArgs(how, o.Failure)
+	if err != nil {
+		return "", err
+	}
 	st, err := c.call(ctx, "finish", c.keys.job(id), args{
 		"id": id, "token": o.Token, "how": how, "reason": o.Reason, "progress": progressArg(o.Progress),
-		"freed_at": freedArg(o.GPUsFreedAt),
+		"freed_at": freedArg(o.GPUsFreedAt), "failure": failure, "failure_retried": retried,
+		"backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
+		"jitter": mrand.Float64(), "avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(),
 	}, steps...).Text()
 	c.settleSoon(ctx, id)
 	if err != nil {
 		return "", stepsErr(how, o.Checkpoints, err)
 	}
 	return job.Status(st), nil
+}
+
+// failureArgs are a failure's analysis as the job keeps it when it ends and when it is retried
+// ("" for a failure that is not worth retrying, or a completion).
+func failureArgs(how string, a *job.FailureAnalysis) (failure, retried string, err error) {
+	if how != "failed" || a == nil {
+		return "", "", nil
+	}
+	kept := *a
+	kept.Retried = false
+	b, err := json.Marshal(kept)
+	if err != nil {
+		return "", "", err
+	}
+	if !a.Retryable() {
+		return string(b), "", nil
+	}
+	kept.Retried = true
+	r, err := json.Marshal(kept)
+	return string(b), string(r), err
 }
 
 // freedArg is when the job's GPUs were given back, in ms ("" when the agent does not say).
@@ -881,6 +914,7 @@ func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, e
 	res, err := c.call(ctx, "reap", c.keys.leases(), args{
 		"batch": batch, "backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
 		"jitter": mrand.Float64(), "grace": c.cfg.StopGrace.Milliseconds(), "agent_ttl": c.agentTTL().Milliseconds(),
+		"avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(),
 	}).Int64Slice()
 	if err != nil {
 		return 0, false, scriptErr("reap", err)
@@ -1042,6 +1076,12 @@ func jobFromMap(m map[string]string, config, progress string, now time.Time) (*j
 	}
 	if j.Status == job.Queued {
 		j.RetryAt = when("ready_at")
+	}
+	if v := m["failure"]; v != "" {
+		var a job.FailureAnalysis
+		if json.Unmarshal([]byte(v), &a) == nil {
+			j.FailureAnalysis = &a
+		}
 	}
 	if err := json.Unmarshal([]byte(config), &j.Config); err != nil {
 		return nil, fmt.Errorf("queue: job %s: config: %w", j.ID, err)

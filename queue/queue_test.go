@@ -261,16 +261,27 @@ func TestALapsedLeaseRetriesAfterABackoffThenFails(t *testing.T) {
 		if err != nil || !queued || !strings.Contains(pos.Reason, "retrying after a lost lease") {
 			t.Errorf("position during backoff: %+v %v %v", pos, queued, err)
 		}
+		if a := got.FailureAnalysis; a == nil || a.Class != job.FailNodeLost || a.Fault != job.FaultPlatform || !a.Retried ||
+			a.Attempt != 1 || len(a.Evidence) != 1 || !strings.Contains(a.Evidence[0], "agent-1") {
+			t.Errorf("analysis %+v; want node_lost, the platform's, retried, naming agent-1", a)
+		}
 		b.clock.Advance(backoff)
-		second := b.claim(t)
-		if second.Lease.Fence <= first.Lease.Fence || second.Job.ResumeStep != 4 {
-			t.Errorf("second claim %+v, fence %d after %d", second.Job, second.Lease.Fence, first.Lease.Fence)
+		// The node that went silent is passed over while another can take the job.
+		if cl := b.claimFor(t, "agent-1", h100x8); cl != nil {
+			t.Fatal("the job went back to the agent that lost it")
+		}
+		second := b.claimFor(t, "agent-2", h100x8)
+		if second == nil || second.Lease.Fence <= first.Lease.Fence || second.Job.ResumeStep != 4 {
+			t.Fatalf("second claim %+v after fence %d", second, first.Lease.Fence)
 		}
 		b.clock.Advance(31 * time.Second)
 		b.reap(t)
 		got = b.status(t, j.ID)
 		if got.Status != job.Failed || !strings.Contains(got.Error, "lease lost 2 times") {
 			t.Fatalf("after the last attempt: %s %q", got.Status, got.Error)
+		}
+		if a := got.FailureAnalysis; a == nil || a.Class != job.FailNodeLost || a.Retried || a.Attempt != 2 {
+			t.Errorf("analysis %+v; want node_lost of attempt 2, not retried", a)
 		}
 		want := []string{job.EventQueued, job.EventPending, job.EventStarted, job.EventCheckpoint, job.EventRetrying, job.EventPending, job.EventFailed}
 		if ev := b.eventTypes(t, j.ID); !equal(ev, want) {
@@ -1106,4 +1117,69 @@ func TestRevocationChecksAnswerFromTheCopyWhileRedisIsDown(t *testing.T) {
 	if _, err := fresh.TokenRevoked(ctx, "t1"); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("with Redis down and no copy: %v, want ErrUnavailable", err)
 	}
+}
+
+// A failure the agent read as the platform's is retried after a backoff, on another agent
+// while the avoid window lasts, with the analysis kept on the job; the same failure read as
+// the user's ends the job at once; and a platform fault on the last attempt fails it.
+func TestAPlatformFaultIsRetriedElsewhere(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		nccl := &job.FailureAnalysis{Class: job.FailNCCLNetwork, Fault: job.FaultPlatform, Confidence: 0.85, Attempt: 1,
+			Summary: "the processes of the run lost each other", Evidence: []string{"trainer.log: NCCL error"}}
+		j := b.submit(t, "acme", "a")
+		first := b.claim(t)
+		b.running(t, j.ID, first)
+		st, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: first.Lease.Token, Reason: "pipeline exited with status 1", Failure: nccl, Checkpoints: []int{3}})
+		if err != nil || st != job.Queued {
+			t.Fatalf("fail: %s %v; want QUEUED", st, err)
+		}
+		got := b.status(t, j.ID)
+		if got.Attempt != 2 || got.ResumeStep != 3 || got.RetryAt == nil || got.FailureAnalysis == nil ||
+			!got.FailureAnalysis.Retried || got.FailureAnalysis.Class != job.FailNCCLNetwork || got.Error != "" {
+			t.Fatalf("after the fault: %+v", got)
+		}
+		if org, _ := b.q.GetOrg(b.ctx, "acme"); org.Running != 0 || org.Queued != 1 {
+			t.Errorf("org counters %+v", org)
+		}
+		b.clock.Advance(got.RetryAt.Sub(b.clock.Now()))
+		if cl := b.claimFor(t, "agent-1", h100x8); cl != nil {
+			t.Fatal("the retry went back to the agent it failed on")
+		}
+		second := b.claimFor(t, "agent-2", h100x8)
+		if second == nil || second.Job.ID != j.ID {
+			t.Fatalf("another agent got %+v", second)
+		}
+		b.running(t, j.ID, second)
+		// The last attempt: the same fault fails the job, analysis kept, not retried.
+		nccl.Attempt = 2
+		if st, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: second.Lease.Token, Reason: "pipeline exited with status 1", Failure: nccl}); err != nil || st != job.Failed {
+			t.Fatalf("fail on the last attempt: %s %v", st, err)
+		}
+		got = b.status(t, j.ID)
+		if a := got.FailureAnalysis; a == nil || a.Retried || a.Attempt != 2 {
+			t.Errorf("analysis %+v; want attempt 2's, not retried", a)
+		}
+		want := []string{job.EventQueued, job.EventPending, job.EventStarted, job.EventCheckpoint, job.EventRetrying, job.EventPending,
+			job.EventStarted, job.EventFailed}
+		if ev := b.eventTypes(t, j.ID); !equal(ev, want) {
+			t.Errorf("events %v, want %v", ev, want)
+		}
+
+		// The user's fault: FAILED at once, whatever attempts are left.
+		u := b.submit(t, "acme", "u")
+		cu := b.claimFor(t, "agent-1", h100x8)
+		oom := &job.FailureAnalysis{Class: job.FailCUDAOOM, Fault: job.FaultUser, Confidence: 0.95, Attempt: 1, Summary: "out of memory"}
+		if st, err := b.q.Fail(b.ctx, u.ID, job.Outcome{Token: cu.Lease.Token, Reason: "OOM", Failure: oom}); err != nil || st != job.Failed {
+			t.Fatalf("a user fault: %s %v; want FAILED", st, err)
+		}
+		// A restart starts clean: no analysis, no node avoided.
+		r, err := b.q.Restart(b.ctx, u.ID)
+		if err != nil || r.FailureAnalysis != nil {
+			t.Fatalf("restart: %+v %v", r, err)
+		}
+		if cl := b.claimFor(t, "agent-1", h100x8); cl == nil || cl.Job.ID != u.ID {
+			t.Errorf("after a restart agent-1 got %+v", cl)
+		}
+	})
 }

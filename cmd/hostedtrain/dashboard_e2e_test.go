@@ -52,6 +52,26 @@ func TestDashboardInABrowser(t *testing.T) {
 	if code != 0 || !strings.Contains(get, "eval my-env") || !strings.Contains(get, "over 4 examples × 2 rollouts (8 scored)") {
 		t.Errorf("train get of the eval (%d):\n%s", code, get)
 	}
+	// A run whose environment the Hub cannot resolve: FAILED, read as the job's own fault.
+	quick, err := os.ReadFile("../../examples/quickstart.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokenFile := filepath.Join(t.TempDir(), "broken.toml")
+	broken := strings.Replace(string(quick), `id = "primeintellect/alphabet-sort"`, `id = "primeintellect/alphabet-sort-broken"`, 1)
+	if err := os.WriteFile(brokenFile, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = d.cli(t, "train", "submit", brokenFile, "--wait", "-o", "json")
+	var failed job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &failed); err != nil || failed.Status != job.Failed || failed.FailureAnalysis == nil ||
+		failed.FailureAnalysis.Class != job.FailEnvInstall || failed.FailureAnalysis.Fault != job.FaultUser {
+		t.Fatalf("the run with a broken environment: %v %s", err, out)
+	}
+	get, code = d.cli(t, "train", "get", failed.ID)
+	if !strings.Contains(get, "failure       environment_install (attempt 1; user fault") || !strings.Contains(get, "> install.log: ✗ Failed to resolve") {
+		t.Errorf("train get of the failed run (%d):\n%s", code, get)
+	}
 	shots, err := filepath.Abs(filepath.Join(web, "test", "out"))
 	if err != nil {
 		t.Fatal(err)
@@ -59,13 +79,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots, ev.ID, forked.ID)
+	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots, ev.ID, forked.ID, failed.ID)
 	cmd.Dir = web
 	res, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(res), "dashboard ok") {
 		t.Fatalf("the browser test: %v\n%s", err, res)
 	}
-	for _, name := range []string{"jobs.png", "job.png", "rollouts.png", "eval.png", "docs.png"} {
+	for _, name := range []string{"jobs.png", "job.png", "rollouts.png", "eval.png", "failed.png", "docs.png"} {
 		st, err := os.Stat(filepath.Join(shots, name))
 		if err != nil || st.Size() < 10_000 {
 			t.Errorf("screenshot %s: %v", name, err)

@@ -79,6 +79,7 @@ func renderJob(out io.Writer, j *job.Job) {
 	if j.Error != "" {
 		fmt.Fprintf(w, "error\t%s\n", j.Error)
 	}
+	renderFailure(w, j.FailureAnalysis)
 	fmt.Fprintf(w, "model\t%s\n", j.Config.Model)
 	fmt.Fprintf(w, "environments\t%s\n", strings.ReplaceAll(envList(j), ",", ", "))
 	if g := j.Config.Resources; g.GPUs > 0 {
@@ -116,6 +117,32 @@ func renderJob(out io.Writer, j *job.Job) {
 		fmt.Fprintf(w, "ran for\t%s\n", j.FinishedAt.Sub(*j.StartedAt).Round(100*time.Millisecond))
 	}
 	w.Flush()
+}
+
+// renderFailure is a failed attempt's analysis: what it was, whose fault, what was done about
+// it and the lines it rests on.
+func renderFailure(w io.Writer, a *job.FailureAnalysis) {
+	if a == nil {
+		return
+	}
+	what := "not retried"
+	switch {
+	case a.Retried:
+		what = "retried on another node"
+	case a.Fault == job.FaultUser:
+		what = "not retried: the job's own fault"
+	case a.Fault == job.FaultPlatform:
+		what = "not retried: no attempt left, or too unsure to spend GPU hours on"
+	}
+	fault := string(a.Fault) + " fault"
+	if a.Fault == job.FaultUnknown {
+		fault = "fault unknown"
+	}
+	fmt.Fprintf(w, "failure\t%s (attempt %d; %s, confidence %.2f; %s)\n", a.Class, a.Attempt, fault, a.Confidence, what)
+	fmt.Fprintf(w, "\t%s\n", a.Summary)
+	for _, e := range a.Evidence {
+		fmt.Fprintf(w, "\t> %s\n", e)
+	}
 }
 
 func gpuHours(sec float64) string {

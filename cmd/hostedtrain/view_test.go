@@ -65,7 +65,18 @@ func sampleJobs() []*job.Job {
 		{ID: "01a20201-0000-7000-8000-000000000000", Org: "acme", Kind: "rl", Status: job.Queued, Attempt: 2, MaxAttempts: 3,
 			Config:   jobspec.Spec{Model: "Qwen/Qwen3-30B-A3B-Instruct-2507", Env: []jobspec.Env{{ID: "wiki-search"}}, Resources: jobspec.Resources{GPUs: 8, GPUType: "H100"}},
 			Progress: job.Progress{MaxSteps: 1000}, RunsAhead: &ahead, QueueReason: "waiting for 8×H100: no agent has that many free",
-			Error: "lease lost: node vanished", CreatedAt: t0.Add(-30 * time.Second)},
+			Error: "lease lost: node vanished", CreatedAt: t0.Add(-30 * time.Second),
+			FailureAnalysis: &job.FailureAnalysis{Class: job.FailNodeLost, Fault: job.FaultPlatform, Confidence: 0.9, Attempt: 1, Retried: true,
+				Summary:  "the node running the job stopped answering (its lease lapsed)",
+				Evidence: []string{"service: no heartbeat from node-3 before its lease ran out"}}},
+		{ID: "01a20200-0000-7000-8000-0000000000ff", Org: "acme", Kind: "rl", Status: job.Failed, Attempt: 1, MaxAttempts: 3,
+			Config:   jobspec.Spec{Model: "Qwen/Qwen3-4B-Instruct-2507", Env: []jobspec.Env{{ID: "gsm8k"}}, Resources: jobspec.Resources{GPUs: 1, GPUType: "H100"}},
+			Progress: job.Progress{Step: 3, MaxSteps: 100, Checkpoints: 1, CheckpointStep: 2},
+			Error:    "pipeline exited with status 1: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+			FailureAnalysis: &job.FailureAnalysis{Class: job.FailCUDAOOM, Fault: job.FaultUser, Confidence: 0.95, Attempt: 1,
+				Summary:  "a GPU ran out of memory: the model, batch size or sequence length is too large for the job's GPUs (lower batch_size, seq_len or max_tokens, or ask for more GPUs)",
+				Evidence: []string{"trainer.log: 10:03:07   ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."}},
+			GPUSeconds: 95, CreatedAt: t0.Add(-3 * time.Hour), StartedAt: &started, FinishedAt: &finished},
 	}
 }
 

@@ -29,6 +29,7 @@ type emulation struct {
 	stepTime    time.Duration
 	stepWork    int // MiB hashed a step instead of sleeping: a step that needs the CPU
 	crashAtStep int
+	fault       string // what the crash at crashAtStep is: crash (an illegal memory access), oom, nccl, reward
 	nanLossAt   int
 	ckptBytes   int64
 	ckptTime    time.Duration
@@ -46,6 +47,11 @@ func (e *emulation) flag(name, value string) (bool, error) {
 		e.stepWork, err = strconv.Atoi(value)
 	case "crash-at-step":
 		e.crashAtStep, err = strconv.Atoi(value)
+	case "fault":
+		if _, ok := faultLines[value]; !ok {
+			err = fmt.Errorf("want one of crash, oom, nccl, reward")
+		}
+		e.fault = value
 	case "nan-loss-at-step":
 		e.nanLossAt, err = strconv.Atoi(value)
 	case "ckpt-bytes":
@@ -65,6 +71,18 @@ func (e *emulation) flag(name, value string) (bool, error) {
 		return true, fmt.Errorf("--emulate.%s %q: %w", name, value, err)
 	}
 	return true, nil
+}
+
+// faultLines are the emulated crashes (--emulate.fault): the line the failing component logs,
+// as PyTorch, NCCL and a Python environment word it, and the component the launcher names.
+var faultLines = map[string]struct{ component, line, failed string }{
+	"":      {"trainer", "RuntimeError: CUDA error: an illegal memory access was encountered", "Trainer"},
+	"crash": {"trainer", "RuntimeError: CUDA error: an illegal memory access was encountered", "Trainer"},
+	"oom": {"trainer", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total " +
+		"capacity of 79.10 GiB of which 1.03 GiB is free. Including non-PyTorch memory, this process has 78.06 GiB memory in use.", "Trainer"},
+	"nccl": {"trainer", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, " +
+		"unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5", "Trainer"},
+	"reward": {"orchestrator", `ZeroDivisionError: division by zero, raised in score (File "/env/reward.py", line 12) of the environment's reward function`, "Orchestrator"},
 }
 
 // rlArgs is `rl @ FILE ... --output-dir D --run.name N [--resume[.step N]]`.
@@ -620,8 +638,9 @@ func (r *rlRun) run(ctx context.Context) int {
 		}
 		trained++
 		if a.em.crashAtStep == trained {
-			r.logs.log("trainer", "ERROR", fmt.Sprintf("RuntimeError: CUDA error: an illegal memory access was encountered (emulated crash at step %d)", trained))
-			fmt.Fprintln(r.out, loguru("ERROR", "Trainer failed with exit code 1"))
+			f := faultLines[a.em.fault]
+			r.logs.log(f.component, "ERROR", fmt.Sprintf("%s (emulated crash at step %d)", f.line, trained))
+			fmt.Fprintln(r.out, loguru("ERROR", f.failed+" failed with exit code 1"))
 			return 1
 		}
 		if c.ckpt && c.interval > 0 && trained%c.interval == 0 && trained < c.maxSteps {

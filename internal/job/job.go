@@ -118,6 +118,9 @@ type Job struct {
 	Attempt     int          `json:"attempt"`
 	MaxAttempts int          `json:"max_attempts"`
 	Error       string       `json:"error,omitempty"`
+	// FailureAnalysis is why its newest failed attempt failed: on a FAILED job, and on a job
+	// queued again after a platform fault (until a restart).
+	FailureAnalysis *FailureAnalysis `json:"failure_analysis,omitempty"`
 	// StopRequested is set when a user stopped a job that an agent holds; the agent hears of
 	// it on its next heartbeat.
 	StopRequested bool     `json:"stop_requested,omitempty"`
@@ -319,6 +322,9 @@ type Outcome struct {
 	Checkpoints []int     `json:"checkpoints,omitempty"`
 	// Reason says why a job failed; empty for a completion.
 	Reason string `json:"reason,omitempty"`
+	// Failure is the agent's reading of a failure: a platform fault is retried on another
+	// node while the job has attempts left.
+	Failure *FailureAnalysis `json:"failure_analysis,omitempty"`
 	// GPUsFreedAt is when the pipeline ended and the agent gave the job's GPUs back: its GPU
 	// time stops there, not when the report arrives.
 	GPUsFreedAt *time.Time `json:"gpus_freed_at,omitempty"`

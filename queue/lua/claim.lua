@@ -104,6 +104,17 @@ for _ = 1, 4 do
   org = nil
 end
 
+-- The job read once (its fence, whether it avoids this agent, what the answer needs) before
+-- anything is written: a job retried after a platform fault on this agent's node is left for
+-- another node until its avoid window ends (retry_attempt).
+local j
+if org then
+  j = redis.call('HMGET', jobkey(best), 'fence', 'avoid', unpack(CLAIMED))
+  if avoids(j[2], agent) then
+    org = nil
+  end
+end
+
 if org then
   local running = tonumber(o[1]) or 0
   local id, key = best, jobkey(best)
@@ -125,14 +136,13 @@ if org then
   else
     refile(org, classes, false) -- at its limit: out of the fair orders until a job of its ends
   end
-  -- Read the job once (its fence and what the answer needs), then write the claim.
-  local j = redis.call('HMGET', key, 'fence', unpack(CLAIMED))
   local fence = (tonumber(j[1]) or 0) + 1
   local token = fence .. '.' .. arg_token_rand
   local exp = arg_lease_expires
   redis.call('HSET', key, 'status', 'PENDING', 'lease_token', token, 'lease_expires', exp, 'lease_filed', exp,
     'agent_id', agent, 'updated_at', T, 'charged_until', arg_paid_until, 'fence', int(fence), 'held_since', T,
     'log_bytes', '0')
+  table.remove(j, 1)
   table.remove(j, 1)
   -- The answer shows the job as this claim left it.
   j[CLAIMED_AT.status], j[CLAIMED_AT.updated_at], j[CLAIMED_AT.agent_id] = 'PENDING', T, agent
@@ -162,4 +172,12 @@ if arg_waiter ~= '' then
   wait_for_work(arg_waiter, arg_wait_until)
 end
 local next_ready = redis.call('ZRANGE', DELAYED, '0', '0', 'WITHSCORES')
-return {'', tonumber(next_ready[2]) or 0}
+local again = tonumber(next_ready[2]) or 0
+if j then
+  -- The job it was offered avoids it: it looks again when the avoid window ends.
+  local till = tonumber(string.match(j[2], '|(%d+)$'))
+  if again == 0 or till < again then
+    again = till
+  end
+end
+return {'', again}

@@ -1,14 +1,19 @@
 -- finish ends a job its agent holds: COMPLETED, or FAILED with a reason. A failure that follows
 -- a stop request is the stop taking effect: the job is STOPPED (FAILED if its time limit asked
--- for the stop), or queued again if the request was a restart.
+-- for the stop), or queued again if the request was a restart. A failure the agent read as the
+-- platform's fault (arg_failure_retried not "") is retried on another node while the job has
+-- attempts left (retry_attempt).
 -- KEYS[1] the job's hash (routes the call)
 -- arg_how "completed" | "failed"; arg_progress JSON or ""; arg_freed_at when the job's GPUs
--- were given back (ms) or ""; ARGV[REST..] committed checkpoint steps, ascending.
+-- were given back (ms) or ""; arg_failure the attempt's failure analysis as the job keeps it
+-- when it ends (JSON, or ""), arg_failure_retried the same when it is retried; arg_backoff_base,
+-- arg_backoff_cap, arg_jitter and arg_avoid_ms as reap's; ARGV[REST..] committed checkpoint
+-- steps, ascending.
 -- Returns the job's status; errors LEASE_LOST if the token is not the current one,
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = arg_id
 local j = jobfields(id, {'lease_token', 'status', 'stop_requested', 'org', 'stop_reason',
-  'restart_requested', 'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind'})
+  'restart_requested', 'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind', unpack(RETRY_FIELDS)})
 if j.lease_token ~= arg_token or not is_live(j.status) then
   return redis.error_reply('LEASE_LOST lease token is not current')
 end
@@ -20,7 +25,7 @@ local org = j.org
 if arg_progress ~= '' then
   redis.call('SET', progkey(id), arg_progress)
 end
-checkpoints(id, org, j.status, REST, nil, true)
+j.checkpoint_step = checkpoints(id, org, j.status, REST, nil, true) or j.checkpoint_step
 j.freed_at = arg_freed_at
 -- What the job becomes: a stop request decides what a failure means.
 local status, typ, detail = 'FAILED', 'job.failed', arg_reason
@@ -35,8 +40,16 @@ elseif j.stop_requested == '1' then
   else
     status, typ, detail = 'STOPPED', 'job.stopped', 'stopped on request'
   end
+elseif arg_failure_retried ~= '' and (tonumber(j.attempt) or 1) < (tonumber(j.max_attempts) or 1) then
+  release(id, j, {'failure', arg_failure_retried})
+  return retry_attempt(id, j, 'platform fault on ' .. (j.agent_id or 'its agent') .. ': ' .. arg_reason,
+    tonumber(arg_backoff_base), tonumber(arg_backoff_cap), tonumber(arg_jitter), tonumber(arg_avoid_ms))
 end
-release(id, j, ended_fields(status, detail))
+local fields = ended_fields(status, detail)
+if status == 'FAILED' and arg_failure ~= '' then
+  fields[#fields + 1], fields[#fields + 2] = 'failure', arg_failure
+end
+release(id, j, fields)
 index_job(id, org, j.kind, status)
 mark_ended(id, org)
 emit(id, org, typ, status, detail, j.hooked)

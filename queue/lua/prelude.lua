@@ -568,7 +568,7 @@ local function restart_job(id, org, def)
   end
   j.rank = (100 - (tonumber(j.priority) or 0)) * RANK_BASE + NOW
   redis.call('HSET', jobkey(id), 'attempt', 1, 'rank', int(j.rank), 'resume_step', tonumber(j.checkpoint_step) or 0)
-  redis.call('HDEL', jobkey(id), 'error', 'finished_at', 'restart_requested', 'restart_limit')
+  redis.call('HDEL', jobkey(id), 'error', 'failure', 'avoid', 'finished_at', 'restart_requested', 'restart_limit')
   unmark_ended(id, org)
   requeue(id, j, 0)
   local detail = 'restarted'
@@ -577,6 +577,49 @@ local function restart_job(id, org, def)
   end
   emit(id, org, 'job.queued', 'QUEUED', detail)
   return 'QUEUED'
+end
+
+-- RETRY_FIELDS are the job fields retry_attempt needs, beside release's.
+local RETRY_FIELDS = {'attempt', 'max_attempts', 'checkpoint_step', 'agent_id', 'class', 'rank'}
+
+-- retry_attempt queues a job whose attempt failed for the platform's fault (its lease already
+-- released, j holding RETRY_FIELDS, org and kind) again as attempt + 1, after a backoff of
+-- base ms doubling per attempt up to cap (rnd in [0, 1) gives ±20 % jitter), to resume from its
+-- newest checkpoint. The agent that ran the failed attempt is avoided for avoid_ms after the
+-- backoff (the claim skips the job for it), so the retry lands on another node if there is one.
+-- It returns the job's status, or nil (nothing done) when the job has no attempt left.
+local function retry_attempt(id, j, why, base, cap, rnd, avoid_ms)
+  local attempt, max = tonumber(j.attempt) or 1, tonumber(j.max_attempts) or 1
+  if attempt >= max then
+    return nil
+  end
+  local delay = math.floor(math.min(base * 2 ^ (attempt - 1), cap) * (0.8 + 0.4 * rnd))
+  local fields = {'attempt', int(attempt + 1), 'resume_step', int(tonumber(j.checkpoint_step) or 0)}
+  if j.agent_id and avoid_ms > 0 then
+    fields[#fields + 1], fields[#fields + 2] = 'avoid', j.agent_id .. '|' .. int(NOW + delay + avoid_ms)
+  end
+  redis.call('HSET', jobkey(id), unpack(fields))
+  redis.call('HDEL', jobkey(id), 'agent_id')
+  requeue(id, j, delay)
+  local detail = why .. '; attempt ' .. (attempt + 1) .. ' of ' .. max .. ' in ' .. math.floor(delay / 1000) .. 's'
+  if j.agent_id and avoid_ms > 0 then
+    detail = detail .. ' on another node'
+  end
+  if j.checkpoint_step then
+    detail = detail .. ', from the checkpoint of step ' .. j.checkpoint_step
+  end
+  emit(id, j.org, 'job.retrying', 'QUEUED', detail)
+  return 'QUEUED'
+end
+
+-- avoids says whether a job's `avoid` field ("agent|until ms", retry_attempt) keeps agent from
+-- claiming it now.
+local function avoids(avoid, agent)
+  if not avoid then
+    return false
+  end
+  local who, till = string.match(avoid, '^(.*)|(%d+)$')
+  return who == agent and tonumber(till) > NOW
 end
 
 -- RELEASE_FIELDS are the job fields hand_back (and release) need.

@@ -35,9 +35,14 @@ local function ended(id, org, kind, stop_reason, restart, why)
   end
 end
 
-local LAPSED_FIELDS = {'status', 'lease_expires', 'stop_requested', 'stop_reason', 'restart_requested', 'attempt',
-  'max_attempts', 'org', 'class', 'rank', 'checkpoint_step', 'agent_id', 'gpus', 'charged_until', 'time_limit_ms',
-  'held_since', 'gpu_ms', 'kind'}
+local LAPSED_FIELDS = {'status', 'lease_expires', 'stop_requested', 'stop_reason', 'restart_requested', 'org',
+  'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind', unpack(RETRY_FIELDS)}
+-- lost is the failure analysis of an attempt whose agent went silent (failure.NodeLost's).
+local function lost(agent, attempt, retried)
+  return cjson.encode({class = 'node_lost', fault = 'platform', confidence = 0.9, attempt = attempt, retried = retried,
+    summary = 'the node running the job stopped answering (its lease lapsed)',
+    evidence = {'service: no heartbeat from ' .. agent .. ' before its lease ran out'}})
+end
 for _, id in ipairs(due(LEASES)) do
   local key = jobkey(id)
   local j = jobfields(id, LAPSED_FIELDS)
@@ -49,27 +54,20 @@ for _, id in ipairs(due(LEASES)) do
     redis.call('HSET', key, 'lease_filed', j.lease_expires)
   elseif is_live(j.status) then
     local org = j.org
+    local attempt, max = tonumber(j.attempt) or 1, tonumber(j.max_attempts) or 1
+    local agent = j.agent_id or 'its agent'
     release(id, j)
     changed = changed + 1
-    local attempt, max = tonumber(j.attempt) or 1, tonumber(j.max_attempts)
     if j.stop_requested == '1' then
       ended(id, org, j.kind, j.stop_reason, j.restart_requested == '1',
         'the agent did not confirm the stop before its lease ran out')
     elseif attempt >= max then
+      redis.call('HSET', key, 'failure', lost(agent, attempt, false))
       finish_as(id, org, j.kind, 'FAILED', 'job.failed',
         'lease lost ' .. attempt .. ' times (the agent stopped heartbeating); giving up')
     else
-      local delay = math.min(base * 2 ^ (attempt - 1), cap)
-      delay = math.floor(delay * (0.8 + 0.4 * rnd))
-      redis.call('HSET', key, 'attempt', attempt + 1, 'resume_step', tonumber(j.checkpoint_step) or 0)
-      redis.call('HDEL', key, 'agent_id')
-      requeue(id, j, delay)
-      local detail = 'lease expired on ' .. (j.agent_id or 'its agent') .. '; attempt ' .. (attempt + 1) .. ' of ' ..
-        max .. ' in ' .. math.floor(delay / 1000) .. 's'
-      if j.checkpoint_step then
-        detail = detail .. ', from the checkpoint of step ' .. j.checkpoint_step
-      end
-      emit(id, org, 'job.retrying', 'QUEUED', detail)
+      redis.call('HSET', key, 'failure', lost(agent, attempt, true))
+      retry_attempt(id, j, 'lease expired on ' .. agent, base, cap, rnd, tonumber(arg_avoid_ms))
     end
   else
     redis.call('ZREM', LEASES, id)

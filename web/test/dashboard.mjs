@@ -7,10 +7,12 @@
 //
 // A forked job's page names the job and step it started from, linked.
 //
-//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID FORKED_JOB_ID
+// A failed job's page shows the failure's analysis: its class, whose fault, the evidence.
+//
+//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID FORKED_JOB_ID FAILED_JOB_ID
 import { chromium } from 'playwright-core';
 
-const [url, token, jobID, out, evalID, forkedID] = process.argv.slice(2);
+const [url, token, jobID, out, evalID, forkedID, failedID] = process.argv.slice(2);
 const fail = (msg) => { console.error('FAIL: ' + msg); process.exitCode = 1; };
 
 const browser = await chromium.launch({
@@ -103,6 +105,13 @@ try {
   const lineage = await page.textContent('#lineage');
   const href = await page.getAttribute('#lineage a', 'href');
   if (href !== '#/jobs/' + jobID || !lineage.includes('at step 15')) fail(`the fork's lineage: ${lineage} (${href})`);
+
+  await page.goto(url + '/#/jobs/' + failedID);
+  await page.waitForSelector('#failure', timeout);
+  const failure = await page.textContent('#failure');
+  if (!failure.includes('environment install') || !failure.includes('user fault') || !failure.includes('not retried') ||
+    !(await page.textContent('#failure pre.evidence')).includes('install.log: ')) fail('the failure analysis: ' + failure);
+  await page.screenshot({ path: out + '/failed.png', fullPage: true });
 
   await page.goto(url + '/docs');
   await page.waitForSelector('#redoc h1', timeout);

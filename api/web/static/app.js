@@ -299,6 +299,17 @@ function jobPage(id) {
     result.replaceChildren(...parts);
   }
 
+  // A failed attempt's analysis: its class, whose fault, what the service did about it, and
+  // the log lines it rests on.
+  function failureBlock(a) {
+    const fault = a.fault === 'unknown' ? 'fault unknown' : `${a.fault} fault`;
+    const done = a.retried ? 'retried on another node' : (a.fault === 'user' ? 'not retried: the job\'s own fault' : 'not retried');
+    return el('div', { id: 'failure', 'data-class': a.class },
+      el('b', {}, a.class.replace(/_/g, ' ')), ` · attempt ${a.attempt || '?'} · ${fault} (confidence ${Math.round(a.confidence * 100)} %) · ${done}`,
+      el('div', {}, a.summary),
+      (a.evidence || []).length ? el('pre', { class: 'evidence' }, a.evidence.join('\n')) : null);
+  }
+
   function showJob(j) {
     document.getElementById('job-title').replaceChildren(j.name || j.id, ' ', badge(j.status));
     const envs = (j.config.env || []).map((e) => e.id).join(', ');
@@ -320,6 +331,7 @@ function jobPage(id) {
     }
     if (j.queue_reason) pairs.push(['queue', `${j.queue_reason} (${j.runs_ahead} ahead)`]);
     if (j.error) pairs.push(['error', el('span', { class: 'error' }, j.error)]);
+    if (j.failure_analysis) pairs.push(['failure', failureBlock(j.failure_analysis)]);
     const actions = [];
     if (!terminal(j.status)) actions.push(el('button', { type: 'button', id: 'stop', onclick: () => act('cancel') }, 'Stop'));
     if (j.status === 'FAILED' || j.status === 'STOPPED') actions.push(el('button', { type: 'button', onclick: () => act('restart') }, 'Restart'));

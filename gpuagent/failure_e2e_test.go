@@ -1,0 +1,72 @@
+package gpuagent_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/queue"
+)
+
+// A CUDA out-of-memory error is the job's (its batch does not fit its GPUs): the attempt is
+// read as such from the trainer's log, with the line as evidence, and the job FAILS at once —
+// no GPU hours spent on trying the same thing again.
+func TestAnOutOfMemoryFailsWithoutARetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond})
+	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "oom")
+	j := b.submit(t, smallJob)
+	done := b.waitFor(t, j.ID, "ended", terminal)
+	a := done.FailureAnalysis
+	if done.Status != job.Failed || done.Attempt != 1 || a == nil {
+		t.Fatalf("got %s, attempt %d, analysis %+v; want FAILED at attempt 1 with an analysis", done.Status, done.Attempt, a)
+	}
+	if a.Class != job.FailCUDAOOM || a.Fault != job.FaultUser || a.Retried || a.Attempt != 1 {
+		t.Errorf("analysis %+v; want cuda_oom, the user's fault, not retried, attempt 1", a)
+	}
+	if ev := strings.Join(a.Evidence, "\n"); !strings.Contains(ev, "trainer.log: ") || !strings.Contains(ev, "CUDA out of memory") {
+		t.Errorf("evidence %q does not quote the trainer's line", a.Evidence)
+	}
+	if types := b.eventTypes(t, j.ID); slices.Contains(types, "job.retrying") {
+		t.Errorf("events %v: a user fault was retried", types)
+	}
+}
+
+// An NCCL error is the platform's: the attempt is retried, on another node — the agent whose
+// attempt failed does not get the job back while another can take it — and the job completes
+// there, from the checkpoint the failed attempt committed.
+func TestAnNCCLErrorIsRetriedOnAnotherNode(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond, RetryElsewhereFor: time.Hour})
+	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "nccl")
+	j := b.submit(t, smallJob)
+	queued := b.waitFor(t, j.ID, "queued again", func(j *job.Job) bool { return j.Status == job.Queued && j.Attempt == 2 })
+	a := queued.FailureAnalysis
+	if a == nil || a.Class != job.FailNCCLNetwork || a.Fault != job.FaultPlatform || !a.Retried || a.Attempt != 1 {
+		t.Fatalf("analysis %+v; want nccl_network, the platform's fault, retried, attempt 1", a)
+	}
+	evs, err := b.user.Events(context.Background(), j.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1]
+	if last.Type != "job.retrying" || !strings.Contains(last.Detail, "platform fault on agent-a") || !strings.Contains(last.Detail, "on another node") {
+		t.Errorf("last event %s %q; want job.retrying naming the fault and the node", last.Type, last.Detail)
+	}
+	// agent-a waits, and is passed over: the job stays queued until another node comes.
+	b.waitFor(t, j.ID, "its backoff over", func(j *job.Job) bool { return j.Status == job.Queued && j.RetryAt == nil })
+	if got, err := b.user.GetJob(context.Background(), j.ID); err != nil || got.Status != job.Queued {
+		t.Fatalf("the job went back to the node it failed on: %v %v", got.Status, err)
+	}
+	b.startAgent(t, "agent-b", "--emulate.step-time", "10ms")
+	done := b.waitFor(t, j.ID, "ended", terminal)
+	if done.Status != job.Completed || done.Attempt != 2 || done.Runtime == nil || done.Runtime.AgentID != "agent-b" {
+		t.Fatalf("got %s at attempt %d on %+v; want COMPLETED at attempt 2 on agent-b", done.Status, done.Attempt, done.Runtime)
+	}
+	if done.ResumeStep != 2 {
+		t.Errorf("the retry resumed from step %d; the failed attempt committed step 2", done.ResumeStep)
+	}
+}
