@@ -52,6 +52,8 @@ type Queue interface {
 	RevokeToken(ctx context.Context, jti string, until time.Time) error
 	TokenRevoked(ctx context.Context, jti string) (bool, error)
 	SetOrg(ctx context.Context, org string, s job.OrgSettings) error
+	Nodes(ctx context.Context) ([]job.Node, error)
+	SetNode(ctx context.Context, id, state, reason string) error
 	HeartbeatInterval() time.Duration
 }
 
@@ -183,6 +185,8 @@ func New(cfg Config) (*Server, error) {
 		"agentRelease":             s.agentRelease,
 		"getOrg":                   s.getOrg,
 		"setOrg":                   s.setOrg,
+		"listNodes":                s.listNodes,
+		"setNode":                  s.setNode,
 		"revokeToken":              s.revokeToken,
 		"primeListRuns":            s.primeListRuns,
 		"primeCreateRun":           s.primeCreateRun,

@@ -72,3 +72,47 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 	s.cfg.Logger.Info("token revoked", "jti", jti, "until", until, "by", principal(r).Subject)
 	writeJSON(w, http.StatusOK, revokeReply{JTI: jti, RevokedUntil: until.UTC()})
 }
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	nodes, err := s.cfg.Queue.Nodes(r.Context())
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if nodes == nil {
+		nodes = []job.Node{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": nodes})
+}
+
+// setNode cordons, drains or uncordons a node; the answer is the node as the queue now has it.
+func (s *Server) setNode(w http.ResponseWriter, r *http.Request) {
+	var set struct {
+		State  string `json:"state"`
+		Reason string `json:"reason"`
+	}
+	if !decodeBody(w, r, &set) {
+		return
+	}
+	id := pathParam(r, "node")
+	if set.Reason == "" && set.State != job.NodeOK {
+		set.Reason = "by " + principal(r).Subject
+	}
+	if err := s.cfg.Queue.SetNode(r.Context(), id, set.State, set.Reason); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	s.cfg.Logger.Info("node state changed", "node", id, "state", set.State, "reason", set.Reason, "by", principal(r).Subject)
+	nodes, err := s.cfg.Queue.Nodes(r.Context())
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	for _, n := range nodes {
+		if n.ID == id {
+			writeJSON(w, http.StatusOK, n)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, job.Node{ID: id, State: job.NodeOK})
+}

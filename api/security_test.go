@@ -96,7 +96,7 @@ func newVictim(t *testing.T) victim {
 // url fills an operation's path with the victim's ids.
 func (v victim) url(op operation) string {
 	p := strings.NewReplacer("{id}", v.jobID, "{runId}", v.jobID, "{webhook_id}", v.hookID, "{delivery_id}", v.dlID,
-		"{claim_id}", "claim-1", "{org}", "acme", "{step}", "10").Replace(op.path)
+		"{claim_id}", "claim-1", "{org}", "acme", "{step}", "10", "{node}", "node-1").Replace(op.path)
 	return v.st.URL + p
 }
 
@@ -118,6 +118,8 @@ func (v victim) do(t *testing.T, op operation, token string) reply {
 			body = []byte(fmt.Sprintf(`{"url":%q,"events":["job.completed"]}`, v.receiver))
 		case op.method == "PATCH":
 			body = []byte(`{"description":"changed"}`)
+		case op.path == "/v1/admin/nodes/{node}":
+			body = []byte(`{"state":"cordoned"}`)
 		}
 	}
 	return call(t, op.method, v.url(op), token, ctype, body)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
@@ -68,5 +70,58 @@ func TestAnNCCLErrorIsRetriedOnAnotherNode(t *testing.T) {
 	}
 	if done.ResumeStep != 2 {
 		t.Errorf("the retry resumed from step %d; the failed attempt committed step 2", done.ResumeStep)
+	}
+}
+
+// A node whose runs keep failing for the platform's reasons is quarantined after
+// QuarantineAfter of them: it takes no more work (the operator sees it in `admin nodes list`),
+// and its jobs finish on another node. An operator's drain hands a running job back from a
+// node without spending an attempt, and the job finishes elsewhere.
+func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond, QuarantineAfter: 2})
+	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
+	stopA := b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "nccl")
+	j1 := b.submit(t, smallJob)
+	b.waitFor(t, j1.ID, "retried", func(j *job.Job) bool { return j.Attempt == 2 })
+	j2 := b.submit(t, smallJob)
+	b.waitFor(t, j2.ID, "retried", func(j *job.Job) bool { return j.Attempt == 2 })
+	nodes, err := admin.Nodes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a *job.Node
+	for i := range nodes {
+		if nodes[i].ID == "agent-a" {
+			a = &nodes[i]
+		}
+	}
+	if a == nil || a.State != job.NodeQuarantined || a.RecentFaults != 2 {
+		t.Fatalf("nodes %+v; want agent-a quarantined after 2 platform faults", nodes)
+	}
+	stopA()
+	b.startAgent(t, "agent-b", "--emulate.step-time", "100ms")
+	for _, id := range []string{j1.ID, j2.ID} {
+		done := b.waitFor(t, id, "ended", terminal)
+		if done.Status != job.Completed || done.Runtime == nil || done.Runtime.AgentID != "agent-b" {
+			t.Errorf("job %s: %s on %+v; want COMPLETED on agent-b", id, done.Status, done.Runtime)
+		}
+	}
+
+	// agent-b is drained while it runs a long job: the job goes back to the queue, attempt
+	// unspent, and agent-c finishes it.
+	long := b.submit(t, withSteps(60))
+	b.waitFor(t, long.ID, "running on agent-b", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 2 })
+	if n, err := admin.SetNode(context.Background(), "agent-b", job.NodeDraining, "kernel update"); err != nil || n.State != job.NodeDraining {
+		t.Fatalf("drain: %+v %v", n, err)
+	}
+	back := b.waitFor(t, long.ID, "handed back", func(j *job.Job) bool { return j.Status == job.Queued })
+	if back.Attempt != 1 {
+		t.Errorf("a drain spent an attempt: %d", back.Attempt)
+	}
+	b.startAgent(t, "agent-c", "--emulate.step-time", "10ms")
+	done := b.waitFor(t, long.ID, "ended", terminal)
+	if done.Status != job.Completed || done.Runtime == nil || done.Runtime.AgentID != "agent-c" {
+		t.Errorf("the drained job: %s on %+v; want COMPLETED on agent-c", done.Status, done.Runtime)
 	}
 }

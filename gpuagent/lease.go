@@ -34,11 +34,13 @@ type leaseKeeper struct {
 	logBytes   int64      // bytes of log written to storage so far (the heartbeat's log_bytes)
 	rejected   bool       // the service refused the full heartbeat: send the minimal one
 
-	stopped  chan struct{} // closed when the service says stop
-	lost     chan struct{} // closed when the lease is lost
-	kick     chan struct{} // asks for a heartbeat now
-	stopOnce sync.Once
-	lostOnce sync.Once
+	stopped     chan struct{} // closed when the service says stop
+	released    chan struct{} // closed when the service says release (the node is drained)
+	lost        chan struct{} // closed when the lease is lost
+	kick        chan struct{} // asks for a heartbeat now
+	stopOnce    sync.Once
+	releaseOnce sync.Once
+	lostOnce    sync.Once
 }
 
 func newLeaseKeeper(api API, cl *job.Claim, runtime job.Runtime, creds *grantedCreds, log *slog.Logger, tel *telemetry) *leaseKeeper {
@@ -49,7 +51,7 @@ func newLeaseKeeper(api API, cl *job.Claim, runtime job.Runtime, creds *grantedC
 	return &leaseKeeper{
 		api: api, jobID: cl.Job.ID, token: cl.Lease.Token, interval: interval, runtime: runtime, creds: creds, log: log, tel: tel,
 		progress: job.Progress{MaxSteps: cl.Job.Config.MaxSteps},
-		stopped:  make(chan struct{}), lost: make(chan struct{}), kick: make(chan struct{}, 1),
+		stopped:  make(chan struct{}), released: make(chan struct{}), lost: make(chan struct{}), kick: make(chan struct{}, 1),
 	}
 }
 
@@ -236,8 +238,11 @@ func (l *leaseKeeper) beat(ctx context.Context) (ok, lost bool) {
 		l.creds.update(rep.Storage, time.Now())
 		l.log.Info("storage credentials refreshed", "expire", rep.Storage.Expiration)
 	}
-	if rep.Action == job.Stop {
+	switch rep.Action {
+	case job.Stop:
 		l.stopOnce.Do(func() { close(l.stopped) })
+	case job.Release:
+		l.releaseOnce.Do(func() { close(l.released) })
 	}
 	return true, false
 }

@@ -31,7 +31,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	cfg := r.deps.cfg
 	spec := r.claim.Job.Config
 	p := &prepared{stopUploads: func() {}}
-	prep, endPrep := until(ctx, drain.Done(), r.lease.stopped, r.lease.lost)
+	prep, endPrep := until(ctx, drain.Done(), r.lease.stopped, r.lease.lost, r.lease.released)
 	defer endPrep()
 	ready := false
 	defer func() {

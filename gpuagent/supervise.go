@@ -55,7 +55,7 @@ type ran struct {
 func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 	cfg, tel := r.deps.cfg, r.deps.tel
 	// The wait for the inference server ends with a stop, a lost lease or a drain.
-	waiting, endWait := until(ctx, drain.Done(), r.lease.stopped, r.lease.lost)
+	waiting, endWait := until(ctx, drain.Done(), r.lease.stopped, r.lease.lost, r.lease.released)
 	defer endWait()
 	var server *process
 	if s := p.rendered.Serve; s != nil {
@@ -103,7 +103,7 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 		go proc.terminate(cfg.StopGrace)
 	}
 	// A closed channel is always ready: each of these is read once, then set to nil.
-	drainCh, stopCh, storageCh := drain.Done(), r.lease.stopped, r.storage.failed()
+	drainCh, stopCh, storageCh, releaseCh := drain.Done(), r.lease.stopped, r.storage.failed(), r.lease.released
 	for running := true; running; {
 		select {
 		case <-proc.done:
@@ -124,6 +124,9 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 		case <-drainCh:
 			drainCh = nil
 			terminate(causeDrain, "the agent is draining")
+		case <-releaseCh:
+			releaseCh = nil
+			terminate(causeDrain, "the operator drains this node")
 		case <-serverDone:
 			serverDone = nil
 			r.warn("the inference server exited while the pipeline ran")
@@ -146,6 +149,11 @@ func (r *jobRun) causeOf(drain context.Context) stopCause {
 		return causeLost
 	case <-r.lease.stopped:
 		return causeStop
+	default:
+	}
+	select {
+	case <-r.lease.released:
+		return causeDrain
 	default:
 	}
 	if drain.Err() != nil {

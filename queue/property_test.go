@@ -59,9 +59,11 @@ func TestQueueInvariantsUnderRandomOperations(t *testing.T) {
 		c.MaxAttempts = 3
 		c.MaxQueued = 40
 		// One simulated agent claims everything: keeping a retried job from the agent that lost
-		// it would leave jobs that fit unclaimed. TestALapsedLeaseRetriesAfterABackoffThenFails
-		// and TestAPlatformFaultIsRetriedElsewhere cover that rule.
+		// it, or quarantining the agent for its lost leases, would leave jobs that fit
+		// unclaimed. TestALapsedLeaseRetriesAfterABackoffThenFails,
+		// TestAPlatformFaultIsRetriedElsewhere and TestNodeHealth cover those rules.
 		c.RetryElsewhereFor = -1
+		c.QuarantineAfter = -1
 	})
 }
 

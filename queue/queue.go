@@ -52,6 +52,11 @@ type Config struct {
 	// whose attempt failed, so that another node takes it if there is one. Default 5 min;
 	// negative: never.
 	RetryElsewhereFor time.Duration
+	// QuarantineAfter platform faults on one node (failures its agent read as the platform's,
+	// and lost leases) within QuarantineWindow take the node out of rotation: it claims
+	// nothing until an operator uncordons it. Defaults 3 and 1 h; negative: never.
+	QuarantineAfter  int
+	QuarantineWindow time.Duration
 	// MaxClaimWait caps how long a claim may wait for work. Default 20 s.
 	MaxClaimWait time.Duration
 	// UsageHalfLife is how fast past GPU use stops counting against an organization's share.
@@ -116,6 +121,10 @@ func (c Config) withDefaults() Config {
 	def(&c.RetryBackoff, 10*time.Second)
 	def(&c.RetryBackoffMax, 10*time.Minute)
 	def(&c.RetryElsewhereFor, 5*time.Minute)
+	if c.QuarantineAfter == 0 {
+		c.QuarantineAfter = 3
+	}
+	def(&c.QuarantineWindow, time.Hour)
 	def(&c.MaxClaimWait, 20*time.Second)
 	def(&c.UsageHalfLife, 24*time.Hour)
 	def(&c.ClaimQuantum, 60*time.Second)
@@ -837,6 +846,8 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 		"freed_at": freedArg(o.GPUsFreedAt), "failure": failure, "failure_retried": retried,
 		"backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
 		"jitter": mrand.Float64(), "avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(),
+		"platform": o.Failure != nil && o.Failure.Fault == job.FaultPlatform, "quarantine_after": c.cfg.QuarantineAfter,
+		"quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
 	}, steps...).Text()
 	c.settleSoon(ctx, id)
 	if err != nil {
@@ -914,7 +925,8 @@ func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, e
 	res, err := c.call(ctx, "reap", c.keys.leases(), args{
 		"batch": batch, "backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
 		"jitter": mrand.Float64(), "grace": c.cfg.StopGrace.Milliseconds(), "agent_ttl": c.agentTTL().Milliseconds(),
-		"avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(),
+		"avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(), "quarantine_after": c.cfg.QuarantineAfter,
+		"quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
 	}).Int64Slice()
 	if err != nil {
 		return 0, false, scriptErr("reap", err)

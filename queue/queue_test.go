@@ -1183,3 +1183,80 @@ func TestAPlatformFaultIsRetriedElsewhere(t *testing.T) {
 		}
 	})
 }
+
+// A node whose attempts keep failing for the platform's reasons is quarantined after
+// QuarantineAfter of them: it claims nothing (and is not counted as capacity) until an operator
+// puts it back. An operator's drain makes the heartbeats of its jobs answer release.
+func TestNodeHealth(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		fault := &job.FailureAnalysis{Class: job.FailGPUHardware, Fault: job.FaultPlatform, Confidence: 0.9, Summary: "ECC"}
+		for i := range 2 {
+			j := b.submit(t, "acme", fmt.Sprintf("f%d", i))
+			cl := b.claimFor(t, "node-a", h100x8)
+			if cl == nil || cl.Job.ID != j.ID {
+				t.Fatalf("claim %d: %+v", i, cl)
+			}
+			if _, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "ECC", Failure: fault}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nodes, err := b.q.Nodes(b.ctx)
+		if err != nil || len(nodes) != 1 || nodes[0].ID != "node-a" || nodes[0].State != job.NodeQuarantined ||
+			nodes[0].RecentFaults != 2 || !strings.Contains(nodes[0].Reason, "2 platform faults") {
+			t.Fatalf("nodes %+v %v; want node-a quarantined after 2 faults", nodes, err)
+		}
+		b.submit(t, "acme", "next")
+		if cl := b.claimFor(t, "node-a", h100x8); cl != nil {
+			t.Fatal("a quarantined node claimed a job")
+		}
+		// Back in rotation: it claims, and its faults are forgotten.
+		if err := b.q.SetNode(b.ctx, "node-a", job.NodeOK, ""); err != nil {
+			t.Fatal(err)
+		}
+		cl := b.claimFor(t, "node-a", h100x8)
+		if cl == nil {
+			t.Fatal("an uncordoned node claims nothing")
+		}
+		nodes, _ = b.q.Nodes(b.ctx)
+		for _, n := range nodes {
+			if n.ID == "node-a" && (n.State != job.NodeOK || n.RecentFaults != 0) {
+				t.Errorf("after uncordon: %+v", n)
+			}
+		}
+		// A drain: the node's job hears release on its next heartbeat; the node claims nothing.
+		if err := b.q.SetNode(b.ctx, "node-a", job.NodeDraining, "kernel update"); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := b.q.Heartbeat(b.ctx, cl.Job.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true})
+		if err != nil || rep.Action != job.Release {
+			t.Fatalf("heartbeat on a draining node: %+v %v", rep, err)
+		}
+		b.submit(t, "acme", "another")
+		if got := b.claimFor(t, "node-a", h100x8); got != nil {
+			t.Fatal("a draining node claimed a job")
+		}
+		// A user fault counts for nothing against the node.
+		if err := b.q.SetNode(b.ctx, "node-b", job.NodeOK, ""); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			j := b.submit(t, "other", fmt.Sprintf("u%d", i))
+			cl := b.claimFor(t, "node-b", h100x8)
+			if cl == nil {
+				t.Fatalf("node-b claim %d", i)
+			}
+			oom := &job.FailureAnalysis{Class: job.FailCUDAOOM, Fault: job.FaultUser, Confidence: 0.95, Summary: "OOM"}
+			if _, err := b.q.Fail(b.ctx, cl.Job.ID, job.Outcome{Token: cl.Lease.Token, Reason: "OOM", Failure: oom}); err != nil {
+				t.Fatal(err)
+			}
+			_ = j
+		}
+		nodes, _ = b.q.Nodes(b.ctx)
+		for _, n := range nodes {
+			if n.ID == "node-b" && (n.State != job.NodeOK || n.RecentFaults != 0) {
+				t.Errorf("node-b after user faults: %+v", n)
+			}
+		}
+	}, func(c *Config) { c.QuarantineAfter = 2 })
+}

@@ -17,7 +17,7 @@ import (
 
 func newAdminCmd() *cobra.Command {
 	c := &cobra.Command{Use: "admin", Short: "Operator commands"}
-	c.AddCommand(newTokenCmd(), newOrgCmd(), newKeysCmd(), newRevokeCmd())
+	c.AddCommand(newTokenCmd(), newOrgCmd(), newKeysCmd(), newRevokeCmd(), newNodesCmd())
 	return c
 }
 
@@ -206,5 +206,54 @@ func newOrgCmd() *cobra.Command {
 	set.Flags().IntVar(&s.MaxRunning, "max-running", 0, "jobs that may run at once")
 	set.Flags().IntVar(&s.MaxQueued, "max-queued", 0, "jobs that may wait at once")
 	c.AddCommand(get, set)
+	return c
+}
+
+// newNodesCmd is `admin nodes`: the nodes' health, and taking one out of rotation or back.
+func newNodesCmd() *cobra.Command {
+	c := &cobra.Command{Use: "nodes", Short: "The GPU nodes' health: list, cordon, drain, uncordon (needs an admin token)"}
+	c.AddCommand(&cobra.Command{
+		Use: "list", Short: "Nodes seen lately and nodes out of rotation", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			nodes, err := api.Nodes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			renderNodes(cmd.OutOrStdout(), nodes, time.Now())
+			return nil
+		},
+	})
+	set := func(use, short, state, done string) *cobra.Command {
+		var reason string
+		sc := &cobra.Command{
+			Use: use + " NODE", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				api, err := apiClient()
+				if err != nil {
+					return err
+				}
+				n, err := api.SetNode(cmd.Context(), args[0], state, reason)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s %s (now %s)\n", n.ID, done, n.State)
+				return nil
+			},
+		}
+		if state != job.NodeOK {
+			sc.Flags().StringVar(&reason, "reason", "", "why, for whoever looks next")
+		}
+		return sc
+	}
+	c.AddCommand(
+		set("cordon", "Take a node out of rotation: no new jobs; its running jobs go on", job.NodeCordoned, "cordoned: it takes no new jobs"),
+		set("drain", "Take a node out of rotation and hand its jobs back to resume elsewhere", job.NodeDraining,
+			"draining: its jobs go back to the queue at their next heartbeat"),
+		set("uncordon", "Put a node (cordoned, draining or quarantined) back in rotation, its faults forgotten", job.NodeOK, "back in rotation"),
+	)
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -72,6 +73,17 @@ func TestDashboardInABrowser(t *testing.T) {
 	if !strings.Contains(get, "failure       environment_install (attempt 1; user fault") || !strings.Contains(get, "> install.log: ✗ Failed to resolve") {
 		t.Errorf("train get of the failed run (%d):\n%s", code, get)
 	}
+	// An operator cordons a node (one not running yet): the nodes list and the dashboard's
+	// nodes page show it beside the dev agent.
+	if out, code := d.cli(t, "admin", "nodes", "cordon", "gpu-node-9", "--reason", "fan noise"); code != 0 ||
+		!strings.Contains(out, "node gpu-node-9 cordoned") {
+		t.Fatalf("admin nodes cordon (%d): %s", code, out)
+	}
+	nodes, code := d.cli(t, "admin", "nodes", "list")
+	if code != 0 || !regexp.MustCompile(`(?m)^gpu-node-9\s+cordoned\s.*fan noise$`).MatchString(nodes) ||
+		!regexp.MustCompile(`(?m)^dev-agent-1\s+ok\s`).MatchString(nodes) {
+		t.Errorf("admin nodes list (%d):\n%s", code, nodes)
+	}
 	shots, err := filepath.Abs(filepath.Join(web, "test", "out"))
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +97,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err != nil || !strings.Contains(string(res), "dashboard ok") {
 		t.Fatalf("the browser test: %v\n%s", err, res)
 	}
-	for _, name := range []string{"jobs.png", "job.png", "rollouts.png", "eval.png", "failed.png", "docs.png"} {
+	for _, name := range []string{"jobs.png", "job.png", "rollouts.png", "eval.png", "failed.png", "nodes.png", "docs.png"} {
 		st, err := os.Stat(filepath.Join(shots, name))
 		if err != nil || st.Size() < 10_000 {
 			t.Errorf("screenshot %s: %v", name, err)

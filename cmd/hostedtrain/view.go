@@ -526,3 +526,27 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// renderNodes is `admin nodes list`.
+func renderNodes(w io.Writer, nodes []job.Node, now time.Time) {
+	t := table(w)
+	fmt.Fprintln(t, "NODE\tSTATE\tSINCE\tFAULTS\tLAST SEEN\tFREE\tREASON")
+	for _, n := range nodes {
+		since, seen := "-", "-"
+		if n.Since != nil {
+			since = age(*n.Since, now)
+		}
+		if n.LastSeen != nil {
+			seen = age(*n.LastSeen, now) + " ago"
+		}
+		free := make([]string, 0, len(n.Free))
+		for _, g := range n.Free {
+			free = append(free, fmt.Sprintf("%d×%s", g.Count, g.Model))
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.ID, n.State, since, n.RecentFaults, seen, strings.Join(free, ","), n.Reason)
+	}
+	t.Flush()
+	if len(nodes) == 0 {
+		fmt.Fprintln(w, "no nodes seen lately")
+	}
+}

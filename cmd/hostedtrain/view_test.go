@@ -127,6 +127,13 @@ func TestGoldenCLIViews(t *testing.T) {
 	golden(t, "checkpoints.txt", b.Bytes())
 
 	b.Reset()
+	seen, since := t0.Add(-30*time.Second), t0.Add(-2*time.Hour)
+	renderNodes(&b, []job.Node{{ID: "node-1", State: job.NodeOK, LastSeen: &seen, Free: []job.GPU{{Model: "H100", Count: 8}}},
+		{ID: "node-2", State: job.NodeQuarantined, Since: &since, Reason: "3 platform faults within 60 min, the last on job 01a2", RecentFaults: 3},
+		{ID: "node-3", State: job.NodeDraining, Since: &since, Reason: "kernel update", LastSeen: &since}}, t0)
+	golden(t, "nodes.txt", b.Bytes())
+
+	b.Reset()
 	renderArtifacts(&b, []client.Artifact{{Name: "system_prompt.txt", Bytes: 412, Time: &at}, {Name: "pareto_frontier.jsonl", Bytes: 20480, Time: &at}})
 	golden(t, "artifacts.txt", b.Bytes())
 

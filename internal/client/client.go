@@ -313,6 +313,28 @@ func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) (*jo
 	return &st, nil
 }
 
+// Nodes lists the nodes the queue knows, with their health (scope admin).
+func (c *Client) Nodes(ctx context.Context) ([]job.Node, error) {
+	var out struct {
+		Items []job.Node `json:"items"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/admin/nodes", "", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Items, nil
+}
+
+// SetNode cordons (job.NodeCordoned), drains (job.NodeDraining) or uncordons (job.NodeOK) a
+// node (scope admin).
+func (c *Client) SetNode(ctx context.Context, id, state, reason string) (*job.Node, error) {
+	body, _ := json.Marshal(map[string]string{"state": state, "reason": reason})
+	var n job.Node
+	if _, err := c.do(ctx, http.MethodPut, "/v1/admin/nodes/"+url.PathEscape(id), "application/json", body, &n); err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
 // RevokeToken refuses token from now until it expires (scope admin); it returns the token's
 // id and when the revocation ends.
 func (c *Client) RevokeToken(ctx context.Context, token string) (string, time.Time, error) {

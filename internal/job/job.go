@@ -305,6 +305,8 @@ type Action string
 const (
 	Continue Action = "continue"
 	Stop     Action = "stop"
+	// Release: the node is being drained by its operator; hand the job back to resume elsewhere.
+	Release Action = "release"
 )
 
 // HeartbeatReply answers a heartbeat.

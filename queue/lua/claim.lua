@@ -21,6 +21,12 @@ local agent, quantum = arg_agent, tonumber(arg_quantum)
 if arg_claim_id ~= '' and redis.call('EXISTS', claimkey(arg_claim_id)) == 1 then
   return {'', 0}
 end
+-- A node out of rotation (cordoned, quarantined, draining) takes nothing, and is not counted as
+-- capacity; its claim looks again now and then.
+if redis.call('HEXISTS', NODES, agent) == 1 then
+  forget_agent(agent)
+  return {'', 0}
+end
 promote('100')
 
 local free = parse_free(arg_free)

@@ -10,12 +10,12 @@
 -- emulated; arg_upstream the upstream versions the agent runs (JSON) or ""; arg_log_bytes the
 -- bytes of log the attempt has stored (0: not said);
 -- ARGV[REST..] committed checkpoint steps, ascending.
--- Returns {action, lease expiry ms}; errors LEASE_LOST if the token is not the current one,
+-- Returns {action ("continue", "stop", or "release" on a node being drained), lease expiry ms}; errors LEASE_LOST if the token is not the current one,
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = arg_id
 local key = jobkey(id)
 local cur = redis.call('HMGET', key, 'lease_token', 'status', 'stop_requested', 'org',
-  'started_at', 'gpus', 'charged_until', 'time_limit_ms', 'step_backlog', 'kind', 'lease_filed')
+  'started_at', 'gpus', 'charged_until', 'time_limit_ms', 'step_backlog', 'kind', 'lease_filed', 'agent_id')
 if cur[1] ~= arg_token or not is_live(cur[2]) then
   return redis.error_reply('LEASE_LOST lease token is not current')
 end
@@ -70,5 +70,10 @@ end
 checkpoints(id, org, status, REST, cur[9])
 if cur[3] == '1' then
   return {'stop', exp}
+end
+-- A node being drained by its operator hands its jobs back (release), to resume elsewhere.
+local node = cur[12] and redis.call('HGET', NODES, cur[12])
+if node and string.sub(node, 1, 9) == 'draining|' then
+  return {'release', exp}
 end
 return {'continue', exp}

@@ -579,6 +579,24 @@ local function restart_job(id, org, def)
   return 'QUEUED'
 end
 
+-- node_fault records a platform fault on agent's node (the job it failed, now) and quarantines
+-- the node — NODES: no claims, its running jobs go on — once it has had `after` of them within
+-- `window` ms (after 0: never). Node health is the operator's: `hostedtrain admin nodes`.
+local function node_fault(agent, id, after, window)
+  if not agent or agent == '' then
+    return
+  end
+  local key = nodefaults(agent)
+  redis.call('ZADD', key, T, id .. '@' .. T)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. int(NOW - window))
+  redis.call('PEXPIRE', key, int(window))
+  local n = redis.call('ZCARD', key)
+  if after > 0 and n >= after and redis.call('HEXISTS', NODES, agent) == 0 then
+    redis.call('HSET', NODES, agent, 'quarantined|' .. T .. '|' .. n .. ' platform faults within ' ..
+      math.floor(window / 60000) .. ' min, the last on job ' .. id)
+  end
+end
+
 -- RETRY_FIELDS are the job fields retry_attempt needs, beside release's.
 local RETRY_FIELDS = {'attempt', 'max_attempts', 'checkpoint_step', 'agent_id', 'class', 'rank'}
 

@@ -96,7 +96,9 @@ func serveAPI(addr, redisAddr, storeDir string) error {
 	defer rdb.Close()
 	q := queue.New(rdb, queue.Config{Prefix: prefix, LeaseTTL: 3 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
 		MaxAttempts: 50, MaxClaimWait: 2 * time.Second, RetryBackoff: 100 * time.Millisecond,
-		MaxQueued: math.MaxInt32}) // every job is submitted first, before any runs
+		// every job is submitted first, before any runs; the agents it kills come back under
+		// the same names, as fresh nodes, so none is quarantined for the leases it lost
+		MaxQueued: math.MaxInt32, QuarantineAfter: -1})
 	defer q.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	h, err := api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Logger: logger})

@@ -9,6 +9,8 @@
 //
 // A failed job's page shows the failure's analysis: its class, whose fault, the evidence.
 //
+// With an admin token the nodes page lists the nodes: a cordoned one with its reason.
+//
 //   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID FORKED_JOB_ID FAILED_JOB_ID
 import { chromium } from 'playwright-core';
 
@@ -112,6 +114,14 @@ try {
   if (!failure.includes('environment install') || !failure.includes('user fault') || !failure.includes('not retried') ||
     !(await page.textContent('#failure pre.evidence')).includes('install.log: ')) fail('the failure analysis: ' + failure);
   await page.screenshot({ path: out + '/failed.png', fullPage: true });
+
+  await page.goto(url + '/#/nodes');
+  await page.waitForSelector('#nodes tr[data-node="gpu-node-9"][data-state="cordoned"]', timeout);
+  await page.waitForSelector('#nodes tr[data-node="dev-agent-1"][data-state="ok"]', timeout);
+  const cordoned = await page.textContent('#nodes tr[data-node="gpu-node-9"]');
+  if (!cordoned.includes('fan noise')) fail('the cordoned node row: ' + cordoned);
+  if (await page.isHidden('#nodes-link')) fail('an admin token does not see the Nodes link');
+  await page.screenshot({ path: out + '/nodes.png', fullPage: true });
 
   await page.goto(url + '/docs');
   await page.waitForSelector('#redoc h1', timeout);

@@ -487,6 +487,43 @@ function jobPage(id) {
   return () => ctl.abort();
 }
 
+// ---- the nodes (an operator's token) ----
+
+// scopes reads the token's scopes from its payload, only to decide what to show: the API checks
+// the signature and the scopes on every request.
+function scopes() {
+  try {
+    const part = token().split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    return (JSON.parse(atob(part)).scope || '').split(' ');
+  } catch (e) {
+    return [];
+  }
+}
+
+function nodesPage() {
+  const body = el('tbody');
+  const note = el('p', { class: 'muted' }, 'Cordoned, draining and quarantined nodes take no new jobs; ',
+    '`hostedtrain admin nodes uncordon NODE` puts one back.');
+  app.replaceChildren(el('h1', {}, 'Nodes'), el('table', { id: 'nodes' }, el('thead', {}, el('tr', {},
+    ['Node', 'State', 'Since', 'Platform faults', 'Last seen', 'Free GPUs', 'Reason'].map((h) => el('th', {}, h)))), body), note);
+  async function load() {
+    try {
+      const page = await api('/v1/admin/nodes');
+      body.replaceChildren(...page.items.map((n) => el('tr', { 'data-node': n.id, 'data-state': n.state, class: n.state === 'ok' ? null : 'out' },
+        el('td', { class: 'mono' }, n.id), el('td', {}, el('span', { class: 'badge ' + (n.state === 'ok' ? 's-COMPLETED' : 's-FAILED') }, n.state)),
+        el('td', {}, n.since ? ago(n.since) : '-'), el('td', {}, n.recent_faults),
+        el('td', {}, n.last_seen ? ago(n.last_seen) + ' ago' : '-'),
+        el('td', {}, (n.free || []).map((g) => `${g.count}×${g.model}`).join(', ') || '-'), el('td', {}, n.reason || ''))));
+      if (!page.items.length) body.append(el('tr', {}, el('td', { colspan: 7, class: 'muted' }, 'no nodes seen lately')));
+    } catch (e) {
+      showError(note, e);
+    }
+  }
+  load();
+  const timer = setInterval(load, 5000);
+  return () => clearInterval(timer);
+}
+
 // ---- routing ----
 
 function route(message) {
@@ -497,8 +534,11 @@ function route(message) {
     return;
   }
   forget.hidden = false;
+  const admin = scopes().includes('admin');
+  document.getElementById('nodes-link').hidden = !admin;
   const m = location.hash.match(/^#\/jobs\/([A-Za-z0-9-]+)/);
-  leave = m ? jobPage(m[1]) : jobsPage();
+  if (admin && location.hash === '#/nodes') leave = nodesPage();
+  else leave = m ? jobPage(m[1]) : jobsPage();
 }
 
 window.addEventListener('hashchange', () => route());

@@ -9,7 +9,13 @@
 //	HOSTEDTRAIN_SECRETS_KEYS   kid=base64key[,...] 32-byte AES keys for job secrets; the first seals
 //	HOSTEDTRAIN_LEASE_TTL      lease lifetime, a Go duration (default 60s)
 //	HOSTEDTRAIN_MAX_CLAIM_WAIT cap on a claim's long poll (default 20s; billed under Lambda)
-//	HOSTEDTRAIN_MAX_ATTEMPTS   leases a job may lose before it fails (default 3)
+//	HOSTEDTRAIN_MAX_ATTEMPTS   attempts a job may have: lost leases and platform faults are
+//	                           retried until then (default 3)
+//	HOSTEDTRAIN_RETRY_ELSEWHERE_FOR  how long a retried job passes over the node it failed on
+//	                           (default 5m)
+//	HOSTEDTRAIN_QUARANTINE_AFTER     platform faults on one node within the window that
+//	                           quarantine it (default 3; -1: never)
+//	HOSTEDTRAIN_QUARANTINE_WINDOW    that window (default 1h)
 //	HOSTEDTRAIN_MAX_RUNNING    per-organization running limit unless set per org (default none)
 //	HOSTEDTRAIN_MAX_QUEUED     per-organization queued limit unless set per org, restarts included
 //	                           (default 1000)
@@ -89,12 +95,14 @@ func Redis(getenv Getenv) (redis.UniversalClient, error) {
 func Queue(getenv Getenv) (queue.Config, error) {
 	c := queue.Config{Prefix: getenv("HOSTEDTRAIN_REDIS_PREFIX")}
 	durations := map[string]*time.Duration{
-		"HOSTEDTRAIN_LEASE_TTL":          &c.LeaseTTL,
-		"HOSTEDTRAIN_MAX_CLAIM_WAIT":     &c.MaxClaimWait,
-		"HOSTEDTRAIN_DEFAULT_TIME_LIMIT": &c.DefaultTimeLimit,
-		"HOSTEDTRAIN_USAGE_HALF_LIFE":    &c.UsageHalfLife,
-		"HOSTEDTRAIN_STOP_GRACE":         &c.StopGrace,
-		"HOSTEDTRAIN_JOB_RETENTION":      &c.Retention,
+		"HOSTEDTRAIN_LEASE_TTL":           &c.LeaseTTL,
+		"HOSTEDTRAIN_MAX_CLAIM_WAIT":      &c.MaxClaimWait,
+		"HOSTEDTRAIN_DEFAULT_TIME_LIMIT":  &c.DefaultTimeLimit,
+		"HOSTEDTRAIN_USAGE_HALF_LIFE":     &c.UsageHalfLife,
+		"HOSTEDTRAIN_STOP_GRACE":          &c.StopGrace,
+		"HOSTEDTRAIN_JOB_RETENTION":       &c.Retention,
+		"HOSTEDTRAIN_RETRY_ELSEWHERE_FOR": &c.RetryElsewhereFor,
+		"HOSTEDTRAIN_QUARANTINE_WINDOW":   &c.QuarantineWindow,
 	}
 	for name, d := range durations {
 		v, err := duration(getenv, name)
@@ -104,15 +112,16 @@ func Queue(getenv Getenv) (queue.Config, error) {
 		*d = v
 	}
 	ints := map[string]*int{
-		"HOSTEDTRAIN_MAX_ATTEMPTS": &c.MaxAttempts,
-		"HOSTEDTRAIN_MAX_RUNNING":  &c.MaxRunning,
-		"HOSTEDTRAIN_MAX_QUEUED":   &c.MaxQueued,
-		"HOSTEDTRAIN_MAX_ENDED":    &c.MaxEnded,
+		"HOSTEDTRAIN_MAX_ATTEMPTS":     &c.MaxAttempts,
+		"HOSTEDTRAIN_MAX_RUNNING":      &c.MaxRunning,
+		"HOSTEDTRAIN_MAX_QUEUED":       &c.MaxQueued,
+		"HOSTEDTRAIN_MAX_ENDED":        &c.MaxEnded,
+		"HOSTEDTRAIN_QUARANTINE_AFTER": &c.QuarantineAfter,
 	}
 	for name, n := range ints {
 		if v := getenv(name); v != "" {
 			i, err := strconv.Atoi(v)
-			if err != nil || i < 0 {
+			if err != nil || (i < 0 && !(name == "HOSTEDTRAIN_QUARANTINE_AFTER" && i == -1)) {
 				return c, fmt.Errorf("%s: want a whole number, got %q", name, v)
 			}
 			*n = i

@@ -1,0 +1,123 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+)
+
+// Node health: a node whose attempts keep failing for the platform's reasons (a failure its
+// agent read as the platform's, a lost lease) is quarantined — it claims nothing — after
+// QuarantineAfter of them within QuarantineWindow (node_fault in prelude.lua). An operator
+// cordons a node (no new work), drains it (no new work, and its jobs are handed back on their
+// next heartbeat to resume elsewhere) or puts it back (uncordon, which also forgets its
+// faults). NODES holds only the nodes out of rotation: a claim checks it with one HEXISTS.
+
+// Nodes lists the nodes the queue knows: those seen waiting for work lately and those out of
+// rotation, by id.
+func (c *Client) Nodes(ctx context.Context) ([]job.Node, error) {
+	seen, err := c.rdb.ZRangeWithScores(ctx, c.keys.fixed("AGENTS_SEEN"), 0, -1).Result()
+	if err != nil {
+		return nil, wrapErr("nodes", err)
+	}
+	out, err := c.rdb.HGetAll(ctx, c.keys.fixed("NODES")).Result()
+	if err != nil {
+		return nil, wrapErr("nodes", err)
+	}
+	free, err := c.rdb.HGetAll(ctx, c.keys.fixed("AGENTS")).Result()
+	if err != nil {
+		return nil, wrapErr("nodes", err)
+	}
+	byID := map[string]*job.Node{}
+	get := func(id string) *job.Node {
+		if n := byID[id]; n != nil {
+			return n
+		}
+		n := &job.Node{ID: id, State: job.NodeOK, Free: decodeGPUs(free[id])}
+		byID[id] = n
+		return n
+	}
+	for _, z := range seen {
+		t := time.UnixMilli(int64(z.Score)).UTC()
+		get(z.Member.(string)).LastSeen = &t
+	}
+	for id, v := range out {
+		n := get(id)
+		state, rest, _ := strings.Cut(v, "|")
+		since, reason, _ := strings.Cut(rest, "|")
+		n.State, n.Reason = state, reason
+		if ms, err := strconv.ParseInt(since, 10, 64); err == nil {
+			t := time.UnixMilli(ms).UTC()
+			n.Since = &t
+		}
+	}
+	ids := make([]string, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	cutoff := strconv.FormatInt(c.cfg.Now().Add(-c.cfg.QuarantineWindow).UnixMilli(), 10)
+	counts := make([]*redis.IntCmd, len(ids))
+	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			counts[i] = p.ZCount(ctx, c.keys.of("nodefaults", id), cutoff, "+inf")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("nodes", err)
+	}
+	nodes := make([]job.Node, len(ids))
+	for i, id := range ids {
+		byID[id].RecentFaults = int(counts[i].Val())
+		nodes[i] = *byID[id]
+	}
+	return nodes, nil
+}
+
+// SetNode takes a node out of rotation (job.NodeCordoned or job.NodeDraining) with the
+// operator's reason, or puts it back (job.NodeOK: its fault record goes too). A node the queue
+// has never seen may be cordoned ahead of its first claim.
+func (c *Client) SetNode(ctx context.Context, id, state, reason string) error {
+	switch state {
+	case job.NodeOK:
+		_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HDel(ctx, c.keys.fixed("NODES"), id)
+			p.Del(ctx, c.keys.of("nodefaults", id))
+			return nil
+		})
+		return wrapErr("set node", err)
+	case job.NodeCordoned, job.NodeDraining:
+		v := state + "|" + strconv.FormatInt(c.cfg.Now().UnixMilli(), 10) + "|" + reason
+		return wrapErr("set node", c.rdb.HSet(ctx, c.keys.fixed("NODES"), id, v).Err())
+	}
+	return errors.New("queue: a node is set ok, cordoned or draining")
+}
+
+// wrapErr names the operation of a failed Redis call (nil stays nil).
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("queue: %s: %w", op, err)
+}
+
+// decodeGPUs reads encodeGPUs' form back.
+func decodeGPUs(s string) []job.GPU {
+	var out []job.GPU
+	for part := range strings.SplitSeq(s, ",") {
+		model, count, ok := strings.Cut(part, ":")
+		if n, err := strconv.Atoi(count); ok && err == nil {
+			out = append(out, job.GPU{Model: model, Count: n})
+		}
+	}
+	return out
+}
