@@ -53,6 +53,7 @@ type Queue interface {
 	TokenRevoked(ctx context.Context, jti string) (bool, error)
 	SetOrg(ctx context.Context, org string, s job.OrgSettings) error
 	Nodes(ctx context.Context) ([]job.Node, error)
+	SetBudget(ctx context.Context, id string, gpuMs int64) error
 	SetNode(ctx context.Context, id, state, reason string) error
 	HeartbeatInterval() time.Duration
 }
@@ -187,6 +188,7 @@ func New(cfg Config) (*Server, error) {
 		"setOrg":                   s.setOrg,
 		"listNodes":                s.listNodes,
 		"setNode":                  s.setNode,
+		"setJobBudget":             s.setBudget,
 		"revokeToken":              s.revokeToken,
 		"primeListRuns":            s.primeListRuns,
 		"primeCreateRun":           s.primeCreateRun,

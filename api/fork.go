@@ -73,7 +73,14 @@ func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec}
+	budget, fe := s.budgetOf(a.spec)
+	if fe != nil {
+		p := newProblem(http.StatusUnprocessableEntity, "invalid-budget", fe.Message)
+		p.Errors = []FieldError{*fe}
+		writeProblem(w, r, p)
+		return
+	}
+	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget}
 	if len(src.Config.Secrets) > 0 {
 		sealed, err := s.cfg.Queue.SealedSecrets(r.Context(), src.ID)
 		if err != nil {

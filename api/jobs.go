@@ -75,6 +75,13 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	if prob == nil {
 		prob = s.warmStart(r, a)
 	}
+	var budget int64
+	if prob == nil {
+		var fe *FieldError
+		if budget, fe = s.budgetOf(a.spec); fe != nil {
+			prob = budgetProblem(r, fe)
+		}
+	}
 	if prob != nil {
 		writeProblem(w, r, prob)
 		return
@@ -84,7 +91,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec}
+	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget}
 	if len(a.secrets) > 0 {
 		plain, _ := json.Marshal(a.secrets)
 		if sub.SealedSecrets, err = s.cfg.Secrets.Seal(plain, id); err != nil {
@@ -156,6 +163,11 @@ func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
 	}
 	if prob == nil {
 		prob = s.warmStart(r, a)
+	}
+	if prob == nil {
+		if _, fe := s.budgetOf(a.spec); fe != nil {
+			prob = budgetProblem(r, fe)
+		}
 	}
 	if prob != nil {
 		writeProblem(w, r, prob)
@@ -292,6 +304,12 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 func (s *Server) restartJob(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
 	if !ok {
+		return
+	}
+	if budgetSpent(j) {
+		writeProblem(w, r, newProblem(http.StatusConflict, "budget-spent", fmt.Sprintf(
+			"job %s has used its budget (%.4f of %.4f GPU-hours): raise it first (PUT /v1/jobs/%s/budget, `hostedtrain train budget`)",
+			j.ID, j.GPUSeconds/3600, j.BudgetGPUSeconds/3600, j.ID)))
 		return
 	}
 	after, err := s.cfg.Queue.Restart(r.Context(), j.ID)

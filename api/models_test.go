@@ -78,3 +78,49 @@ gpus = 16
 		t.Errorf("an eval job: %d %s", r.status, r.body)
 	}
 }
+
+// max_cost is priced at the operator's price per GPU-hour of the model: 10 at 2.5 is 4
+// GPU-hours, the lower of it and max_gpu_hours binds; a model without a price cannot take a
+// max_cost (422 at its line), and nothing is stored. PUT /v1/jobs/{id}/budget sets it anew.
+func TestABudgetIsPricedAtTheOperatorsPrice(t *testing.T) {
+	t.Parallel()
+	models, err := api.ParseModels([]byte("[[model]]\nname = \"Qwen/Qwen3-4B-Instruct-2507\"\ngpus = 2\nprice_per_gpu_hour = 2.5\n\n" +
+		"[[model]]\nname = \"Qwen/Qwen3-8B\"\ngpus = 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := apitest.Start(t, apitest.Options{Models: models})
+	writer := s.Token("acme", auth.ScopeJobsRead, auth.ScopeJobsWrite)
+	const env = "\n[[env]]\nid = \"gsm8k\"\n"
+	var j job.Job
+	r := call(t, "POST", s.URL+"/v1/jobs", writer, "application/toml", []byte("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_cost = 10"+env))
+	if r.decode(t, &j); r.status != http.StatusCreated || j.BudgetGPUSeconds != 4*3600 {
+		t.Fatalf("max_cost 10 at 2.5 a GPU-hour: %d %s", r.status, r.body)
+	}
+	r = call(t, "POST", s.URL+"/v1/jobs", writer, "application/toml", []byte("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_cost = 10\nmax_gpu_hours = 1"+env))
+	if r.decode(t, &j); r.status != http.StatusCreated || j.BudgetGPUSeconds != 3600 {
+		t.Errorf("the lower of the two binds: %d %s", r.status, r.body)
+	}
+	before := len(s.AllKeys("*"))
+	r = call(t, "POST", s.URL+"/v1/jobs", writer, "application/toml", []byte("model = \"Qwen/Qwen3-8B\"\nmax_cost = 10"+env))
+	if p := r.problem(t); r.status != http.StatusUnprocessableEntity || len(p.Errors) != 1 || p.Errors[0].Pointer != "/max_cost" ||
+		p.Errors[0].Line != 2 || !strings.Contains(p.Errors[0].Message, "no price per GPU-hour") {
+		t.Errorf("max_cost without a price: %d %s", r.status, r.body)
+	}
+	if after := len(s.AllKeys("*")); after != before {
+		t.Errorf("a refused job left %d keys", after-before)
+	}
+	r = call(t, "PUT", s.URL+"/v1/jobs/"+j.ID+"/budget", writer, "application/json", []byte(`{"max_cost": 5}`))
+	if r.decode(t, &j); r.status != http.StatusOK || j.BudgetGPUSeconds != 2*3600 {
+		t.Errorf("a new budget: %d %s", r.status, r.body)
+	}
+	r = call(t, "PUT", s.URL+"/v1/jobs/"+j.ID+"/budget", writer, "application/json", []byte(`{}`))
+	var none job.Job
+	if r.decode(t, &none); r.status != http.StatusOK || none.BudgetGPUSeconds != 0 {
+		t.Errorf("no budget: %d %s", r.status, r.body)
+	}
+	r = call(t, "PUT", s.URL+"/v1/jobs/"+j.ID+"/budget", writer, "application/json", []byte(`{"max_gpu_hours": -1}`))
+	if r.status != http.StatusUnprocessableEntity && r.status != http.StatusBadRequest {
+		t.Errorf("a negative budget: %d %s", r.status, r.body)
+	}
+}

@@ -87,6 +87,9 @@ type Config struct {
 	// upload, or a flush of its metrics and logs) before the job fails with the reason
 	// (default DefaultStorageTries).
 	StorageTries int
+	// StallFloor is the shortest wait without a new step that counts as a stall, whatever the
+	// job's stall_factor times its median step time (default 10 min).
+	StallFloor time.Duration
 	// Sandbox runs the job's processes isolated from the node and each other; nil runs them
 	// as the agent's own user with the node in reach — unsafe with other people's code.
 	Sandbox *Sandbox
@@ -109,6 +112,7 @@ func (c *Config) validate() error {
 	def(&c.StopGrace, 120*time.Second)
 	def(&c.DrainTimeout, 5*time.Minute)
 	def(&c.PollInterval, time.Second)
+	def(&c.StallFloor, 10*time.Minute)
 	def(&c.FlushInterval, 10*time.Second)
 	def(&c.ReportTimeout, 15*time.Minute)
 	def(&c.ServeTimeout, 30*time.Minute)

@@ -37,7 +37,8 @@ type jobRun struct {
 	flushFails int
 	lease      *leaseKeeper
 	data       *streams
-	runDir     string // prime-rl's run folder, once the pipeline is rendered ("" for other kinds)
+	runDir     string    // prime-rl's run folder, once the pipeline is rendered ("" for other kinds)
+	watch      *watchdog // an rl or fft run's watch for stalls and collapses, once it runs
 
 	notesMu sync.Mutex
 	notes   *os.File // agent.log: what the agent did for the job, shipped with its logs
@@ -351,6 +352,11 @@ func (r *jobRun) poll(ctx context.Context) {
 		for _, msg := range r.data.addRows(rows) {
 			r.warn("metrics row not stored: " + msg)
 		}
+		if r.watch != nil {
+			for _, a := range r.watch.rows(rows, time.Now()) {
+				r.alert(a)
+			}
+		}
 		sum := r.data.summary
 		r.lease.setProgress(func(p *job.Progress) {
 			p.Step = sum.Step
@@ -363,6 +369,12 @@ func (r *jobRun) poll(ctx context.Context) {
 	if r.data.uploader != nil && r.data.uploader.scan() {
 		_ = r.flushMetrics(ctx)
 	}
+}
+
+// alert tells the user (agent.log, and an event by the next heartbeat) that the run looks wrong.
+func (r *jobRun) alert(a job.Alert) {
+	r.warn(a.Type + ": " + a.Detail)
+	r.lease.alert(a)
 }
 
 // timeLimit is when the agent stops the pipeline itself if the service has not: the job's own

@@ -29,10 +29,11 @@ type leaseKeeper struct {
 	committed  func() []int // the uploader's committed steps, read at each heartbeat (nil for none)
 	running    bool
 	progress   job.Progress
-	unreported []int      // steps committed but not yet acknowledged by a heartbeat
-	freedAt    *time.Time // when the job's GPUs went back to the node (nil: not yet)
-	logBytes   int64      // bytes of log written to storage so far (the heartbeat's log_bytes)
-	rejected   bool       // the service refused the full heartbeat: send the minimal one
+	unreported []int       // steps committed but not yet acknowledged by a heartbeat
+	freedAt    *time.Time  // when the job's GPUs went back to the node (nil: not yet)
+	logBytes   int64       // bytes of log written to storage so far (the heartbeat's log_bytes)
+	rejected   bool        // the service refused the full heartbeat: send the minimal one
+	alerts     []job.Alert // raised and not yet acknowledged by a heartbeat
 
 	stopped     chan struct{} // closed when the service says stop
 	released    chan struct{} // closed when the service says release (the node is drained)
@@ -105,6 +106,14 @@ func (l *leaseKeeper) reportCommitted(committed func() []int) {
 	l.mu.Lock()
 	l.committed = committed
 	l.mu.Unlock()
+}
+
+// alert records an alert for the next heartbeat to carry, and sends that heartbeat now.
+func (l *leaseKeeper) alert(a job.Alert) {
+	l.mu.Lock()
+	l.alerts = append(l.alerts, a)
+	l.mu.Unlock()
+	l.beatNow()
 }
 
 // committedStep records a newly committed step for the next heartbeat to report, and sends
@@ -208,9 +217,11 @@ func (l *leaseKeeper) beat(ctx context.Context) (ok, lost bool) {
 	l.mu.Lock()
 	minimal := l.rejected
 	hb.LogBytes = l.logBytes
+	hb.Alerts = slices.Clone(l.alerts[:min(len(l.alerts), job.MaxAlerts)])
 	l.mu.Unlock()
 	if minimal {
 		hb.Progress = bare(prog)
+		hb.Alerts = nil
 	}
 	rep, err := l.api.Heartbeat(ctx, l.jobID, hb)
 	if err != nil && !minimal && refused(err) {
@@ -234,6 +245,11 @@ func (l *leaseKeeper) beat(ctx context.Context) (ok, lost bool) {
 		return false, false
 	}
 	l.acknowledged(fresh)
+	if n := len(hb.Alerts); n > 0 {
+		l.mu.Lock()
+		l.alerts = l.alerts[n:]
+		l.mu.Unlock()
+	}
 	if rep.Storage != nil && l.creds != nil {
 		l.creds.update(rep.Storage, time.Now())
 		l.log.Info("storage credentials refreshed", "expire", rep.Storage.Expiration)

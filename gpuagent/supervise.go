@@ -21,6 +21,7 @@ const (
 	causeDrain                      // the agent is draining
 	causeLost                       // the lease is lost
 	causeStorage                    // the job's storage refuses its writes (finalize fails the job)
+	causeStall                      // the run stalled and its job asks for a restart (on_stall)
 )
 
 // outcome is the job's end for a run the agent ended (false for causeNone): the one place
@@ -35,6 +36,8 @@ func (c stopCause) outcome(spec jobspec.Spec) (outcome, bool) {
 		return outcome{kind: endTimeLimit, reason: fmt.Sprintf("the time limit of %s was reached", spec.TimeLimit), stage: failure.StageTimeLimit}, true
 	case causeDrain:
 		return outcome{kind: endReleased, reason: "its agent is draining (node preempted or shut down)"}, true
+	case causeStall:
+		return outcome{kind: endReleased, reason: "the run stalled (no new step for far longer than its steps take); on_stall = restart: resuming from its newest checkpoint"}, true
 	}
 	return outcome{}, false
 }
@@ -76,6 +79,9 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 		return ran{err: fmt.Errorf("start pipeline: %w", err)}
 	}
 	tel.pipelineStarted(time.Now())
+	if spec := r.claim.Job.Config; jobspec.RunsPrimeRL(spec.Kind) {
+		r.watch = newWatchdog(max(spec.StallFactor, 2), cfg.StallFloor, time.Now())
+	}
 	r.note("pipeline started", "argv", fmt.Sprint(argv), "resume_step", p.resume)
 	r.lease.setRunning()
 
@@ -110,6 +116,15 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 			running = false
 		case <-pollT.C:
 			r.poll(ctx)
+			if r.watch == nil {
+				break
+			}
+			if a, stalled := r.watch.stall(time.Now()); stalled {
+				r.alert(a)
+				if r.claim.Job.Config.OnStall == "restart" {
+					terminate(causeStall, "the run stalled; the job asks for a restart")
+				}
+			}
 		case <-flushT.C:
 			r.flush(ctx)
 		case <-stopCh:

@@ -23,12 +23,12 @@ const restArg = "..."
 
 var funcArgs = map[string][]string{
 	"submit": {"id", "org", "kind", "name", "config", "max_attempts", "max_steps", "secrets", "priority", "class",
-		"gpus", "time_limit", "idem_key", "fingerprint", "idem_ttl", "rank"},
+		"gpus", "time_limit", "idem_key", "fingerprint", "idem_ttl", "rank", "budget_ms"},
 	"claim": {"lease_ttl", "agent", "token_rand", "free", "quantum", "lease_expires", "paid_until", "gpu_only",
 		"claim_id", "waiter", "wait_until", "filed"},
 	"unwait": {"waiter"},
 	"heartbeat": {"id", "token", "lease_expires", "lease_ttl", "running", "progress", "pipeline", "emulated", "upstream",
-		"log_bytes", restArg},
+		"log_bytes", "alerts", "grace", restArg},
 	"finish": {"id", "token", "how", "reason", "progress", "freed_at", "failure", "failure_retried", "backoff_base",
 		"backoff_cap", "jitter", "avoid_ms", "platform", "quarantine_after", "quarantine_window", restArg},
 	"release": {"id", "token", "reason", "progress", "freed_at", restArg},

@@ -102,6 +102,46 @@ func (c *Client) SetNode(ctx context.Context, id, state, reason string) error {
 	return errors.New("queue: a node is set ok, cordoned or draining")
 }
 
+// SetBudget sets the GPU time (GPU-milliseconds, 0: none) a job may use over all its runs. Its
+// job.budget events start again from the mark its use has reached under the new budget.
+func (c *Client) SetBudget(ctx context.Context, id string, gpuMs int64) error {
+	j, err := c.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	key := c.keys.job(id)
+	if j.Status.Terminal() {
+		if n, _ := c.rdb.Exists(ctx, key).Result(); n == 0 {
+			key = c.keys.own(id, "ownjob") // an ended job's record lives in its own slot
+		}
+	}
+	seen := 0
+	for _, mark := range []int{50, 80, 100} {
+		if gpuMs > 0 && j.GPUSeconds*1000*100 >= float64(gpuMs)*float64(mark) {
+			seen = mark
+		}
+	}
+	// Written only where the record still is: a job archived or moved meanwhile is not
+	// brought back as a stray hash.
+	n, err := setBudgetScript.Run(ctx, c.rdb, []string{key}, gpuMs, seen).Int()
+	if err != nil {
+		return wrapErr("set budget", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("queue: set budget: %w", job.ErrNotFound)
+	}
+	return nil
+}
+
+var setBudgetScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[1] == '0' then
+  redis.call('HDEL', KEYS[1], 'budget_ms', 'budget_seen')
+else
+  redis.call('HSET', KEYS[1], 'budget_ms', ARGV[1], 'budget_seen', ARGV[2])
+end
+return 1`)
+
 // wrapErr names the operation of a failed Redis call (nil stays nil).
 func wrapErr(op string, err error) error {
 	if err == nil {

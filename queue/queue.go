@@ -228,7 +228,7 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 		"max_attempts": c.cfg.MaxAttempts, "max_steps": sub.Spec.MaxSteps, "secrets": secrets,
 		"priority": sub.Spec.Priority, "class": sub.Spec.Class(), "gpus": sub.Spec.Resources.GPUs,
 		"time_limit": limit.Milliseconds(), "idem_key": idempotencyKey, "fingerprint": fingerprint,
-		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank,
+		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank, "budget_ms": sub.BudgetGPUMs,
 	}).StringSlice()
 	var refused redis.Error
 	if c.split && (errors.As(err, &refused) || (err == nil && res[0] != "created")) {
@@ -247,7 +247,8 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 	return &job.Job{
 		ID: sub.ID, Org: sub.Org, Kind: sub.Spec.Kind, Name: sub.Spec.Name, Status: job.Queued,
 		Config: sub.Spec, Attempt: 1, MaxAttempts: c.cfg.MaxAttempts, Progress: prog,
-		CreatedAt: t, UpdatedAt: t,
+		BudgetGPUSeconds: float64(sub.BudgetGPUMs) / 1000,
+		CreatedAt:        t, UpdatedAt: t,
 	}, false, nil
 }
 
@@ -802,11 +803,15 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 	if err != nil {
 		return job.HeartbeatReply{}, err
 	}
+	alerts, err := alertsArg(hb.Alerts)
+	if err != nil {
+		return job.HeartbeatReply{}, err
+	}
 	now := c.cfg.Now()
 	res, err := c.callAt(ctx, now, "heartbeat", c.keys.job(id), args{
 		"id": id, "token": hb.Token, "lease_expires": ms(now.Add(c.cfg.LeaseTTL)), "lease_ttl": c.cfg.LeaseTTL.Milliseconds(),
 		"running": boolArg(hb.Running), "progress": progressArg(hb.Progress), "pipeline": pipeline, "emulated": emulated,
-		"upstream": versions, "log_bytes": hb.LogBytes,
+		"upstream": versions, "log_bytes": hb.LogBytes, "alerts": alerts, "grace": c.cfg.StopGrace.Milliseconds(),
 	}, steps...).Result()
 	if err != nil {
 		return job.HeartbeatReply{}, stepsErr("heartbeat", hb.Checkpoints, err)
@@ -818,6 +823,24 @@ func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (jo
 	action, _ := arr[0].(string)
 	exp := now.Add(c.cfg.LeaseTTL).UTC().Truncate(time.Millisecond)
 	return job.HeartbeatReply{Action: job.Action(action), LeaseExpiresAt: exp}, nil
+}
+
+// alertsArg is a heartbeat's alerts as heartbeat.lua reads them: JSON, or "" for none. Only
+// the two alert types, a few at a time, become events.
+func alertsArg(alerts []job.Alert) (string, error) {
+	if len(alerts) == 0 {
+		return "", nil
+	}
+	if len(alerts) > job.MaxAlerts {
+		return "", fmt.Errorf("queue: heartbeat: %d alerts, at most %d", len(alerts), job.MaxAlerts)
+	}
+	for _, a := range alerts {
+		if a.Type != job.EventStalled && a.Type != job.EventAlert {
+			return "", fmt.Errorf("queue: heartbeat: alert type %q", a.Type)
+		}
+	}
+	b, err := json.Marshal(alerts)
+	return string(b), err
 }
 
 // Complete ends a job its agent holds as COMPLETED.
@@ -1082,6 +1105,7 @@ func jobFromMap(m map[string]string, config, progress string, now time.Time) (*j
 		used += num("gpus") * max(0, now.UnixMilli()-held)
 	}
 	j.GPUSeconds = float64(used) / 1000
+	j.BudgetGPUSeconds = float64(num("budget_ms")) / 1000
 	j.LogBytes = num("log_bytes")
 	if m["updated_at"] != "" {
 		j.UpdatedAt = time.UnixMilli(num("updated_at")).UTC()

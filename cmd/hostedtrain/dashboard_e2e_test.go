@@ -59,7 +59,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	brokenFile := filepath.Join(t.TempDir(), "broken.toml")
-	broken := strings.Replace(string(quick), `id = "primeintellect/alphabet-sort"`, `id = "primeintellect/alphabet-sort-broken"`, 1)
+	broken := "max_gpu_hours = 5\n" + strings.Replace(string(quick), `id = "primeintellect/alphabet-sort"`, `id = "primeintellect/alphabet-sort-broken"`, 1)
 	if err := os.WriteFile(brokenFile, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -386,6 +386,52 @@ func newProgressCmd() *cobra.Command {
 	return c
 }
 
+// newBudgetCmd is `train budget ID`: a job's budget set anew (a job its budget stopped is then
+// restarted with `train restart`).
+func newBudgetCmd() *cobra.Command {
+	var hours, cost float64
+	var none bool
+	c := &cobra.Command{
+		Use:   "budget ID",
+		Short: "Set a job's budget: the GPU hours or the cost it may use over all its runs",
+		Example: `  hostedtrain train budget 01a2 --max-gpu-hours 20
+  hostedtrain train budget 01a2 --max-cost 150
+  hostedtrain train budget 01a2 --none`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (hours > 0 || cost > 0) == none {
+				return errors.New("say the new budget: --max-gpu-hours N, --max-cost N (both: the lower binds), or --none to remove it")
+			}
+			api, err := apiClient()
+			if err != nil {
+				return err
+			}
+			id, err := jobID(cmd.Context(), api, args[0])
+			if err != nil {
+				return err
+			}
+			j, err := api.SetBudget(cmd.Context(), id, hours, cost)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if j.BudgetGPUSeconds == 0 {
+				fmt.Fprintf(out, "job %s has no budget now\n", j.ID)
+				return nil
+			}
+			fmt.Fprintf(out, "job %s may use %s of GPU time (%s used so far)\n", j.ID, gpuHours(j.BudgetGPUSeconds), gpuHours(j.GPUSeconds))
+			if j.Status == job.Stopped && j.GPUSeconds < j.BudgetGPUSeconds {
+				fmt.Fprintf(out, "to run it again: hostedtrain train restart %s\n", j.ID)
+			}
+			return nil
+		},
+	}
+	c.Flags().Float64Var(&hours, "max-gpu-hours", 0, "GPU hours over all its runs")
+	c.Flags().Float64Var(&cost, "max-cost", 0, "cost over all its runs, at the operator's price per GPU-hour of its model")
+	c.Flags().BoolVar(&none, "none", false, "remove the budget")
+	return c
+}
+
 func newUsageCmd() *cobra.Command {
 	var output, cursor string
 	var limit int

@@ -36,7 +36,7 @@ func newTrainCmd() *cobra.Command {
 		},
 	}
 	c.Flags().AddFlagSet(submit.Flags())
-	c.AddCommand(submit, newGetCmd(), newListCmd(), newStopCmd(), newRestartCmd(), newLogsCmd(), newMetricsCmd(),
+	c.AddCommand(submit, newGetCmd(), newListCmd(), newStopCmd(), newRestartCmd(), newBudgetCmd(), newLogsCmd(), newMetricsCmd(),
 		newCheckpointsCmd(), newArtifactsCmd(), newProgressCmd(), newRolloutsCmd(), newDistributionsCmd(), newDeleteCmd(), newConfigsCmd(), newGPUsCmd(), newComponentsCmd(), newForkCmd(), newUsageCmd(), newEventsCmd(), newModelsCmd(), newInitCmd())
 	return c
 }

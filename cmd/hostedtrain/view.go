@@ -112,6 +112,9 @@ func renderJob(out io.Writer, j *job.Job) {
 	renderResult(w, j.Progress.Result)
 	fmt.Fprintf(w, "attempt\t%d of %d\n", j.Attempt, j.MaxAttempts)
 	fmt.Fprintf(w, "gpu time\t%s\n", gpuHours(j.GPUSeconds))
+	if b := j.BudgetGPUSeconds; b > 0 {
+		fmt.Fprintf(w, "budget\t%s of %s used (%d %%)\n", gpuHours(j.GPUSeconds), gpuHours(b), int(100*j.GPUSeconds/b))
+	}
 	fmt.Fprintf(w, "created\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
 	if j.StartedAt != nil && j.FinishedAt != nil {
 		fmt.Fprintf(w, "ran for\t%s\n", j.FinishedAt.Sub(*j.StartedAt).Round(100*time.Millisecond))

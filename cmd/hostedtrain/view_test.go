@@ -56,7 +56,7 @@ func sampleJobs() []*job.Job {
 				Series:      map[string]string{"reward": "train/agg/all/agent/reward/mean", "entropy": "entropy/all/mean", "loss": "loss/mean"},
 				Checkpoints: 2, CheckpointStep: 100},
 			Runtime:    &job.Runtime{AgentID: "node-7", Pipeline: "prime-rl", Upstream: &upstream.Versions{PrimeRL: upstream.PrimeRLCommit, Verifiers: upstream.VerifiersCommit, PrimeCLI: "0.6.26"}},
-			GPUSeconds: 4800, CreatedAt: t0.Add(-2 * time.Hour), StartedAt: &started},
+			GPUSeconds: 4800, BudgetGPUSeconds: 36000, CreatedAt: t0.Add(-2 * time.Hour), StartedAt: &started},
 		{ID: "01a20201-0000-7000-8000-000000000001", Org: "acme", Kind: "eval", Status: job.Completed, Attempt: 1, MaxAttempts: 3,
 			Config: jobspec.Spec{Model: "openai/gpt-4.1-mini", Env: []jobspec.Env{{ID: "my-env"}}},
 			Progress: job.Progress{Metrics: map[string]float64{"eval/my-env/avg_reward": 0.55}, Series: map[string]string{"eval_reward": "eval/my-env/avg_reward"},

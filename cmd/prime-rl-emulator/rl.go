@@ -30,6 +30,8 @@ type emulation struct {
 	stepWork    int // MiB hashed a step instead of sleeping: a step that needs the CPU
 	crashAtStep int
 	fault       string // what the crash at crashAtStep is: crash (an illegal memory access), oom, nccl, reward
+	stallAt     int    // the trainer hangs after this step (a hung collective): nothing more until SIGTERM
+	flatFrom    int    // from this step every rollout gets the same reward (no spread)
 	nanLossAt   int
 	ckptBytes   int64
 	ckptTime    time.Duration
@@ -52,6 +54,10 @@ func (e *emulation) flag(name, value string) (bool, error) {
 			err = fmt.Errorf("want one of crash, oom, nccl, reward")
 		}
 		e.fault = value
+	case "stall-at-step":
+		e.stallAt, err = strconv.Atoi(value)
+	case "flat-reward-from-step":
+		e.flatFrom, err = strconv.Atoi(value)
 	case "nan-loss-at-step":
 		e.nanLossAt, err = strconv.Atoi(value)
 	case "ckpt-bytes":
@@ -71,6 +77,19 @@ func (e *emulation) flag(name, value string) (bool, error) {
 		return true, fmt.Errorf("--emulate.%s %q: %w", name, value, err)
 	}
 	return true, nil
+}
+
+// flatten gives a row's reward statistics no spread: every rollout got the mean reward.
+func flatten(row map[string]any) {
+	for k, v := range row {
+		if base, ok := strings.CutSuffix(k, "/reward/mean"); ok {
+			for _, s := range []string{"min", "max", "p10", "p90"} {
+				if _, has := row[base+"/reward/"+s]; has {
+					row[base+"/reward/"+s] = v
+				}
+			}
+		}
+	}
 }
 
 // faultLines are the emulated crashes (--emulate.fault): the line the failing component logs,
@@ -570,6 +589,9 @@ func (r *rlRun) run(ctx context.Context) int {
 	}
 	defer metrics.Close()
 	write := func(row map[string]any) error {
+		if step, _ := row["step"].(int); a.em.flatFrom > 0 && step >= a.em.flatFrom {
+			flatten(row)
+		}
 		b, err := json.Marshal(row)
 		if err != nil {
 			return err
@@ -660,6 +682,11 @@ func (r *rlRun) run(ctx context.Context) int {
 			if err := write(row); err != nil {
 				return fail(r.out, 1, "error: %v", err)
 			}
+		}
+		if a.em.stallAt == trained {
+			// A hung collective: the processes live on and write nothing more.
+			<-ctx.Done()
+			return r.sigterm()
 		}
 		loss, _ := rows[2]["loss/mean"].(float64)
 		r.logs.log("trainer", "SUCCESS", fmt.Sprintf("Step %d | %5.1fs | Loss %.4f | Entropy %.4f | Grad. Norm %.4f | LR 1.00e-04 | Throughput %.0f tokens/s",

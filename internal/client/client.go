@@ -294,6 +294,24 @@ func (c *Client) RestartJob(ctx context.Context, id string) (*job.Job, error) {
 	return &j, nil
 }
 
+// SetBudget sets a job's budget: the GPU hours, the cost at the operator's price, or both (the
+// lower binds); neither removes it.
+func (c *Client) SetBudget(ctx context.Context, id string, maxGPUHours, maxCost float64) (*job.Job, error) {
+	body := map[string]float64{}
+	if maxGPUHours > 0 {
+		body["max_gpu_hours"] = maxGPUHours
+	}
+	if maxCost > 0 {
+		body["max_cost"] = maxCost
+	}
+	b, _ := json.Marshal(body)
+	var j job.Job
+	if _, err := c.do(ctx, http.MethodPut, "/v1/jobs/"+url.PathEscape(id)+"/budget", "application/json", b, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
 // GetOrg reads an organization's queue settings and use (scope admin).
 func (c *Client) GetOrg(ctx context.Context, org string) (*job.OrgStatus, error) {
 	var st job.OrgStatus

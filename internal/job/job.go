@@ -134,11 +134,13 @@ type Job struct {
 	// ResumeStep is the checkpoint a requeued or restarted job resumes from (0: the start).
 	ResumeStep int `json:"resume_step,omitempty"`
 	// GPUSeconds is the GPU time the job has held, over all its runs (GPUs × time claimed).
-	GPUSeconds float64    `json:"gpu_seconds"`
-	CreatedAt  time.Time  `json:"created_at"`
-	UpdatedAt  time.Time  `json:"updated_at"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	GPUSeconds float64 `json:"gpu_seconds"`
+	// BudgetGPUSeconds is the GPU time it may use over all its runs (0: no budget).
+	BudgetGPUSeconds float64    `json:"budget_gpu_seconds,omitempty"`
+	CreatedAt        time.Time  `json:"created_at"`
+	UpdatedAt        time.Time  `json:"updated_at"`
+	StartedAt        *time.Time `json:"started_at,omitempty"`
+	FinishedAt       *time.Time `json:"finished_at,omitempty"`
 	// LogBytes is how many bytes of log the current attempt's agent says it has stored: log
 	// followers read storage when it grows. Not part of the API's answer.
 	LogBytes int64 `json:"-"`
@@ -269,6 +271,9 @@ type Submission struct {
 	Spec jobspec.Spec
 	// SealedSecrets are the job's secrets, encrypted by the API (seal package); "" for none.
 	SealedSecrets string
+	// BudgetGPUMs is the GPU time (GPU-milliseconds) the job may use over all its runs, from
+	// its max_gpu_hours and max_cost at the operator's price (the lower); 0 for none.
+	BudgetGPUMs int64
 }
 
 // NewID returns a new job id: a UUIDv7, so ids sort by creation time.
@@ -296,7 +301,20 @@ type Heartbeat struct {
 	// LogBytes is how many bytes of log the attempt has written to storage so far: log
 	// followers read storage only when it grows.
 	LogBytes int64 `json:"log_bytes,omitempty"`
+	// Alerts are what the agent's watch over the run raised since the last heartbeat: each
+	// becomes an event of its type (job.stalled, job.alert).
+	Alerts []Alert `json:"alerts,omitempty"`
 }
+
+// Alert is a sign of a run gone wrong that does not end it: no new step for far longer than
+// its steps take (EventStalled), or a collapse in its metrics (EventAlert).
+type Alert struct {
+	Type   string `json:"type"`
+	Detail string `json:"detail"`
+}
+
+// MaxAlerts is how many alerts one heartbeat may carry.
+const MaxAlerts = 4
 
 // Action is what the service tells an agent in answer to a heartbeat.
 type Action string
@@ -354,6 +372,9 @@ const (
 	EventStopped    = "job.stopped"
 	EventRetrying   = "job.retrying"
 	EventStopping   = "job.stopping"
+	EventStalled    = "job.stalled" // no new step for far longer than the run's steps take
+	EventAlert      = "job.alert"   // the run's metrics collapsed (reward spread, entropy)
+	EventBudget     = "job.budget"  // the job used 50, 80 or 100 % of its budget
 )
 
 // ParseGPUs reads an inventory written as MODEL:COUNT[,MODEL:COUNT], e.g. "H100:8".

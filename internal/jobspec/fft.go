@@ -22,7 +22,7 @@ func RunsPrimeRL(kind string) bool { return kind == KindRL || kind == KindFFT }
 
 // fftPlatformKeys are the keys of a full fine-tune file that are the service's, not prime-rl's:
 // they are taken out of the config the agent writes.
-var fftPlatformKeys = []string{"kind", "type", "name", "priority", "time_limit", "image_tag", "gpu_type",
+var fftPlatformKeys = []string{"kind", "type", "name", "priority", "time_limit", "on_stall", "stall_factor", "max_gpu_hours", "max_cost", "image_tag", "gpu_type",
 	"env_file", "env_files", "secrets"}
 
 // fftManagedKeys are prime-rl settings the agent sets for every run (where it writes, what it

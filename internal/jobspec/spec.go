@@ -86,6 +86,9 @@ func (s Spec) TimeLimitDuration() time.Duration {
 	return d
 }
 
+// DefaultStallFactor is how many median step times without a new step make a stall.
+const DefaultStallFactor = 5
+
 // Spec is the normalized job: every alias resolved, every default filled in. Fields that do
 // not apply to the job's kind are left empty.
 type Spec struct {
@@ -98,6 +101,17 @@ type Spec struct {
 	Priority int `json:"priority"`
 	// TimeLimit bounds one run's wall-clock time ("48h"); "" for the service's default.
 	TimeLimit string `json:"time_limit,omitempty"`
+	// OnStall is what a stall of an rl or fft run does: "alert" (a job.stalled event) or
+	// "restart" (also hand the run back to resume from its newest checkpoint); "" for
+	// kinds that do not step. StallFactor is how many median step times without a new
+	// step make a stall.
+	OnStall     string  `json:"on_stall,omitempty"`
+	StallFactor float64 `json:"stall_factor,omitempty"`
+	// MaxGPUHours and MaxCost (in the operator's currency, at its price per GPU-hour of the
+	// model) bound what the job may spend over all its runs; 0 for no bound. At 100 % the run
+	// is stopped (STOPPED, budget) and may be restarted once the budget is raised.
+	MaxGPUHours float64 `json:"max_gpu_hours,omitempty"`
+	MaxCost     float64 `json:"max_cost,omitempty"`
 	// Secrets are the names of the job's secrets; their values never appear in a Spec.
 	Secrets []string `json:"secrets,omitempty"`
 	// EnvFiles are the secret files the job named; the CLI reads them, the server never does.
@@ -333,10 +347,14 @@ type Result struct {
 
 // input is a job file as written, after schema validation.
 type input struct {
-	Kind      string `json:"kind"`
-	Name      string `json:"name"`
-	Priority  int    `json:"priority"`
-	TimeLimit string `json:"time_limit"`
+	Kind        string  `json:"kind"`
+	Name        string  `json:"name"`
+	Priority    int     `json:"priority"`
+	TimeLimit   string  `json:"time_limit"`
+	OnStall     string  `json:"on_stall"`
+	StallFactor float64 `json:"stall_factor"`
+	MaxGPUHours float64 `json:"max_gpu_hours"`
+	MaxCost     float64 `json:"max_cost"`
 
 	Model     string            `json:"model"`
 	ModelName string            `json:"model_name"`
@@ -504,6 +522,16 @@ func Normalize(v map[string]any) (Result, error) {
 	s.Name = in.Name
 	s.Model = in.Model
 	s.Priority = in.Priority
+	s.MaxGPUHours, s.MaxCost = in.MaxGPUHours, in.MaxCost
+	if RunsPrimeRL(s.Kind) {
+		s.OnStall, s.StallFactor = in.OnStall, in.StallFactor
+		if s.OnStall == "" {
+			s.OnStall = "alert"
+		}
+		if s.StallFactor == 0 {
+			s.StallFactor = DefaultStallFactor
+		}
+	}
 	if in.TimeLimit != "" {
 		if tl, msg := ParseTimeLimit(in.TimeLimit); msg != "" {
 			n.fail("/time_limit", "%s", msg)

@@ -39,6 +39,8 @@ elseif j.stop_requested == '1' then
     return restart_job(id, org)
   elseif j.stop_reason == 'time_limit' then
     detail = 'stopped at its time limit'
+  elseif j.stop_reason == 'budget' then
+    status, typ, detail = 'STOPPED', 'job.stopped', 'stopped: its budget is spent (raise it, then restart the job)'
   else
     status, typ, detail = 'STOPPED', 'job.stopped', 'stopped on request'
   end

@@ -8,14 +8,16 @@
 -- arg_lease_expires the renewed lease's expiry (ms); arg_lease_ttl ms; arg_running "1" if the
 -- pipeline runs; arg_progress JSON or ""; arg_pipeline "" or the pipeline; arg_emulated "1" if
 -- emulated; arg_upstream the upstream versions the agent runs (JSON) or ""; arg_log_bytes the
--- bytes of log the attempt has stored (0: not said);
+-- bytes of log the attempt has stored (0: not said); arg_alerts the agent's alerts, JSON
+-- [{type, detail}] (queue.alertsArg), or "": each becomes an event of its type;
 -- ARGV[REST..] committed checkpoint steps, ascending.
 -- Returns {action ("continue", "stop", or "release" on a node being drained), lease expiry ms}; errors LEASE_LOST if the token is not the current one,
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = arg_id
 local key = jobkey(id)
 local cur = redis.call('HMGET', key, 'lease_token', 'status', 'stop_requested', 'org',
-  'started_at', 'gpus', 'charged_until', 'time_limit_ms', 'step_backlog', 'kind', 'lease_filed', 'agent_id')
+  'started_at', 'gpus', 'charged_until', 'time_limit_ms', 'step_backlog', 'kind', 'lease_filed', 'agent_id',
+  'budget_ms', 'gpu_ms', 'held_since', 'budget_seen')
 if cur[1] ~= arg_token or not is_live(cur[2]) then
   return redis.error_reply('LEASE_LOST lease token is not current')
 end
@@ -68,8 +70,38 @@ if NOW > since then
   charge(org, (tonumber(cur[6]) or 0) * (NOW - since))
 end
 checkpoints(id, org, status, REST, cur[9])
+if arg_alerts ~= '' then
+  for _, a in ipairs(cjson.decode(arg_alerts)) do
+    emit(id, org, a.type, status, a.detail)
+  end
+end
 if cur[3] == '1' then
   return {'stop', exp}
+end
+-- A budget: job.budget at 50, 80 and 100 % of it (each once), and at 100 % the job is told to
+-- stop, as a user's stop (STOPPING, the grace), with the reason `budget`.
+local budget = tonumber(cur[13])
+if budget and budget > 0 then
+  local used = (tonumber(cur[14]) or 0) + (tonumber(cur[6]) or 0) * math.max(0, NOW - (tonumber(cur[15]) or NOW))
+  local pct = math.floor(100 * used / budget)
+  local seen = tonumber(cur[16]) or 0
+  for _, mark in ipairs({50, 80, 100}) do
+    if pct >= mark and seen < mark then
+      seen = mark
+      emit(id, org, 'job.budget', status, mark .. ' % of its budget used: ' ..
+        string.format('%.4f of %.4f GPU-hours', used / 3600000, budget / 3600000))
+    end
+  end
+  if seen ~= (tonumber(cur[16]) or 0) then
+    redis.call('HSET', key, 'budget_seen', seen)
+  end
+  if used >= budget then
+    local deadline = NOW + tonumber(arg_grace)
+    redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'budget', 'stop_deadline', deadline)
+    redis.call('ZADD', STOPPING, deadline, id)
+    emit(id, org, 'job.stopping', status, 'its budget is spent')
+    return {'stop', exp}
+  end
 end
 -- A node being drained by its operator hands its jobs back (release), to resume elsewhere.
 local node = cur[12] and redis.call('HGET', NODES, cur[12])

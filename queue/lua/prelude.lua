@@ -56,7 +56,7 @@ end
 local OUTBOX_TYPES = {
   ['job.queued'] = true, ['job.started'] = true, ['job.checkpoint'] = true,
   ['job.completed'] = true, ['job.failed'] = true, ['job.stopped'] = true,
-  ['job.retrying'] = true,
+  ['job.retrying'] = true, ['job.stalled'] = true, ['job.alert'] = true, ['job.budget'] = true,
 }
 local OUTBOX_MAXLEN = 1000000
 

@@ -37,6 +37,9 @@ local fields = {'id', id, 'org', org, 'kind', arg_kind, 'name', arg_name, 'statu
 if arg_time_limit ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = 'time_limit_ms', arg_time_limit
 end
+if arg_budget_ms ~= '0' then
+  fields[#fields + 1], fields[#fields + 2] = 'budget_ms', arg_budget_ms -- heartbeat.lua stops the job at it
+end
 if arg_max_steps ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = 'max_steps', arg_max_steps -- bounds the steps agents report
 end

@@ -113,6 +113,8 @@ try {
   const failure = await page.textContent('#failure');
   if (!failure.includes('environment install') || !failure.includes('user fault') || !failure.includes('not retried') ||
     !(await page.textContent('#failure pre.evidence')).includes('install.log: ')) fail('the failure analysis: ' + failure);
+  const budget = await page.textContent('#budget');
+  if (!budget.includes('of 5.00 GPU-hours used')) fail('the budget: ' + budget);
   await page.screenshot({ path: out + '/failed.png', fullPage: true });
 
   await page.goto(url + '/#/nodes');

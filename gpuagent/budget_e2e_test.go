@@ -1,0 +1,102 @@
+package gpuagent_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/queue"
+)
+
+// A job with a budget: job.budget at 50, 80 and 100 % of it, then it is stopped — its newest
+// whole checkpoint committed — STOPPED for its budget. A restart is refused until the budget is
+// raised; raised, the job resumes from that checkpoint. (The budget is set once the run steps,
+// from what it used by then, so that a slow start on a loaded machine cannot spend it first.)
+func TestABudgetStopsTheJobAndARaiseLetsItGoOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms")
+	j := b.submit(t, "max_gpu_hours = 1\n"+withSteps(100000))
+	if j.BudgetGPUSeconds != 3600 {
+		t.Fatalf("budget %v GPU-seconds, want 3600", j.BudgetGPUSeconds)
+	}
+	running := b.waitFor(t, j.ID, "a checkpoint", func(x *job.Job) bool { return x.Status == job.Running && x.Progress.CheckpointStep >= 2 })
+	// 2.5 times what it used: the 50 % mark is still ahead.
+	budget := 2.5 * (running.GPUSeconds + 1) / 3600
+	if _, err := b.user.SetBudget(context.Background(), j.ID, budget, 0); err != nil {
+		t.Fatal(err)
+	}
+	done := b.waitFor(t, j.ID, "stopped", terminal)
+	if done.Status != job.Stopped || !strings.Contains(b.lastDetail(t, j.ID), "budget is spent") {
+		t.Fatalf("got %s (%q); want STOPPED for its budget", done.Status, b.lastDetail(t, j.ID))
+	}
+	if done.Progress.CheckpointStep < running.Progress.CheckpointStep || done.GPUSeconds < done.BudgetGPUSeconds {
+		t.Errorf("stopped with checkpoint %d, %.1f of %.1f GPU-seconds; want a checkpoint kept, the budget used",
+			done.Progress.CheckpointStep, done.GPUSeconds, done.BudgetGPUSeconds)
+	}
+	var marks []string
+	for _, e := range b.allEvents(t, j.ID) {
+		if e.Type == job.EventBudget {
+			marks = append(marks, strings.SplitN(e.Detail, " ", 2)[0])
+		}
+	}
+	if strings.Join(marks, ",") != "50,80,100" {
+		t.Errorf("budget events at %v %%; want 50, 80, 100", marks)
+	}
+	_, err := b.user.RestartJob(context.Background(), j.ID)
+	var he *client.Error
+	if !errors.As(err, &he) || he.Status != 409 || !strings.Contains(err.Error(), "raise it first") {
+		t.Fatalf("restart with the budget spent: %v; want 409 saying to raise it", err)
+	}
+	if raised, err := b.user.SetBudget(context.Background(), j.ID, 1, 0); err != nil || raised.BudgetGPUSeconds != 3600 {
+		t.Fatalf("raise: %+v %v", raised, err)
+	}
+	if _, err := b.user.RestartJob(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	again := b.waitFor(t, j.ID, "running again past its checkpoint", func(x *job.Job) bool {
+		return x.Status == job.Running && x.Progress.Step > done.Progress.CheckpointStep
+	})
+	if again.ResumeStep != done.Progress.CheckpointStep {
+		t.Errorf("resumed from %d; want step %d", again.ResumeStep, done.Progress.CheckpointStep)
+	}
+	if _, err := b.user.CancelJob(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, j.ID, "stopped", terminal)
+}
+
+// allEvents reads every event of a job, page after page.
+func (b bundle) allEvents(t *testing.T, id string) []job.Event {
+	t.Helper()
+	var all []job.Event
+	for {
+		after := int64(0)
+		if len(all) > 0 {
+			after = all[len(all)-1].Seq
+		}
+		evs, err := b.user.Events(context.Background(), id, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			return all
+		}
+		all = append(all, evs...)
+	}
+}
+
+// lastDetail is the detail of the job's newest job.stopped or job.failed event.
+func (b bundle) lastDetail(t *testing.T, id string) string {
+	t.Helper()
+	evs := b.allEvents(t, id)
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type == job.EventStopped || evs[i].Type == job.EventFailed {
+			return evs[i].Detail
+		}
+	}
+	return ""
+}

@@ -1,0 +1,89 @@
+package gpuagent_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/queue"
+)
+
+// eventOf waits for an event of the type whose detail holds want, and returns it.
+func (b bundle) eventOf(t *testing.T, id, typ, want string) job.Event {
+	t.Helper()
+	var found job.Event
+	b.waitFor(t, id, typ+" "+want, func(*job.Job) bool {
+		for _, e := range b.allEvents(t, id) {
+			if e.Type == typ && strings.Contains(e.Detail, want) {
+				found = e
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// A run that stops stepping while its processes live on (a hung collective) raises job.stalled
+// once it has gone its stall_factor times its median step time without a step; it goes on
+// RUNNING (the default on_stall is alert) until the user acts.
+func TestAStalledRunRaisesJobStalled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "20ms", "--emulate.stall-at-step", "4")
+	cfg.StallFloor = time.Second
+	b.run(t, cfg)
+	j := b.submit(t, withSteps(40))
+	ev := b.eventOf(t, j.ID, job.EventStalled, "no new step for")
+	if !strings.Contains(ev.Detail, "after step 4") || ev.Status != job.Running {
+		t.Errorf("stalled event %+v; want it at step 4, the job RUNNING", ev)
+	}
+	if got, _ := b.user.GetJob(context.Background(), j.ID); got.Status != job.Running {
+		t.Errorf("a stall with on_stall = alert ended the run: %s", got.Status)
+	}
+	if _, err := b.user.CancelJob(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if done := b.waitFor(t, j.ID, "stopped", terminal); done.Status != job.Stopped {
+		t.Errorf("after the stop: %s", done.Status)
+	}
+}
+
+// With on_stall = "restart" the stalled run is handed back, without spending an attempt, to
+// resume from its newest checkpoint — here on another node, which finishes it.
+func TestAStalledRunRestartsWhenItsJobAsks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "20ms", "--emulate.stall-at-step", "5")
+	cfg.StallFloor = time.Second
+	_, stopA := b.run(t, cfg)
+	j := b.submit(t, "on_stall = \"restart\"\n"+withSteps(12))
+	b.eventOf(t, j.ID, job.EventStalled, "after step 5")
+	ev := b.eventOf(t, j.ID, job.EventRetrying, "stalled")
+	if !strings.Contains(ev.Detail, "resumes from the checkpoint of step 4") {
+		t.Errorf("retrying event %q; want it to resume from step 4", ev.Detail)
+	}
+	stopA()
+	b.startAgent(t, "agent-b", "--emulate.step-time", "10ms")
+	done := b.waitFor(t, j.ID, "ended", terminal)
+	if done.Status != job.Completed || done.Attempt != 1 || done.Runtime == nil || done.Runtime.AgentID != "agent-b" {
+		t.Errorf("got %s at attempt %d on %+v; want COMPLETED at attempt 1 on agent-b", done.Status, done.Attempt, done.Runtime)
+	}
+}
+
+// A run whose rollouts all get the same reward raises job.alert: the policy learns nothing.
+func TestAFlatRewardRaisesAnAlert(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.flat-reward-from-step", "3")
+	j := b.submit(t, withSteps(12))
+	ev := b.eventOf(t, j.ID, job.EventAlert, "reward spread at zero")
+	if !strings.Contains(ev.Detail, "steps 3-7") {
+		t.Errorf("alert %q; want it for steps 3-7", ev.Detail)
+	}
+	if done := b.waitFor(t, j.ID, "ended", terminal); done.Status != job.Completed {
+		t.Errorf("an alert ended the run: %s", done.Status)
+	}
+}
