@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
@@ -140,10 +141,11 @@ func fingerprint(r *http.Request) string {
 }
 
 type preview struct {
-	Config   jobspec.Spec `json:"config"`
-	Warnings []FieldError `json:"warnings"`
-	GPUs     previewGPUs  `json:"gpus"`
-	Queue    previewQueue `json:"queue"`
+	Config   jobspec.Spec     `json:"config"`
+	Warnings []FieldError     `json:"warnings"`
+	GPUs     previewGPUs      `json:"gpus"`
+	Queue    previewQueue     `json:"queue"`
+	Estimate *client.Estimate `json:"estimate,omitempty"`
 }
 
 type previewGPUs struct {
@@ -178,11 +180,17 @@ func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	est, err := s.estimate(r.Context(), principal(r).Org, a.spec)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, preview{
 		Config:   a.spec,
 		Warnings: a.warnings,
 		GPUs:     previewGPUs{Count: a.spec.Resources.GPUs, Type: a.spec.Resources.GPUType},
 		Queue:    previewQueue{RunsAhead: pos.RunsAhead, Reason: pos.Reason},
+		Estimate: est,
 	})
 }
 

@@ -198,6 +198,7 @@ func submit(cmd *cobra.Command, kind, name string, b *jobspec.JobBody, o submitO
 		_ = json.Indent(&cfg, prev.Config, "", "  ")
 		fmt.Fprintf(out, "%s is valid; it would run as:\n%s\n", name, cfg.String())
 		fmt.Fprintf(out, "needs %d×%s; %d job(s) would run before it\n", prev.GPUs.Count, prev.GPUs.Type, prev.Queue.RunsAhead)
+		renderEstimate(out, prev.Estimate)
 		return nil
 	}
 	sub, err := api.SubmitJob(ctx, b.Data, b.ContentType, kind)

@@ -553,3 +553,18 @@ func renderNodes(w io.Writer, nodes []job.Node, now time.Time) {
 		fmt.Fprintln(w, "no nodes seen lately")
 	}
 }
+
+// renderEstimate is a dry run's estimate of what a training job would take.
+func renderEstimate(w io.Writer, e *client.Estimate) {
+	if e == nil {
+		return
+	}
+	d := func(sec float64) string { return (time.Duration(sec) * time.Second).Round(time.Minute).String() }
+	r := e.DurationSeconds
+	fmt.Fprintf(w, "estimate: %s for %d steps (%s to %s), %.2f GPU-hours (%.2f to %.2f)", d(r.Expected), e.Steps, d(r.Low), d(r.High),
+		e.GPUHours.Expected, e.GPUHours.Low, e.GPUHours.High)
+	if c := e.Cost; c != nil {
+		fmt.Fprintf(w, ", cost %.2f (%.2f to %.2f) at %g a GPU-hour", c.Expected, c.Low, c.High, e.PricePerGPUHour)
+	}
+	fmt.Fprintf(w, "\n  based on %s\n", e.BasedOn)
+}

@@ -127,6 +127,15 @@ func TestGoldenCLIViews(t *testing.T) {
 	golden(t, "checkpoints.txt", b.Bytes())
 
 	b.Reset()
+	renderEstimate(&b, &client.Estimate{BasedOn: "the step times of 4 past runs of Qwen/Qwen3-4B-Instruct-2507 on 2×H100 in your organization (10th, 50th and 90th percentiles)",
+		Runs: 4, Steps: 100, StepSeconds: client.Range{Low: 30, Expected: 42, High: 75}, DurationSeconds: client.Range{Low: 3000, Expected: 4200, High: 7500},
+		GPUHours: client.Range{Low: 1.667, Expected: 2.333, High: 4.167}, Cost: &client.Range{Low: 4.17, Expected: 5.83, High: 10.42}, PricePerGPUHour: 2.5})
+	renderEstimate(&b, &client.Estimate{BasedOn: "no past run of Qwen/Qwen3-8B on 1×H100 in your organization: the service's default of 20 to 180 seconds a step (60 expected)",
+		Steps: 50, StepSeconds: client.Range{Low: 20, Expected: 60, High: 180}, DurationSeconds: client.Range{Low: 1000, Expected: 3000, High: 9000},
+		GPUHours: client.Range{Low: 0.278, Expected: 0.833, High: 2.5}})
+	golden(t, "estimate.txt", b.Bytes())
+
+	b.Reset()
 	seen, since := t0.Add(-30*time.Second), t0.Add(-2*time.Hour)
 	renderNodes(&b, []job.Node{{ID: "node-1", State: job.NodeOK, LastSeen: &seen, Free: []job.GPU{{Model: "H100", Count: 8}}},
 		{ID: "node-2", State: job.NodeQuarantined, Since: &since, Reason: "3 platform faults within 60 min, the last on job 01a2", RecentFaults: 3},

@@ -179,6 +179,27 @@ type Preview struct {
 	Queue struct {
 		RunsAhead int `json:"runs_ahead"`
 	} `json:"queue"`
+	Estimate *Estimate `json:"estimate,omitempty"`
+}
+
+// Estimate is what a training job would take, from the step times of past runs of the same
+// model on the same number of GPUs (or the service's default where there are none).
+type Estimate struct {
+	BasedOn         string  `json:"based_on"`
+	Runs            int     `json:"runs"`
+	Steps           int     `json:"steps"`
+	StepSeconds     Range   `json:"step_seconds"`
+	DurationSeconds Range   `json:"duration_seconds"`
+	GPUHours        Range   `json:"gpu_hours"`
+	Cost            *Range  `json:"cost,omitempty"`
+	PricePerGPUHour float64 `json:"price_per_gpu_hour,omitempty"`
+}
+
+// Range is a low, expected and high figure.
+type Range struct {
+	Low      float64 `json:"low"`
+	Expected float64 `json:"expected"`
+	High     float64 `json:"high"`
 }
 
 func jobPath(base, kind string) string {
