@@ -271,8 +271,8 @@ func (s *Server) failure(r *http.Request, err error) *Problem {
 	case outOfReach(err):
 		// Not Redis (that is marked above): object storage, the other service a request reads.
 		s.cfg.Logger.Warn("object storage unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
-		p := newProblem(http.StatusServiceUnavailable, "storage-unavailable",
-			"object storage is unavailable for a moment; nothing was changed; try again after Retry-After seconds")
+		p := newProblem(http.StatusServiceUnavailable, "storage-unavailable", fmt.Sprintf(
+			"object storage is unavailable for a moment; nothing was changed; try again in %d seconds", RetryAfterSeconds))
 		p.retryAfter = RetryAfterSeconds
 		return p
 	}

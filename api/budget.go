@@ -18,6 +18,13 @@ import (
 // budgetOf is the GPU time spec may use, in GPU-milliseconds (0: no budget), or the field
 // that cannot be priced.
 func (s *Server) budgetOf(spec jobspec.Spec) (int64, *FieldError) {
+	if spec.Resources.GPUs == 0 && (spec.MaxGPUHours > 0 || spec.MaxCost > 0) {
+		ptr := "/max_gpu_hours"
+		if spec.MaxGPUHours == 0 {
+			ptr = "/max_cost"
+		}
+		return 0, &FieldError{Pointer: ptr, Message: "this job takes no GPU, so a budget of GPU time would never bind: leave it out"}
+	}
 	limit := math.Inf(1)
 	if spec.MaxGPUHours > 0 {
 		limit = spec.MaxGPUHours * 3.6e6

@@ -34,8 +34,8 @@ const problemTypeBase = "https://hostedtrain.dev/problems/"
 
 // unavailable is the problem of a request that reached Redis while it could not serve.
 func unavailable() *Problem {
-	p := newProblem(http.StatusServiceUnavailable, "unavailable",
-		"the job store is unavailable for a moment; nothing was changed; try again after Retry-After seconds")
+	p := newProblem(http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
+		"the job store is unavailable for a moment; nothing was changed; try again in %d seconds", RetryAfterSeconds))
 	p.retryAfter = RetryAfterSeconds
 	return p
 }

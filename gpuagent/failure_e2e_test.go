@@ -79,7 +79,7 @@ func TestAnNCCLErrorIsRetriedOnAnotherNode(t *testing.T) {
 // node without spending an attempt, and the job finishes elsewhere.
 func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond, QuarantineAfter: 2})
+	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond, QuarantineAfter: 2, QuarantineBucket: time.Millisecond})
 	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
 	stopA := b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "nccl")
 	j1 := b.submit(t, smallJob)

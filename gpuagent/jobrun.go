@@ -39,6 +39,7 @@ type jobRun struct {
 	data       *streams
 	runDir     string    // prime-rl's run folder, once the pipeline is rendered ("" for other kinds)
 	watch      *watchdog // an rl or fft run's watch for stalls and collapses, once it runs
+	stalled    string    // the stall alert's detail, once the watch raised one
 
 	notesMu sync.Mutex
 	notes   *os.File // agent.log: what the agent did for the job, shipped with its logs
@@ -228,10 +229,15 @@ func (a *Agent) runJob(drain context.Context, r *jobRun) {
 	}()
 
 	out := r.execute(drain, life)
-	if out.kind == endFailed || out.kind == endTimeLimit {
+	if (out.kind == endFailed || out.kind == endTimeLimit) && out.analysis == nil {
 		an := r.analyze(out)
 		out.analysis = &an
 		r.note("failure analysed", "class", an.Class, "fault", an.Fault, "confidence", an.Confidence, "retry", an.Retryable())
+	} else if out.analysis != nil {
+		out.analysis.Attempt = r.claim.Job.Attempt
+		if r.stalled != "" {
+			out.analysis.Evidence = []string{"agent: " + r.stalled}
+		}
 	}
 	stopHeartbeats()
 	<-hbDone

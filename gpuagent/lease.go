@@ -221,7 +221,6 @@ func (l *leaseKeeper) beat(ctx context.Context) (ok, lost bool) {
 	l.mu.Unlock()
 	if minimal {
 		hb.Progress = bare(prog)
-		hb.Alerts = nil
 	}
 	rep, err := l.api.Heartbeat(ctx, l.jobID, hb)
 	if err != nil && !minimal && refused(err) {
@@ -230,6 +229,13 @@ func (l *leaseKeeper) beat(ctx context.Context) (ok, lost bool) {
 		l.rejected = true
 		l.mu.Unlock()
 		hb.Progress = bare(prog)
+		if len(hb.Alerts) > 0 {
+			// They may be what the service refused: dropped, so that the rest get through.
+			l.mu.Lock()
+			l.alerts = l.alerts[len(hb.Alerts):]
+			l.mu.Unlock()
+			hb.Alerts = nil
+		}
 		rep, err = l.api.Heartbeat(ctx, l.jobID, hb)
 	}
 	switch {

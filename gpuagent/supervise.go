@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/failure"
+	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
@@ -37,7 +38,12 @@ func (c stopCause) outcome(spec jobspec.Spec) (outcome, bool) {
 	case causeDrain:
 		return outcome{kind: endReleased, reason: "its agent is draining (node preempted or shut down)"}, true
 	case causeStall:
-		return outcome{kind: endReleased, reason: "the run stalled (no new step for far longer than its steps take); on_stall = restart: resuming from its newest checkpoint"}, true
+		// Read as the platform's: retried on another node from the newest checkpoint, an
+		// attempt spent each time, so a run that always hangs ends FAILED at max_attempts.
+		return outcome{kind: endFailed, stage: failure.StagePipeline,
+			reason: "the run stalled (no new step for far longer than its steps take); on_stall = restart",
+			analysis: &job.FailureAnalysis{Class: job.FailStalled, Fault: job.FaultPlatform, Confidence: 0.75,
+				Summary: "the run stopped stepping while its processes lived on (a hung collective, a wedged server); on_stall = restart: retried from its newest checkpoint on another node"}}, true
 	}
 	return outcome{}, false
 }
@@ -121,6 +127,7 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 			}
 			if a, stalled := r.watch.stall(time.Now()); stalled {
 				r.alert(a)
+				r.stalled = a.Detail
 				if r.claim.Job.Config.OnStall == "restart" {
 					terminate(causeStall, "the run stalled; the job asks for a restart")
 				}

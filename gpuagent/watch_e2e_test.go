@@ -51,25 +51,32 @@ func TestAStalledRunRaisesJobStalled(t *testing.T) {
 	}
 }
 
-// With on_stall = "restart" the stalled run is handed back, without spending an attempt, to
-// resume from its newest checkpoint — here on another node, which finishes it.
+// With on_stall = "restart" the stalled run is read as a platform fault: retried, an attempt
+// spent, from its newest checkpoint on another node — which finishes it.
 func TestAStalledRunRestartsWhenItsJobAsks(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{})
+	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond})
 	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "20ms", "--emulate.stall-at-step", "5")
 	cfg.StallFloor = time.Second
-	_, stopA := b.run(t, cfg)
+	b.run(t, cfg)
 	j := b.submit(t, "on_stall = \"restart\"\n"+withSteps(12))
 	b.eventOf(t, j.ID, job.EventStalled, "after step 5")
 	ev := b.eventOf(t, j.ID, job.EventRetrying, "stalled")
-	if !strings.Contains(ev.Detail, "resumes from the checkpoint of step 4") {
-		t.Errorf("retrying event %q; want it to resume from step 4", ev.Detail)
+	if !strings.Contains(ev.Detail, "on another node, from the checkpoint of step 4") {
+		t.Errorf("retrying event %q; want it on another node from step 4", ev.Detail)
 	}
-	stopA()
+	queued, err := b.user.GetJob(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := queued.FailureAnalysis; a == nil || a.Class != job.FailStalled || !a.Retried || len(a.Evidence) != 1 ||
+		!strings.Contains(a.Evidence[0], "no new step") {
+		t.Errorf("analysis %+v; want stalled, retried, with the alert as evidence", a)
+	}
 	b.startAgent(t, "agent-b", "--emulate.step-time", "10ms")
 	done := b.waitFor(t, j.ID, "ended", terminal)
-	if done.Status != job.Completed || done.Attempt != 1 || done.Runtime == nil || done.Runtime.AgentID != "agent-b" {
-		t.Errorf("got %s at attempt %d on %+v; want COMPLETED at attempt 1 on agent-b", done.Status, done.Attempt, done.Runtime)
+	if done.Status != job.Completed || done.Attempt != 2 || done.Runtime == nil || done.Runtime.AgentID != "agent-b" {
+		t.Errorf("got %s at attempt %d on %+v; want COMPLETED at attempt 2 on agent-b", done.Status, done.Attempt, done.Runtime)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/oasdiff/yaml"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/webhook"
 )
 
 // openapi.json is what the API loads; it must be openapi.yaml's JSON form.
@@ -57,5 +58,21 @@ func TestFailureEnumsAreTheService(t *testing.T) {
 	faults := []string{string(job.FaultPlatform), string(job.FaultUser), string(job.FaultUnknown)}
 	if got := enum("fault"); !slices.Equal(got, faults) {
 		t.Errorf("contract faults %v; the service's %v", got, faults)
+	}
+}
+
+// The webhook events the contract lets an endpoint subscribe to are the ones the service takes.
+func TestWebhookEventsAreTheService(t *testing.T) {
+	spec, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range spec.Doc.Components.Schemas["WebhookEvents"].Value.Items.Value.Enum {
+		got = append(got, v.(string))
+	}
+	want := append(slices.Clone(webhook.EventTypes), webhook.EventAll)
+	if !slices.Equal(got, want) {
+		t.Errorf("contract %v; the service %v", got, want)
 	}
 }

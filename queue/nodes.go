@@ -36,6 +36,14 @@ func (c *Client) Nodes(ctx context.Context) ([]job.Node, error) {
 	if err != nil {
 		return nil, wrapErr("nodes", err)
 	}
+	// Nodes with a platform fault within the window, busy or not (a node that always claims
+	// at once is never seen waiting).
+	since := strconv.FormatInt(c.cfg.Now().Add(-c.cfg.QuarantineWindow).UnixMilli(), 10)
+	faulted, err := c.rdb.ZRangeByScore(ctx, c.keys.fixed("NODES_FAULTED"), &redis.ZRangeBy{Min: since, Max: "+inf"}).Result()
+	if err != nil {
+		return nil, wrapErr("nodes", err)
+	}
+	_ = c.rdb.ZRemRangeByScore(ctx, c.keys.fixed("NODES_FAULTED"), "-inf", "("+since).Err()
 	byID := map[string]*job.Node{}
 	get := func(id string) *job.Node {
 		if n := byID[id]; n != nil {
@@ -48,6 +56,9 @@ func (c *Client) Nodes(ctx context.Context) ([]job.Node, error) {
 	for _, z := range seen {
 		t := time.UnixMilli(int64(z.Score)).UTC()
 		get(z.Member.(string)).LastSeen = &t
+	}
+	for _, id := range faulted {
+		get(id)
 	}
 	for id, v := range out {
 		n := get(id)
@@ -111,6 +122,13 @@ func (c *Client) SetBudget(ctx context.Context, id string, gpuMs int64) error {
 	}
 	key := c.keys.job(id)
 	if j.Status.Terminal() {
+		if c.split {
+			// On a cluster an ended job may still be on its way to its own slot: move it first,
+			// so the write cannot land on a copy the move then deletes.
+			if _, err := c.settleOne(ctx, id, false); err != nil {
+				return err
+			}
+		}
 		if n, _ := c.rdb.Exists(ctx, key).Result(); n == 0 {
 			key = c.keys.own(id, "ownjob") // an ended job's record lives in its own slot
 		}

@@ -57,6 +57,9 @@ type Config struct {
 	// nothing until an operator uncordons it. Defaults 3 and 1 h; negative: never.
 	QuarantineAfter  int
 	QuarantineWindow time.Duration
+	// QuarantineBucket is the span within which a node's faults count as one incident (a
+	// crash fails all its jobs at once). Default 1 min.
+	QuarantineBucket time.Duration
 	// MaxClaimWait caps how long a claim may wait for work. Default 20 s.
 	MaxClaimWait time.Duration
 	// UsageHalfLife is how fast past GPU use stops counting against an organization's share.
@@ -125,6 +128,7 @@ func (c Config) withDefaults() Config {
 		c.QuarantineAfter = 3
 	}
 	def(&c.QuarantineWindow, time.Hour)
+	def(&c.QuarantineBucket, time.Minute)
 	def(&c.MaxClaimWait, 20*time.Second)
 	def(&c.UsageHalfLife, 24*time.Hour)
 	def(&c.ClaimQuantum, 60*time.Second)
@@ -869,8 +873,8 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 		"freed_at": freedArg(o.GPUsFreedAt), "failure": failure, "failure_retried": retried,
 		"backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
 		"jitter": mrand.Float64(), "avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(),
-		"platform": o.Failure != nil && o.Failure.Fault == job.FaultPlatform, "quarantine_after": c.cfg.QuarantineAfter,
-		"quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
+		"platform": o.Failure.NodeFault(), "quarantine_after": c.cfg.QuarantineAfter,
+		"quarantine_window": c.cfg.QuarantineWindow.Milliseconds(), "fault_bucket": c.cfg.QuarantineBucket.Milliseconds(),
 	}, steps...).Text()
 	c.settleSoon(ctx, id)
 	if err != nil {
@@ -949,7 +953,7 @@ func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, e
 		"batch": batch, "backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
 		"jitter": mrand.Float64(), "grace": c.cfg.StopGrace.Milliseconds(), "agent_ttl": c.agentTTL().Milliseconds(),
 		"avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(), "quarantine_after": c.cfg.QuarantineAfter,
-		"quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
+		"quarantine_window": c.cfg.QuarantineWindow.Milliseconds(), "fault_bucket": c.cfg.QuarantineBucket.Milliseconds(),
 	}).Int64Slice()
 	if err != nil {
 		return 0, false, scriptErr("reap", err)

@@ -400,8 +400,13 @@ func TestATimeLimitStopsThenFailsTheJob(t *testing.T) {
 		if st, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "terminated"}); err != nil || st != job.Failed {
 			t.Fatalf("end at the time limit: %s %v, want FAILED", st, err)
 		}
-		if got := b.status(t, j.ID); !strings.Contains(got.Error, "time limit") {
+		got := b.status(t, j.ID)
+		if !strings.Contains(got.Error, "time limit") {
 			t.Errorf("error %q", got.Error)
+		}
+		// The agent reports a stop; the service reads the failure itself.
+		if a := got.FailureAnalysis; a == nil || a.Class != job.FailTimeLimit || a.Fault != job.FaultUser || a.Retried {
+			t.Errorf("analysis %+v; want time_limit, the user's, not retried", a)
 		}
 	}, func(c *Config) { c.LeaseTTL = 2 * time.Hour })
 }
@@ -1166,6 +1171,25 @@ func TestAPlatformFaultIsRetriedElsewhere(t *testing.T) {
 			t.Errorf("events %v, want %v", ev, want)
 		}
 
+		// A retried attempt's analysis does not outlive it: a last attempt that fails without
+		// one (an older agent) leaves none rather than the earlier attempt's.
+		k := b.submit(t, "acme", "k")
+		ck := b.claimFor(t, "agent-3", h100x8)
+		if _, err := b.q.Fail(b.ctx, k.ID, job.Outcome{Token: ck.Lease.Token, Reason: "NCCL", Failure: nccl}); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Minute)
+		ck = b.claimFor(t, "agent-4", h100x8)
+		if ck == nil || ck.Job.ID != k.ID {
+			t.Fatalf("the retry: %+v", ck)
+		}
+		if _, err := b.q.Fail(b.ctx, k.ID, job.Outcome{Token: ck.Lease.Token, Reason: "gone"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.status(t, k.ID); got.Status != job.Failed || got.FailureAnalysis != nil {
+			t.Errorf("after a last attempt without an analysis: %s %+v", got.Status, got.FailureAnalysis)
+		}
+
 		// The user's fault: FAILED at once, whatever attempts are left.
 		u := b.submit(t, "acme", "u")
 		cu := b.claimFor(t, "agent-1", h100x8)
@@ -1190,8 +1214,10 @@ func TestAPlatformFaultIsRetriedElsewhere(t *testing.T) {
 func TestNodeHealth(t *testing.T) {
 	t.Parallel()
 	each(t, func(t *testing.T, b bundle) {
-		fault := &job.FailureAnalysis{Class: job.FailGPUHardware, Fault: job.FaultPlatform, Confidence: 0.9, Summary: "ECC"}
+		// Sure enough to count against the node, not to be retried: the jobs end here.
+		fault := &job.FailureAnalysis{Class: job.FailGPUHardware, Fault: job.FaultPlatform, Confidence: 0.6, Summary: "ECC"}
 		for i := range 2 {
+			b.clock.Advance(time.Minute) // one fault a minute counts: these are two incidents
 			j := b.submit(t, "acme", fmt.Sprintf("f%d", i))
 			cl := b.claimFor(t, "node-a", h100x8)
 			if cl == nil || cl.Job.ID != j.ID {
@@ -1254,9 +1280,26 @@ func TestNodeHealth(t *testing.T) {
 		}
 		nodes, _ = b.q.Nodes(b.ctx)
 		for _, n := range nodes {
-			if n.ID == "node-b" && (n.State != job.NodeOK || n.RecentFaults != 0) {
-				t.Errorf("node-b after user faults: %+v", n)
+			if n.ID == "node-b" {
+				t.Errorf("node-b is listed after user faults alone: %+v", n)
 			}
+		}
+		// A busy node (never seen waiting) with a fault is listed.
+		b.submit(t, "other", "c")
+		cc := b.claimFor(t, "node-c", h100x8) // whichever job is next
+		if cc == nil {
+			t.Fatal("node-c claimed nothing")
+		}
+		if _, err := b.q.Fail(b.ctx, cc.Job.ID, job.Outcome{Token: cc.Lease.Token, Reason: "ECC", Failure: fault}); err != nil {
+			t.Fatal(err)
+		}
+		nodes, _ = b.q.Nodes(b.ctx)
+		found := false
+		for _, n := range nodes {
+			found = found || (n.ID == "node-c" && n.RecentFaults == 1 && n.State == job.NodeOK)
+		}
+		if !found {
+			t.Errorf("nodes %+v lack node-c with its fault", nodes)
 		}
 	}, func(c *Config) { c.QuarantineAfter = 2 })
 }

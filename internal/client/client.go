@@ -63,6 +63,8 @@ type FieldError struct {
 type Error struct {
 	Status  int
 	Problem Problem
+	// RetryAfter is the answer's Retry-After (0: none).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -71,10 +73,22 @@ func (e *Error) Error() string {
 	if e.Problem.Detail != "" {
 		b.WriteString(": " + e.Problem.Detail)
 	}
+	if e.RetryAfter > 0 && !strings.Contains(e.Problem.Detail, "seconds") {
+		fmt.Fprintf(&b, " (try again in %s)", e.RetryAfter)
+	}
 	for _, f := range e.Problem.Errors {
 		b.WriteString("\n  " + f.String())
 	}
 	return b.String()
+}
+
+// retryAfter reads a Retry-After of whole seconds (0: none, or a date, which the API never sends).
+func retryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
 }
 
 // String places the message: "line 3 (/sampling/max_token): unknown key ...".
@@ -137,7 +151,7 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 		return false, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode >= 400 {
-		e := &Error{Status: resp.StatusCode}
+		e := &Error{Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header)}
 		if err := json.Unmarshal(data, &e.Problem); err != nil || e.Problem.Status == 0 {
 			e.Problem = Problem{Status: resp.StatusCode, Detail: strings.TrimSpace(string(data))}
 		}
@@ -779,7 +793,7 @@ func (c *Client) stream(ctx context.Context, path, jobID string, handle func(nam
 		if resp.StatusCode != http.StatusOK {
 			data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
-			e := &Error{Status: resp.StatusCode}
+			e := &Error{Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header)}
 			if err := json.Unmarshal(data, &e.Problem); err != nil || e.Problem.Status == 0 {
 				e.Problem = Problem{Status: resp.StatusCode, Detail: strings.TrimSpace(string(data))}
 			}

@@ -80,7 +80,7 @@ var rules = []rule{
 		`(?i)(uncorrectable ECC error|fallen off the bus|\bXid\b|unspecified launch failure|no CUDA-capable device is detected|cudaErrorDevicesUnavailable|CUDA-capable device\(s\) is/are busy or unavailable|GPU is lost)`,
 		"a GPU or its driver failed on the node"),
 	r(job.FailNCCLNetwork, job.FaultPlatform, 0.85,
-		`(?i)(NCCL error|ncclSystemError|ncclInternalError|ncclRemoteError|ncclUnhandledCudaError|Watchdog caught collective operation timeout|DistNetworkError|DistBackendError|RendezvousConnectionError|RendezvousTimeoutError|Connection reset by peer|Broken pipe|Network is unreachable)`,
+		`(?i)(NCCL error|ncclSystemError|ncclInternalError|ncclRemoteError|ncclUnhandledCudaError|Watchdog caught collective operation timeout|DistNetworkError|DistBackendError|RendezvousConnectionError|RendezvousTimeoutError|Network is unreachable)`,
 		"the processes of the run lost each other (NCCL or the node's network)"),
 	r(job.FailStorage, job.FaultPlatform, 0.85,
 		`(?i)(No space left on device|Errno 28|Disk quota exceeded|Read-only file system|Input/output error)`,
@@ -97,6 +97,11 @@ var rules = []rule{
 	r(job.FailUserCode, job.FaultUser, 0.8,
 		`(?i)(reward function|rubric|error in (the )?environment|env(ironment)? server .*(error|failed)|in (score|reward|rollout|setup_state|is_completed|env_response))`,
 		"the job's own code raised: an environment or its reward function"),
+	// A socket torn down is as often a process of the job that died (an environment server a
+	// reward function crashed) as the network: a guess, not retried.
+	r(job.FailNCCLNetwork, job.FaultPlatform, 0.5,
+		`(?i)(Connection reset by peer|Broken pipe|Connection refused)`,
+		"a connection between the run's processes broke (the network, or a process of the run that died)"),
 }
 
 // stageDefaults read a failure no message explains from where it stopped.

@@ -34,12 +34,13 @@ const (
 	FailStorage       FailureClass = "storage"             // object storage or the node's disk failed
 	FailTimeLimit     FailureClass = "time_limit"          // the job's time limit was reached
 	FailBudget        FailureClass = "budget"              // the job's budget was spent
+	FailStalled       FailureClass = "stalled"             // the run stopped stepping (on_stall = restart)
 	FailUnknown       FailureClass = "unknown"             // nothing in the logs says
 )
 
 // FailureClasses lists every class, in the contract's order.
 var FailureClasses = []FailureClass{FailConfigRefused, FailEnvInstall, FailCUDAOOM, FailNCCLNetwork, FailGPUHardware,
-	FailNodeLost, FailUserCode, FailStorage, FailTimeLimit, FailBudget, FailUnknown}
+	FailNodeLost, FailUserCode, FailStorage, FailTimeLimit, FailBudget, FailStalled, FailUnknown}
 
 // Fault is whose fault a failure was: the platform's (hardware, network, storage: worth
 // another try on another node) or the user's (the config, the code: another try would burn
@@ -59,4 +60,11 @@ const RetryConfidence = 0.7
 // Retryable says whether the failure is worth another attempt on another node.
 func (a *FailureAnalysis) Retryable() bool {
 	return a != nil && a.Fault == FaultPlatform && a.Confidence >= RetryConfidence
+}
+
+// NodeFault says whether the failure counts against the node it ran on (node health): a fault
+// of the node itself — its GPUs, its network — not of a service every node shares (object
+// storage, the Environments Hub) nor of the job.
+func (a *FailureAnalysis) NodeFault() bool {
+	return a != nil && a.Fault == FaultPlatform && (a.Class == FailGPUHardware || a.Class == FailNCCLNetwork)
 }

@@ -25,6 +25,9 @@ end
 -- capacity; its claim looks again now and then.
 if redis.call('HEXISTS', NODES, agent) == 1 then
   forget_agent(agent)
+  if arg_filed == '1' then
+    unwait(arg_waiter)
+  end
   return {'', 0}
 end
 promote('100')
@@ -171,6 +174,15 @@ if org then
   end
   return {token, j, big[1], big[2]}
 end
+-- The job it was offered avoids it: it looks again when the avoid window ends, and is not a
+-- waiter meanwhile (a wake-up spent on it would be lost to the agents that can take the job).
+if j then
+  saw_agent(agent, arg_free)
+  if arg_filed == '1' then
+    unwait(arg_waiter)
+  end
+  return {'', tonumber(string.match(j[2], '|(%d+)$'))}
+end
 -- Nothing fits: this agent waits with these GPUs free, which is what queue_reason needs, and
 -- the claim waits to be woken for a job it could take.
 saw_agent(agent, arg_free)
@@ -178,12 +190,4 @@ if arg_waiter ~= '' then
   wait_for_work(arg_waiter, arg_wait_until)
 end
 local next_ready = redis.call('ZRANGE', DELAYED, '0', '0', 'WITHSCORES')
-local again = tonumber(next_ready[2]) or 0
-if j then
-  -- The job it was offered avoids it: it looks again when the avoid window ends.
-  local till = tonumber(string.match(j[2], '|(%d+)$'))
-  if again == 0 or till < again then
-    again = till
-  end
-end
-return {'', again}
+return {'', tonumber(next_ready[2]) or 0}

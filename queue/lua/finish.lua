@@ -46,7 +46,7 @@ elseif j.stop_requested == '1' then
   end
 end
 if arg_how == 'failed' and arg_platform == '1' and j.stop_requested ~= '1' then
-  node_fault(j.agent_id, id, tonumber(arg_quarantine_after), tonumber(arg_quarantine_window))
+  node_fault(j.agent_id, id, tonumber(arg_quarantine_after), tonumber(arg_quarantine_window), tonumber(arg_fault_bucket))
 end
 if status == 'FAILED' and j.stop_requested ~= '1' and arg_failure_retried ~= '' and (tonumber(j.attempt) or 1) < (tonumber(j.max_attempts) or 1) then
   release(id, j, {'failure', arg_failure_retried})
@@ -54,8 +54,19 @@ if status == 'FAILED' and j.stop_requested ~= '1' and arg_failure_retried ~= '' 
     tonumber(arg_backoff_base), tonumber(arg_backoff_cap), tonumber(arg_jitter), tonumber(arg_avoid_ms))
 end
 local fields = ended_fields(status, detail)
-if status == 'FAILED' and arg_failure ~= '' then
-  fields[#fields + 1], fields[#fields + 2] = 'failure', arg_failure
+if status == 'FAILED' then
+  -- The analysis of this attempt, never a retried attempt's before it: the agent's, or, for a
+  -- stop at the time limit (which the agent reports as a stop), the service's own.
+  local failure = arg_failure
+  if failure == '' and j.stop_reason == 'time_limit' then
+    failure = failure_json('time_limit', 'user', 1, "the job's time limit was reached (raise time_limit to run longer)",
+      'service: the time limit passed and the run was stopped', j.attempt, false)
+  end
+  if failure ~= '' then
+    fields[#fields + 1], fields[#fields + 2] = 'failure', failure
+  else
+    redis.call('HDEL', jobkey(id), 'failure')
+  end
 end
 release(id, j, fields)
 index_job(id, org, j.kind, status)

@@ -581,13 +581,16 @@ end
 
 -- node_fault records a platform fault on agent's node (the job it failed, now) and quarantines
 -- the node — NODES: no claims, its running jobs go on — once it has had `after` of them within
--- `window` ms (after 0: never). Node health is the operator's: `hostedtrain admin nodes`.
-local function node_fault(agent, id, after, window)
+-- `window` ms (after 0 or less: never), counting at most one a `bucket` ms. Node health is the operator's: `hostedtrain admin nodes`.
+local function node_fault(agent, id, after, window, bucket)
   if not agent or agent == '' then
     return
   end
   local key = nodefaults(agent)
-  redis.call('ZADD', key, T, id .. '@' .. T)
+  -- One fault a bucket (a minute by default) at most: one incident (a crash, an outage that
+  -- lapsed every lease) fails all of a node's jobs at once, and counts once.
+  redis.call('ZADD', key, T, 'b' .. math.floor(NOW / math.max(1, bucket)))
+  redis.call('ZADD', NODES_FAULTED, T, agent)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. int(NOW - window))
   redis.call('PEXPIRE', key, int(window))
   local n = redis.call('ZCARD', key)
@@ -595,6 +598,12 @@ local function node_fault(agent, id, after, window)
     redis.call('HSET', NODES, agent, 'quarantined|' .. T .. '|' .. n .. ' platform faults within ' ..
       math.floor(window / 60000) .. ' min, the last on job ' .. id)
   end
+end
+
+-- failure_json is a failure analysis (job.FailureAnalysis) the service writes itself.
+local function failure_json(class, fault, confidence, summary, evidence, attempt, retried)
+  return cjson.encode({class = class, fault = fault, confidence = confidence, summary = summary,
+    evidence = {evidence}, attempt = tonumber(attempt) or 1, retried = retried})
 end
 
 -- RETRY_FIELDS are the job fields retry_attempt needs, beside release's.

@@ -29,6 +29,9 @@ local function ended(id, org, kind, stop_reason, restart, why)
   if restart then
     restart_job(id, org)
   elseif stop_reason == 'time_limit' then
+    redis.call('HSET', jobkey(id), 'failure', failure_json('time_limit', 'user', 1,
+      "the job's time limit was reached (raise time_limit to run longer)", 'service: ' .. why,
+      redis.call('HGET', jobkey(id), 'attempt'), false))
     finish_as(id, org, kind, 'FAILED', 'job.failed', 'stopped at its time limit; ' .. why)
   else
     finish_as(id, org, kind, 'STOPPED', 'job.stopped', why)
@@ -39,9 +42,8 @@ local LAPSED_FIELDS = {'status', 'lease_expires', 'stop_requested', 'stop_reason
   'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind', unpack(RETRY_FIELDS)}
 -- lost is the failure analysis of an attempt whose agent went silent (failure.NodeLost's).
 local function lost(agent, attempt, retried)
-  return cjson.encode({class = 'node_lost', fault = 'platform', confidence = 0.9, attempt = attempt, retried = retried,
-    summary = 'the node running the job stopped answering (its lease lapsed)',
-    evidence = {'service: no heartbeat from ' .. agent .. ' before its lease ran out'}})
+  return failure_json('node_lost', 'platform', 0.9, 'the node running the job stopped answering (its lease lapsed)',
+    'service: no heartbeat from ' .. agent .. ' before its lease ran out', attempt, retried)
 end
 for _, id in ipairs(due(LEASES)) do
   local key = jobkey(id)
@@ -58,7 +60,7 @@ for _, id in ipairs(due(LEASES)) do
     local agent = j.agent_id or 'its agent'
     release(id, j)
     changed = changed + 1
-    node_fault(j.agent_id, id, tonumber(arg_quarantine_after), tonumber(arg_quarantine_window))
+    node_fault(j.agent_id, id, tonumber(arg_quarantine_after), tonumber(arg_quarantine_window), tonumber(arg_fault_bucket))
     if j.stop_requested == '1' then
       ended(id, org, j.kind, j.stop_reason, j.restart_requested == '1',
         'the agent did not confirm the stop before its lease ran out')
