@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/api/apitest"
+	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
@@ -296,5 +298,21 @@ func TestPreviewQueuesNothing(t *testing.T) {
 	}
 	if r := call(t, "POST", b.s.URL+"/v1/jobs/preview", b.writer, "application/toml", []byte("model = \"Qwen/Qwen3-4B\"\n")); r.status != http.StatusUnprocessableEntity {
 		t.Errorf("preview of a bad job: %d, want 422", r.status)
+	}
+}
+
+// A job's problems come in the order of its file, whatever order the checks found them in.
+func TestProblemsInLineOrder(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	r := call(t, "POST", s.URL+"/v1/jobs", s.Token("acme", auth.ScopeJobsWrite), "application/toml",
+		[]byte("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nzeta = 1\nbatch_size = -1\n[sampling]\nfoo = 2\n[[env]]\nid = \"a/b\"\nalpha = 3\n"))
+	p := r.problem(t)
+	var lines []int
+	for _, e := range p.Errors {
+		lines = append(lines, e.Line)
+	}
+	if r.status != http.StatusUnprocessableEntity || fmt.Sprint(lines) != "[2 3 5 8]" {
+		t.Errorf("problems at lines %v (%d): %s", lines, r.status, r.body)
 	}
 }

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"regexp"
 	"slices"
@@ -169,8 +171,31 @@ func validationProblem(err error, b *body, h hints) *Problem {
 func invalidJob(fields []FieldError, b *body) *Problem {
 	p := newProblem(http.StatusUnprocessableEntity, "invalid-job",
 		fmt.Sprintf("the %s job does not validate: %d problem(s)", b.format(), len(fields)))
-	p.Errors = fields
+	p.Errors = inLineOrder(fields)
 	return p
+}
+
+// inLineOrder puts problems in the order of the file: by line (those without one last, in the
+// order found), then column, then pointer — the order a user fixes them in.
+func inLineOrder(fields []FieldError) []FieldError {
+	out := slices.Clone(fields)
+	slices.SortStableFunc(out, func(a, b FieldError) int {
+		la, lb := a.Line, b.Line
+		if la == 0 {
+			la = math.MaxInt
+		}
+		if lb == 0 {
+			lb = math.MaxInt
+		}
+		if c := cmp.Compare(la, lb); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Column, b.Column); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Pointer, b.Pointer)
+	})
+	return out
 }
 
 // invalidBody is the 422 for any other request body that breaks the schema or a rule.

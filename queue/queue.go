@@ -1092,6 +1092,7 @@ func jobFromMap(m map[string]string, config, progress string, now time.Time) (*j
 		Name:          m["name"],
 		Status:        job.Status(m["status"]),
 		Attempt:       int(num("attempt")),
+		Run:           int(num("fence")),
 		MaxAttempts:   int(num("max_attempts")),
 		Error:         m["error"],
 		StopRequested: m["stop_requested"] == "1",

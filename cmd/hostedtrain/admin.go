@@ -80,7 +80,7 @@ func newRevokeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "revoke TOKEN",
 		Short: "Refuse a token from now until it expires (needs an admin token)",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			api, err := apiClient()
 			if err != nil {
@@ -106,7 +106,7 @@ func newKeysCmd() *cobra.Command {
 			"docs/operations.md shows how to rotate with it.",
 		Example: "  hostedtrain admin keys jwt\n" +
 			"  hostedtrain admin keys seal --keep \"$(aws secretsmanager get-secret-value --secret-id hostedtrain/prod/secrets-keys --query SecretString --output text)\"",
-		Args:      cobra.ExactArgs(1),
+		Args:      needArgs(1),
 		ValidArgs: []string{"jwt", "seal"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ring, err := newKeyRing(args[0], keep, time.Now())
@@ -172,7 +172,7 @@ func newOrgCmd() *cobra.Command {
 			st.Org, st.Weight, limit(st.MaxRunning), limit(st.MaxQueued), st.Queued, st.Running, st.RunningGPUs, st.UsageGPUHours)
 	}
 	get := &cobra.Command{
-		Use: "get ORG", Short: "Show an organization's settings and use", Args: cobra.ExactArgs(1),
+		Use: "get ORG", Short: "Show an organization's settings and use", Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			api, err := apiClient()
 			if err != nil {
@@ -188,7 +188,7 @@ func newOrgCmd() *cobra.Command {
 	}
 	var s job.OrgSettings
 	set := &cobra.Command{
-		Use: "set ORG", Short: "Set an organization's weight and limits (0 restores a default)", Args: cobra.ExactArgs(1),
+		Use: "set ORG", Short: "Set an organization's weight and limits (0 restores a default)", Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			api, err := apiClient()
 			if err != nil {
@@ -230,7 +230,7 @@ func newNodesCmd() *cobra.Command {
 	set := func(use, short, state, done string) *cobra.Command {
 		var reason string
 		sc := &cobra.Command{
-			Use: use + " NODE", Short: short, Args: cobra.ExactArgs(1),
+			Use: use + " NODE", Short: short, Args: needArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				api, err := apiClient()
 				if err != nil {

@@ -89,6 +89,13 @@ file when they are set.`,
 			if url == "" {
 				url = firstNonEmpty(os.Getenv("HOSTEDTRAIN_URL"), cfg.URL, defaultURL)
 			}
+			if url, err = apiURL(url); err != nil {
+				return err
+			}
+			if token == "" && os.Getenv("HOSTEDTRAIN_TOKEN") != "" {
+				token = os.Getenv("HOSTEDTRAIN_TOKEN")
+				fmt.Fprintln(cmd.ErrOrStderr(), "using the token in HOSTEDTRAIN_TOKEN")
+			}
 			if token == "" {
 				if token, err = readToken(cmd); err != nil {
 					return err
@@ -110,7 +117,7 @@ file when they are set.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "logged in to %s; the token is kept in %s\n", url, p)
-			if os.Getenv("HOSTEDTRAIN_TOKEN") != "" {
+			if t := os.Getenv("HOSTEDTRAIN_TOKEN"); t != "" && t != token {
 				fmt.Fprintln(cmd.ErrOrStderr(), "note: HOSTEDTRAIN_TOKEN is set and wins over the saved token")
 			}
 			return nil
@@ -151,7 +158,7 @@ func readToken(cmd *cobra.Command) (string, error) {
 	}
 	line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
 	if err != nil && line == "" {
-		return "", errors.New("no token on standard input")
+		return "", errors.New("no token: pass --token, export HOSTEDTRAIN_TOKEN, or pipe it in (hostedtrain login < token.txt)")
 	}
 	return line, nil
 }

@@ -46,7 +46,7 @@ func newLogsCmd() *cobra.Command {
 		Example: `  hostedtrain train logs JOB -f
   hostedtrain train logs JOB --component trainer --level WARNING --since 10m
   hostedtrain train logs JOB --search "CUDA" --tail 500`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -81,6 +81,7 @@ func newLogsCmd() *cobra.Command {
 				}
 			}
 			if follow {
+				following(id, "hostedtrain train logs "+id+" -f")
 				return api.FollowLogs(cmd.Context(), id, o, show, func(a int64) {
 					if output == "table" {
 						fmt.Fprintf(cmd.ErrOrStderr(), "-- the job resumed: following attempt %d --\n", a)
@@ -128,7 +129,7 @@ func newMetricsCmd() *cobra.Command {
 		Short: "Show a job's metrics a step a row, or --plot a curve in the terminal",
 		Example: `  hostedtrain train metrics JOB --plot
   hostedtrain train metrics JOB --names reward,entropy,optim/lr --min-step 100`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -203,7 +204,7 @@ func newCheckpointsCmd() *cobra.Command {
   hostedtrain train checkpoints JOB --download latest
   hostedtrain train checkpoints JOB --download best   # by the job's best_metric
   hostedtrain train checkpoints JOB --pin 200     # keep it past keep_cloud`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -316,7 +317,7 @@ func newArtifactsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "artifacts ID",
 		Short: "List a job's outputs (GEPA prompts, eval results); --download fetches them",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -375,7 +376,7 @@ func newProgressCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "progress ID",
 		Short: "Where a run stands: its step, newest metrics, pace and ETA",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*client.JobProgress, error) {
 				return api.JobProgress(ctx, id)
@@ -397,7 +398,7 @@ func newBudgetCmd() *cobra.Command {
 		Example: `  hostedtrain train budget 01a2 --max-gpu-hours 20
   hostedtrain train budget 01a2 --max-cost 150
   hostedtrain train budget 01a2 --none`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (hours > 0 || cost > 0) == none {
 				return errors.New("say the new budget: --max-gpu-hours N, --max-cost N (both: the lower binds), or --none to remove it")
@@ -467,6 +468,9 @@ func newUsageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if watch {
+				following(id, "hostedtrain train usage "+id+" --watch")
+			}
 			for {
 				u, err := api.JobUsage(ctx, id)
 				if err != nil {
@@ -508,7 +512,7 @@ func newEventsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "events ID",
 		Short: "A job's events; -f follows them live",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -530,6 +534,7 @@ func newEventsCmd() *cobra.Command {
 				}
 			}
 			if followFlag {
+				following(id, "hostedtrain train events "+id+" -f")
 				return api.FollowEvents(cmd.Context(), id, 0, show)
 			}
 			var after int64
@@ -564,7 +569,7 @@ func newStopCmd() *cobra.Command {
 		Use:     "stop ID",
 		Aliases: []string{"cancel"},
 		Short:   "Stop a job and wait until it is STOPPED (a queued one at once; a running one through its agent)",
-		Args:    cobra.ExactArgs(1),
+		Args:    needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -642,7 +647,7 @@ func newDeleteCmd() *cobra.Command {
 		Short: "Delete a job that ended, with its metrics, logs, checkpoints and rollouts (asks first)",
 		Long: "Deletes a COMPLETED, FAILED or STOPPED job and everything it stored. It cannot be undone:\n" +
 			"on a terminal it asks first; elsewhere it needs --force. A live job is refused: stop it first.",
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			api, err := apiClient()
 			if err != nil {
@@ -692,7 +697,7 @@ func newComponentsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "components ID",
 		Short: "The parts of a run that write logs: trainer, orchestrator, inference, each environment server, ...",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*client.LogPage, error) {
 				page, err := api.JobLogs(ctx, id, client.LogOptions{Tail: 1})
@@ -716,7 +721,7 @@ func newForkCmd() *cobra.Command {
 		Short: "Start a new run from a committed checkpoint of a job (any state), with changes",
 		Example: `  hostedtrain train fork JOB --max-steps 400     # from its newest checkpoint, further
   hostedtrain train fork JOB --step 40 --learning-rate 5e-6   # from step 40, to its max_steps`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*job.Job, error) {
 				return api.ForkJob(ctx, id, req)

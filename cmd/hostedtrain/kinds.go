@@ -33,7 +33,7 @@ func newEvalRunCmd() *cobra.Command {
 		Use:     "run ENV -m MODEL [-n N] [-r R]",
 		Short:   "Evaluate MODEL on environment ENV, as `prime eval run` does",
 		Example: "  hostedtrain eval run my-env -m Qwen/Qwen3-4B-Instruct-2507 -n 100 -r 5",
-		Args:    cobra.ExactArgs(1),
+		Args:    needArgs(1),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			job := map[string]any{"kind": "eval", "env_id": pos[0], "model": model}
 			if cmd.Flags().Changed("num-examples") {
@@ -67,7 +67,7 @@ func newGEPARunCmd() *cobra.Command {
 		Use:     "run ENV -m MODEL",
 		Short:   "Optimize ENV's system prompt with GEPA, as `prime gepa run` does",
 		Example: "  hostedtrain gepa run wordle -m google/gemini-3-flash-preview -M google/gemini-3-exp-ultra-preview -B 1000",
-		Args:    cobra.ExactArgs(1),
+		Args:    needArgs(1),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			job := map[string]any{"kind": "gepa", "env_id": pos[0], "model": model}
 			f := cmd.Flags()

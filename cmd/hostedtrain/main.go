@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -30,6 +32,17 @@ func main() {
 	defer stop()
 	root := newRoot()
 	err := root.ExecuteContext(ctx)
+	if ctx.Err() != nil && (err != nil || resume.job != "") {
+		// Ctrl-C (or SIGTERM) cut a command short (`dev`, which stops cleanly on it, returns
+		// nil): what was being followed goes on; say so, and how to follow it again.
+		if resume.job != "" {
+			fmt.Fprintf(os.Stderr, "\ninterrupted: job %s goes on (stop it with `hostedtrain train stop %s`)\nfollow it again: %s\n",
+				resume.job, resume.job, resume.command)
+		} else {
+			fmt.Fprintln(os.Stderr, "\ninterrupted")
+		}
+		os.Exit(130)
+	}
 	if err == nil {
 		return
 	}
@@ -54,13 +67,22 @@ func newRoot() *cobra.Command {
 
 const defaultURL = "http://127.0.0.1:8080"
 
+// resume is what an interrupted command that follows a job tells the user.
+var resume struct{ job, command string }
+
+// following records that the command now follows job: on Ctrl-C, command follows it again.
+func following(job, command string) { resume.job, resume.command = job, command }
+
 // apiClient builds a client from the environment, else from `hostedtrain login`'s config.
 func apiClient() (*client.Client, error) {
 	cfg, err := loadConfig()
 	if err != nil {
 		return nil, err
 	}
-	url := firstNonEmpty(os.Getenv("HOSTEDTRAIN_URL"), cfg.URL, defaultURL)
+	url, err := apiURL(firstNonEmpty(os.Getenv("HOSTEDTRAIN_URL"), cfg.URL, defaultURL))
+	if err != nil {
+		return nil, err
+	}
 	token := firstNonEmpty(os.Getenv("HOSTEDTRAIN_TOKEN"), cfg.Token)
 	if token == "" {
 		return nil, errors.New("no token: run `hostedtrain login`, or export HOSTEDTRAIN_TOKEN (`hostedtrain admin token` makes one; `hostedtrain dev` writes admin.token)")
@@ -68,12 +90,35 @@ func apiClient() (*client.Client, error) {
 	return client.New(url, token), nil
 }
 
+// apiURL reads the API's address: one without a scheme is taken as https, or as http on this
+// machine ("localhost:8080", "127.0.0.1:8080"), as people write it.
+func apiURL(raw string) (string, error) {
+	s := strings.TrimSpace(raw)
+	if !strings.Contains(s, "://") {
+		host := s
+		if h, _, err := net.SplitHostPort(s); err == nil {
+			host = h
+		}
+		if host == "localhost" || net.ParseIP(strings.Trim(host, "[]")).IsLoopback() {
+			s = "http://" + s
+		} else {
+			s = "https://" + s
+		}
+	}
+	s = strings.TrimRight(s, "/")
+	u, err := neturl.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("the API's address %q is not an http(s) URL such as https://train.example.com or http://127.0.0.1:8080 (HOSTEDTRAIN_URL, or `hostedtrain login --url`)", raw)
+	}
+	return s, nil
+}
+
 // explain turns transport errors into advice; API errors already read well.
 func explain(err error) string {
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
 		cfg, _ := loadConfig()
-		url := firstNonEmpty(os.Getenv("HOSTEDTRAIN_URL"), cfg.URL, defaultURL)
+		url, _ := apiURL(firstNonEmpty(os.Getenv("HOSTEDTRAIN_URL"), cfg.URL, defaultURL))
 		return fmt.Sprintf("cannot reach the API at %s (%v); is `hostedtrain dev` running, or HOSTEDTRAIN_URL set?", url, opErr.Err)
 	}
 	var apiErr *client.Error

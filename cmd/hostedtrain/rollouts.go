@@ -22,7 +22,7 @@ func newRolloutsCmd() *cobra.Command {
 		Short: "A step's episodes: what the model was asked, what it answered, how it scored",
 		Long: "The episodes prime-rl scored for a training step, as the agent kept them: up to 32 a step,\n" +
 			"evenly spaced over the batch. Without --step, the newest step that has them.",
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*client.SamplesPage, error) {
 				return api.JobSamples(ctx, id, step, page, num)
@@ -42,7 +42,7 @@ func newDistributionsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "distributions ID",
 		Short: "A step's histogram of rewards (or advantages) over its whole batch",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if kind != "rewards" && kind != "advantages" {
 				return fmt.Errorf("--type %q: want rewards or advantages", kind)

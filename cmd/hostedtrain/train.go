@@ -156,7 +156,7 @@ func newFileSubmitCmd(kind, short string) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "submit FILE",
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(o.output); err != nil {
 				return err
@@ -218,6 +218,7 @@ func submit(cmd *cobra.Command, kind, name string, b *jobspec.JobBody, o submitO
 		}
 		return nil
 	}
+	following(j.ID, "hostedtrain train events "+j.ID+" -f")
 	final, err := follow(ctx, api, j.ID, o.output == "table", out, o.poll)
 	if err != nil {
 		return err
@@ -303,7 +304,7 @@ func jobCmd(use, short, question string, act func(*client.Client, context.Contex
 	c := &cobra.Command{
 		Use:   use + " ID",
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchForJob(cmd, output, args[0], func(ctx context.Context, api *client.Client, id string) (*job.Job, error) {
 				if question != "" {
@@ -405,17 +406,7 @@ func parseWhen(v, flag string) (time.Time, error) {
 func newRestartCmd() *cobra.Command {
 	c := jobCmd("restart", "Run a failed or stopped job again from its newest checkpoint (a running one stops first)",
 		"Restart job %s from its newest checkpoint? (a running one is stopped first)",
-		(*client.Client).RestartJob, func(w io.Writer, j *job.Job) {
-			if j.Status == job.Queued {
-				from := "the start"
-				if j.ResumeStep > 0 {
-					from = fmt.Sprintf("the checkpoint of step %d", j.ResumeStep)
-				}
-				fmt.Fprintf(w, "job %s is queued again, to resume from %s\n", j.ID, from)
-			} else {
-				fmt.Fprintf(w, "job %s is stopping; it will be queued again once its run has stopped\n", j.ID)
-			}
-		})
+		(*client.Client).RestartJob, renderRestart)
 	forceFlag(c)
 	return c
 }

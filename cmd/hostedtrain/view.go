@@ -110,7 +110,14 @@ func renderJob(out io.Writer, j *job.Job) {
 		fmt.Fprintf(w, "started from\tjob %s, its checkpoint of step %d\n", ws.Job, ws.Step)
 	}
 	renderResult(w, j.Progress.Result)
-	fmt.Fprintf(w, "attempt\t%d of %d\n", j.Attempt, j.MaxAttempts)
+	if j.Run > j.Attempt {
+		// After a restart or a hand-back the run (what `logs --attempt` counts) is ahead of the
+		// attempts the job's retries spent.
+		fmt.Fprintf(w, "attempt\t%d (logs: --attempt %d); %d of %d counted against its retries since its last restart\n",
+			j.Run, j.Run, j.Attempt, j.MaxAttempts)
+	} else {
+		fmt.Fprintf(w, "attempt\t%d of %d\n", j.Attempt, j.MaxAttempts)
+	}
 	fmt.Fprintf(w, "gpu time\t%s\n", gpuHours(j.GPUSeconds))
 	if b := j.BudgetGPUSeconds; b > 0 {
 		fmt.Fprintf(w, "budget\t%s of %s used (%d %%)\n", gpuHours(j.GPUSeconds), gpuHours(b), int(100*j.GPUSeconds/b))
@@ -567,4 +574,26 @@ func renderEstimate(w io.Writer, e *client.Estimate) {
 		fmt.Fprintf(w, ", cost %.2f (%.2f to %.2f) at %g a GPU-hour", c.Expected, c.Low, c.High, e.PricePerGPUHour)
 	}
 	fmt.Fprintf(w, "\n  based on %s\n", e.BasedOn)
+}
+
+// renderRestart says what a restart did, from the job as the service answered it.
+func renderRestart(w io.Writer, j *job.Job) {
+	switch {
+	case j.Status == job.Queued:
+		from := "the start"
+		if j.ResumeStep > 0 {
+			from = fmt.Sprintf("the checkpoint of step %d", j.ResumeStep)
+		}
+		fmt.Fprintf(w, "job %s is queued again, to resume from %s\n", j.ID, from)
+	case !j.Status.Terminal() && j.StopRequested:
+		fmt.Fprintf(w, "job %s is stopping; it will be queued again once its run has stopped\n", j.ID)
+	case !j.Status.Terminal():
+		fmt.Fprintf(w, "job %s is %s\n", j.ID, j.Status)
+	default:
+		why := j.Error
+		if why == "" {
+			why = "see `hostedtrain train events " + j.ID + "`"
+		}
+		fmt.Fprintf(w, "job %s was not queued again: it is %s (%s)\n", j.ID, j.Status, why)
+	}
 }

@@ -49,7 +49,7 @@ func sampleJobs() []*job.Job {
 	started, finished := t0.Add(time.Minute), t0.Add(41*time.Minute)
 	ahead := 3
 	return []*job.Job{
-		{ID: "01a20201-0000-7000-8000-000000000002", Org: "acme", Kind: "rl", Status: job.Running, Attempt: 1, MaxAttempts: 3,
+		{ID: "01a20201-0000-7000-8000-000000000002", Org: "acme", Kind: "rl", Status: job.Running, Attempt: 1, MaxAttempts: 3, Run: 3,
 			Config: jobspec.Spec{Model: "Qwen/Qwen3-4B-Instruct-2507", Env: []jobspec.Env{{ID: "primeintellect/alphabet-sort"}, {ID: "gsm8k"}},
 				Resources: jobspec.Resources{GPUs: 2, GPUType: "H100"}, WarmStart: &jobspec.WarmStart{Job: "01a20200-0000-7000-8000-0000000000aa", Step: 40}},
 			Progress: job.Progress{Step: 120, MaxSteps: 300, Metrics: map[string]float64{"train/agg/all/agent/reward/mean": 0.6123, "entropy/all/mean": 0.81, "loss/mean": 0.031},
@@ -134,6 +134,17 @@ func TestGoldenCLIViews(t *testing.T) {
 		Steps: 50, StepSeconds: client.Range{Low: 20, Expected: 60, High: 180}, DurationSeconds: client.Range{Low: 1000, Expected: 3000, High: 9000},
 		GPUHours: client.Range{Low: 0.278, Expected: 0.833, High: 2.5}})
 	golden(t, "estimate.txt", b.Bytes())
+
+	b.Reset()
+	for _, j := range []*job.Job{
+		{ID: "a1", Status: job.Queued, ResumeStep: 40},
+		{ID: "a2", Status: job.Running, StopRequested: true},
+		{ID: "a3", Status: job.Stopped, Error: ""},
+		{ID: "a4", Status: job.Queued},
+	} {
+		renderRestart(&b, j)
+	}
+	golden(t, "restart.txt", b.Bytes())
 
 	b.Reset()
 	seen, since := t0.Add(-30*time.Second), t0.Add(-2*time.Hour)

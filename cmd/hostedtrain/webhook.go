@@ -47,7 +47,7 @@ func newWebhookCreateCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "create URL",
 		Short: "Register an endpoint; prints its signing secret once",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*webhook.Endpoint, error) {
 				return api.CreateWebhook(ctx, args[0], splitList(events), description)
@@ -109,7 +109,7 @@ func newWebhookGetCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "get ID",
 		Short: "Show an endpoint",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchAndPrint(cmd, output, func(ctx context.Context, api *client.Client) (*webhook.Endpoint, error) {
 				return api.GetWebhook(ctx, args[0])
@@ -126,7 +126,7 @@ func newWebhookUpdateCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "update ID",
 		Short: "Change an endpoint's URL or events, enable or disable it, or rotate its secret",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -175,7 +175,7 @@ func newWebhookDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete ID",
 		Short: "Remove an endpoint",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			api, err := apiClient()
 			if err != nil {
@@ -194,7 +194,7 @@ func newWebhookTestCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "test ID",
 		Short: "Send a webhook.test delivery; see it with `hostedtrain webhook deliveries ID`",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			api, err := apiClient()
 			if err != nil {
@@ -216,7 +216,7 @@ func newWebhookDeliveriesCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "deliveries ID",
 		Short: "An endpoint's deliveries, newest first: status, attempts, response code, latency",
-		Args:  cobra.ExactArgs(1),
+		Args:  needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -261,7 +261,7 @@ func newWebhookRedeliverCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "redeliver ID DELIVERY_ID",
 		Short: "Send a delivery again now (same message id)",
-		Args:  cobra.ExactArgs(2),
+		Args:  needArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			api, err := apiClient()
 			if err != nil {

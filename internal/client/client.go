@@ -77,6 +77,9 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, " (try again in %s)", e.RetryAfter)
 	}
 	for _, f := range e.Problem.Errors {
+		if len(e.Problem.Errors) == 1 && strings.Contains(e.Problem.Detail, f.Message) {
+			break // the detail says it already (a TOML syntax error names its line and column)
+		}
 		b.WriteString("\n  " + f.String())
 	}
 	return b.String()

@@ -317,7 +317,8 @@ function jobPage(id) {
       ['job', el('span', { class: 'mono' }, j.id)], ['kind', j.kind], ['model', j.config.model], ['environments', envs],
       ['gpus', j.config.resources.gpus ? `${j.config.resources.gpus}×${j.config.resources.gpu_type}` : 'none'],
       ...((j.kind === 'rl' || j.kind === 'fft') ? [['step', `${j.progress.step}/${j.progress.max_steps}`]] : []), ['score', fmt(score(j))],
-      ['attempt', `${j.attempt} of ${j.max_attempts}`], ['gpu time', gpuTime(j.gpu_seconds)],
+      ['attempt', j.run > j.attempt ? `${j.run} (logs: attempt ${j.run}); ${j.attempt} of ${j.max_attempts} counted since its last restart` : `${j.attempt} of ${j.max_attempts}`],
+      ['gpu time', gpuTime(j.gpu_seconds)],
       ...(j.budget_gpu_seconds ? [['budget', el('span', { id: 'budget' }, `${gpuTime(j.gpu_seconds)} of ${gpuTime(j.budget_gpu_seconds)} used (${Math.floor(100 * j.gpu_seconds / j.budget_gpu_seconds)} %)`)]] : []),
       ['created', new Date(j.created_at).toLocaleString()],
     ];
