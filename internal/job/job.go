@@ -120,8 +120,8 @@ type Job struct {
 	// Run is how many times the job has been claimed (its lease fence): its logs are kept per
 	// run, and `logs --attempt N` reads run N. Attempt counts only the runs its retries spent
 	// since it was last restarted, so the two differ after a restart or a hand-back.
-	Run int `json:"run,omitempty"`
-	Error       string       `json:"error,omitempty"`
+	Run   int    `json:"run,omitempty"`
+	Error string `json:"error,omitempty"`
 	// FailureAnalysis is why its newest failed attempt failed: on a FAILED job, and on a job
 	// queued again after a platform fault (until a restart).
 	FailureAnalysis *FailureAnalysis `json:"failure_analysis,omitempty"`
