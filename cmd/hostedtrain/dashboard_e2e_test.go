@@ -97,7 +97,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err != nil || !strings.Contains(string(res), "dashboard ok") {
 		t.Fatalf("the browser test: %v\n%s", err, res)
 	}
-	for _, name := range []string{"jobs.png", "job.png", "rollouts.png", "eval.png", "failed.png", "nodes.png", "docs.png"} {
+	for _, name := range []string{"jobs.png", "job.png", "rollouts.png", "eval.png", "failed.png", "nodes.png", "phone.png", "docs.png"} {
 		st, err := os.Stat(filepath.Join(shots, name))
 		if err != nil || st.Size() < 10_000 {
 			t.Errorf("screenshot %s: %v", name, err)

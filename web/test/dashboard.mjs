@@ -46,6 +46,23 @@ try {
   await page.waitForFunction((id) => !document.querySelector(`#jobs tr[data-id="${id}"]`), jobID, timeout);
   await page.selectOption('#filter-status', 'COMPLETED');
   await page.waitForSelector(`#jobs tr[data-id="${jobID}"]`, timeout);
+  // The table's columns, a short id, sorting by a header, the text filter.
+  const headers = await page.$$eval('#jobs th', (ths) => ths.map((t) => t.textContent));
+  for (const h of ['Status', 'Job', 'Kind', 'Model', 'GPUs', 'Step', 'Duration', 'Cost', 'Age']) {
+    if (!headers.includes(h)) fail('the jobs table lacks the column ' + h + ': ' + headers.join(', '));
+  }
+  const shown = await page.textContent(`#jobs tr[data-id="${jobID}"] a`);
+  if (shown !== '…' + jobID.slice(-8)) fail('the job is not shown by a short id: ' + shown);
+  await page.selectOption('#filter-status', '');
+  await page.waitForSelector(`#jobs tr[data-id="${failedID}"]`, timeout);
+  await page.click('#jobs th[data-col="Status"]');
+  const order = await page.$$eval('#jobs tbody tr', (trs) => trs.map((tr) => tr.querySelector('.badge').textContent));
+  if (order.join() !== [...order].sort().join()) fail('sorting by status: ' + order.join());
+  await page.fill('#filter-text', jobID.slice(-8));
+  await page.waitForFunction((id) => document.querySelectorAll('#jobs tbody tr').length === 1 && document.querySelector(`#jobs tr[data-id="${id}"]`), jobID, timeout);
+  await page.fill('#filter-text', '');
+  await page.selectOption('#filter-status', 'COMPLETED');
+  await page.waitForFunction((id) => !document.querySelector(`#jobs tr[data-id="${id}"]`), failedID, timeout);
   await page.screenshot({ path: out + '/jobs.png', fullPage: true });
 
   await page.click(`#jobs tr[data-id="${jobID}"] a`);
@@ -57,6 +74,8 @@ try {
     .map((b) => b.dataset.metric));
   if (overflow.length) fail('charts spill out of their boxes: ' + overflow.join(', '));
   if ((await page.$$('#charts .chart')).length !== 3) fail('want 3 charts (reward, loss, entropy)');
+  // No chart of a job with data is empty.
+  await page.waitForFunction(() => [...document.querySelectorAll('#charts .chart')].every((c) => Number(c.dataset.points) > 0), null, timeout);
   await page.waitForFunction(() => document.querySelectorAll('#events li').length >= 5, null, timeout);
   await page.waitForSelector('#checkpoints a[href*="/v1/downloads/"], #checkpoints a[href^="http"]', timeout);
   await page.waitForFunction(() => document.querySelector('#logs').textContent.includes('training finished'), null, timeout);
@@ -113,6 +132,13 @@ try {
   const failure = await page.textContent('#failure');
   if (!failure.includes('environment install') || !failure.includes('user fault') || !failure.includes('not retried') ||
     !(await page.textContent('#failure pre.evidence')).includes('install.log: ')) fail('the failure analysis: ' + failure);
+  if (await page.isVisible('#charts') || !(await page.isVisible('#no-metrics'))) fail('a job without metrics shows empty charts');
+  let asked = '';
+  page.once('dialog', (d) => { asked = d.message(); d.dismiss(); });
+  await page.click('#delete');
+  await page.waitForFunction(() => true, null, timeout);
+  if (!asked.includes('cannot be undone')) fail('Delete did not ask first: ' + asked);
+  if (!page.url().includes(failedID)) fail('a dismissed Delete left the page');
   const budget = await page.textContent('#budget');
   if (!budget.includes('of 5.00 GPU-hours used')) fail('the budget: ' + budget);
   await page.screenshot({ path: out + '/failed.png', fullPage: true });
@@ -124,6 +150,29 @@ try {
   if (!cordoned.includes('fan noise')) fail('the cordoned node row: ' + cordoned);
   if (await page.isHidden('#nodes-link')) fail('an admin token does not see the Nodes link');
   await page.screenshot({ path: out + '/nodes.png', fullPage: true });
+
+  // "Remember this token on this device": a new tab opens a job without asking; Forget clears it.
+  const ctx2 = await browser.newContext({ viewport: { width: 390, height: 844 } });
+  const phone = await ctx2.newPage();
+  phone.on('pageerror', (e) => problems.push('page error (phone): ' + e.message));
+  await phone.goto(url + '/');
+  await phone.fill('#token', token);
+  await phone.check('#remember');
+  await phone.click('#use-token');
+  await phone.waitForSelector(`#jobs tr[data-id="${jobID}"]`, timeout);
+  const wide = await phone.evaluate(() => document.documentElement.scrollWidth);
+  if (wide > 391) fail('the jobs page is wider than a phone: ' + wide + 'px');
+  await phone.screenshot({ path: out + '/phone.png', fullPage: true });
+  const tab = await ctx2.newPage();
+  await tab.goto(url + '/#/jobs/' + jobID);
+  await tab.waitForSelector('#facts dl', timeout);
+  const tabWide = await tab.evaluate(() => document.documentElement.scrollWidth);
+  if (tabWide > 391) fail('the job page is wider than a phone: ' + tabWide + 'px');
+  await tab.click('#forget');
+  await tab.waitForSelector('#token', timeout);
+  const left = await tab.evaluate(() => localStorage.length + sessionStorage.length);
+  if (left !== 0) fail('Forget token left ' + left + ' stored item(s)');
+  await ctx2.close();
 
   await page.goto(url + '/docs');
   await page.waitForSelector('#redoc h1', timeout);

@@ -8,10 +8,13 @@ const app = document.getElementById('app');
 const forget = document.getElementById('forget');
 let leave = () => {}; // stops the current page's timers and streams
 
-const token = () => sessionStorage.getItem(TOKEN_KEY);
+// The token is in sessionStorage (gone when the tab closes), or — when the user asked to be
+// remembered on this device — in localStorage, so that a job link opened in a new tab works.
+const token = () => sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY);
 
 forget.addEventListener('click', () => {
   sessionStorage.removeItem(TOKEN_KEY);
+  localStorage.removeItem(TOKEN_KEY);
   route();
 });
 
@@ -45,6 +48,7 @@ async function api(path, opts = {}) {
   });
   if (res.status === 401) {
     sessionStorage.removeItem(TOKEN_KEY);
+    localStorage.removeItem(TOKEN_KEY);
     route('the token was refused (expired, or not for this service): paste another');
     throw new APIError(401, { title: 'Unauthorized' });
   }
@@ -136,10 +140,12 @@ function showError(where, e) {
 function loginPage(message) {
   forget.hidden = true;
   const input = el('textarea', { id: 'token', placeholder: 'eyJhbGciOi…', autocomplete: 'off', spellcheck: 'false' });
+  const remember = el('input', { type: 'checkbox', id: 'remember' });
   const submit = () => {
     const t = input.value.trim();
     if (!t) return;
-    sessionStorage.setItem(TOKEN_KEY, t);
+    if (remember.checked) localStorage.setItem(TOKEN_KEY, t);
+    else sessionStorage.setItem(TOKEN_KEY, t);
     route();
   };
   app.replaceChildren(el('div', { class: 'card login' },
@@ -148,41 +154,102 @@ function loginPage(message) {
       '`hostedtrain admin token --scopes jobs:read,jobs:write` makes one; `hostedtrain dev` writes admin.token.'),
     message ? el('p', { class: 'error' }, message) : null,
     input,
+    el('p', {}, el('label', {}, remember, ' remember this token on this device (until you press Forget token)')),
     el('p', {}, el('button', { class: 'primary', id: 'use-token', type: 'button', onclick: submit }, 'Use this token'))));
   input.focus();
 }
 
 // ---- the jobs table ----
 
+// shortID is the end of a job id: ids are UUIDv7s, whose starts are their creation times and
+// alike for jobs made together; the CLI takes the end as well.
+const shortID = (id) => '…' + id.slice(-8);
+
+// duration of a job's run so far (or in all, once it ended), in seconds.
+function runSeconds(j) {
+  if (!j.started_at) return 0;
+  const end = j.finished_at ? Date.parse(j.finished_at) : Date.now();
+  return Math.max(0, (end - Date.parse(j.started_at)) / 1000);
+}
+
+function span(sec) {
+  if (!sec) return '-';
+  if (sec < 90) return Math.round(sec) + 's';
+  if (sec < 5400) return Math.round(sec / 60) + 'm';
+  return (sec / 3600).toFixed(1) + 'h';
+}
+
+// The operator's prices per GPU-hour by model, read once (cost columns).
+let prices = null;
+async function loadPrices() {
+  if (prices) return prices;
+  try {
+    const page = await api('/v1/models');
+    prices = Object.fromEntries((page.items || []).filter((m) => m.price_per_gpu_hour).map((m) => [m.name, m.price_per_gpu_hour]));
+  } catch (e) {
+    prices = {};
+  }
+  return prices;
+}
+
+const cost = (j) => (prices && prices[j.config.model] ? (j.gpu_seconds / 3600) * prices[j.config.model] : undefined);
+
+// The jobs table's columns: header, cell, sort key; `narrow` ones stay on a phone.
+const COLUMNS = [
+  { name: 'Status', narrow: true, cell: (j) => badge(j.status), key: (j) => j.status },
+  { name: 'Job', narrow: true, cell: (j) => el('a', { href: '#/jobs/' + j.id, title: j.id }, j.name || shortID(j.id)), key: (j) => j.name || j.id, cls: 'mono' },
+  { name: 'Kind', cell: (j) => j.kind, key: (j) => j.kind },
+  { name: 'Model', cell: (j) => j.config.model, key: (j) => j.config.model },
+  { name: 'GPUs', cell: (j) => (j.config.resources.gpus ? `${j.config.resources.gpus}×${j.config.resources.gpu_type}` : '-'), key: (j) => j.config.resources.gpus || 0 },
+  { name: 'Step', narrow: true, cell: (j) => (j.progress.max_steps ? `${j.progress.step}/${j.progress.max_steps}` : '-'), key: (j) => j.progress.step },
+  { name: 'Score', cell: (j) => fmt(score(j)), key: (j) => score(j) ?? -Infinity },
+  { name: 'Duration', cell: (j) => span(runSeconds(j)), key: runSeconds },
+  { name: 'Cost', cell: (j) => (cost(j) === undefined ? '-' : cost(j).toFixed(2)), key: (j) => cost(j) ?? -1 },
+  { name: 'Age', narrow: true, cell: (j) => ago(j.created_at), key: (j) => -Date.parse(j.created_at) },
+];
+
 function jobsPage() {
-  const state = { status: '', kind: '' };
+  const state = { status: '', kind: '', text: '', sort: 'Age', desc: false };
+  let jobs = [];
   const body = el('tbody');
   const more = el('p');
   const status = el('select', { id: 'filter-status', onchange: () => { state.status = status.value; load(); } },
     ['', 'QUEUED', 'PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPPED'].map((s) => el('option', { value: s }, s || 'any status')));
   const kind = el('select', { id: 'filter-kind', onchange: () => { state.kind = kind.value; load(); } },
     ['', 'rl', 'fft', 'gepa', 'eval'].map((k) => el('option', { value: k }, k || 'any kind')));
-  app.replaceChildren(el('h1', {}, 'Jobs'), el('div', { class: 'filters' }, status, kind),
-    el('table', { id: 'jobs' }, el('thead', {}, el('tr', {},
-      ['Status', 'Job', 'Model', 'Environments', 'Step', 'Reward', 'Age'].map((h) => el('th', {}, h)))), body), more);
-  const row = (j) => el('tr', { 'data-id': j.id },
-    el('td', {}, badge(j.status)),
-    el('td', { class: 'mono' }, el('a', { href: '#/jobs/' + j.id }, j.name || j.id)),
-    el('td', {}, j.config.model),
-    el('td', {}, (j.config.env || []).map((e) => e.id).join(', ')),
-    el('td', {}, `${j.progress.step}/${j.progress.max_steps}`),
-    el('td', {}, fmt(score(j))),
-    el('td', {}, ago(j.created_at)));
+  const text = el('input', { id: 'filter-text', type: 'search', placeholder: 'name, model or id', oninput: () => { state.text = text.value.trim().toLowerCase(); draw(); } });
+  const head = el('tr', {}, COLUMNS.map((c) => el('th', { 'data-col': c.name, class: c.narrow ? 'narrow' : 'wide', onclick: () => sortBy(c.name) }, c.name)));
+  app.replaceChildren(el('h1', {}, 'Jobs'), el('div', { class: 'filters' }, status, kind, text),
+    el('div', { class: 'scroll' }, el('table', { id: 'jobs' }, el('thead', {}, head), body)), more);
+  function sortBy(name) {
+    state.desc = state.sort === name ? !state.desc : false;
+    state.sort = name;
+    draw();
+  }
+  // draw shows the loaded jobs that match the text filter, in the chosen order.
+  function draw() {
+    const col = COLUMNS.find((c) => c.name === state.sort);
+    const shown = jobs.filter((j) => !state.text || [j.name, j.id, j.config.model].some((v) => (v || '').toLowerCase().includes(state.text)));
+    shown.sort((a, b) => {
+      const x = col.key(a), y = col.key(b);
+      const c = typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y));
+      return state.desc ? -c : c;
+    });
+    for (const th of head.children) th.dataset.sorted = th.dataset.col === state.sort ? (state.desc ? 'desc' : 'asc') : '';
+    body.replaceChildren(...shown.map((j) => el('tr', { 'data-id': j.id },
+      COLUMNS.map((c) => el('td', { class: [c.cls, c.narrow ? 'narrow' : 'wide'].filter(Boolean).join(' ') }, c.cell(j))))));
+    if (!shown.length) body.append(el('tr', {}, el('td', { colspan: COLUMNS.length, class: 'muted' }, jobs.length ? 'no job matches' : 'no jobs')));
+  }
   async function load(cursor) {
     const q = new URLSearchParams({ limit: '50' });
     if (state.status) q.set('status', state.status);
     if (state.kind) q.set('kind', state.kind);
     if (cursor) q.set('cursor', cursor);
     try {
+      await loadPrices();
       const page = await api('/v1/jobs?' + q);
-      if (!cursor) body.replaceChildren();
-      body.append(...page.items.map(row));
-      if (!page.items.length && !cursor) body.append(el('tr', {}, el('td', { colspan: 7, class: 'muted' }, 'no jobs')));
+      jobs = cursor ? jobs.concat(page.items) : page.items;
+      draw();
       more.replaceChildren(page.next_cursor ? el('button', { type: 'button', onclick: () => load(page.next_cursor) }, 'More') : '');
     } catch (e) {
       showError(more, e);
@@ -221,7 +288,8 @@ function jobPage(id) {
   const ctl = new AbortController();
   const facts = el('div', { class: 'card', id: 'facts' }, 'loading…');
   const bar = el('div', { class: 'bar' }, el('div', { style: 'width:0%' }));
-  const charts = el('div', { class: 'charts', id: 'charts' });
+  const charts = el('div', { class: 'charts', id: 'charts', hidden: true });
+  const noMetrics = el('p', { class: 'muted', id: 'no-metrics' }, 'no metrics yet: the charts appear with the first step');
   const events = el('ul', { class: 'timeline', id: 'events' });
   const checkpoints = el('div', { id: 'checkpoints' });
   const rollouts = el('div', { id: 'rollouts' });
@@ -233,7 +301,7 @@ function jobPage(id) {
   app.replaceChildren(
     el('p', {}, el('a', { href: '#/' }, '← jobs')),
     el('h1', { id: 'job-title' }, id), facts, bar, result,
-    el('h2', { id: 'metrics-title' }, 'Metrics'), charts,
+    el('h2', { id: 'metrics-title' }, 'Metrics'), noMetrics, charts,
     el('h2', { id: 'rollouts-title', hidden: true }, 'Rollouts'), rollouts,
     el('h2', {}, 'Events'), events,
     el('h2', {}, 'Checkpoints'), checkpoints,
@@ -249,7 +317,14 @@ function jobPage(id) {
   function makeCharts(kind) {
     chartList = CHARTS[kind] || CHARTS.rl;
     document.getElementById('metrics-title').hidden = chartList.length === 0;
+    noMetrics.hidden = chartList.length === 0;
     for (const [name] of chartList) series[name] = [];
+  }
+  // drawCharts makes the charts once the first step's row has arrived: never an empty box.
+  function drawCharts() {
+    if (Object.keys(plots).length) return;
+    charts.hidden = false;
+    noMetrics.hidden = true;
     // All the boxes first, so each has its column's width when its chart is sized to it.
     const boxes = chartList.map(([name, title]) => el('div', { class: 'chart', 'data-metric': name }, el('h3', {}, title)));
     charts.append(...boxes);
@@ -277,7 +352,12 @@ function jobPage(id) {
       }
       if (!page.next_min_step) break;
     }
-    for (const [name] of chartList) plots[name].setData([series.step, series[name]]);
+    if (!series.step.length) return;
+    drawCharts();
+    for (const [name] of chartList) {
+      plots[name].setData([series.step, series[name]]);
+      charts.querySelector(`.chart[data-metric="${name}"]`).dataset.points = series[name].filter((v) => v !== null).length;
+    }
   }
 
   // A GEPA or eval job's result: per environment, the eval's size and average reward; GEPA's
@@ -335,8 +415,9 @@ function jobPage(id) {
     if (j.error) pairs.push(['error', el('span', { class: 'error' }, j.error)]);
     if (j.failure_analysis) pairs.push(['failure', failureBlock(j.failure_analysis)]);
     const actions = [];
-    if (!terminal(j.status)) actions.push(el('button', { type: 'button', id: 'stop', onclick: () => act('cancel') }, 'Stop'));
-    if (j.status === 'FAILED' || j.status === 'STOPPED') actions.push(el('button', { type: 'button', onclick: () => act('restart') }, 'Restart'));
+    if (!terminal(j.status)) actions.push(el('button', { type: 'button', id: 'stop', onclick: () => act('cancel', `Stop job ${j.name || j.id}? Its newest checkpoint is kept.`) }, 'Stop'));
+    if (j.status === 'FAILED' || j.status === 'STOPPED') actions.push(el('button', { type: 'button', id: 'restart', onclick: () => act('restart', `Restart job ${j.name || j.id} from its newest checkpoint?`) }, 'Restart'));
+    if (terminal(j.status)) actions.push(el('button', { type: 'button', id: 'delete', onclick: () => remove(j) }, 'Delete'));
     facts.replaceChildren(el('dl', { class: 'facts' }, pairs.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
     if (actions.length) facts.append(el('p', { class: 'row' }, actions));
     const pct = j.progress.max_steps ? (100 * j.progress.step) / j.progress.max_steps : (j.status === 'COMPLETED' ? 100 : 0);
@@ -347,9 +428,21 @@ function jobPage(id) {
     showResult(j.progress.result);
   }
 
-  async function act(what) {
+  // act asks first: a stop or a restart is not undone by a click.
+  async function act(what, question) {
+    if (!confirm(question)) return;
     try {
       showJob(await api(`/v1/jobs/${id}/${what}`, { method: 'POST' }));
+    } catch (e) {
+      alert(e.message);
+    }
+  }
+
+  async function remove(j) {
+    if (!confirm(`Delete job ${j.name || j.id} and all its data (metrics, logs, checkpoints)? This cannot be undone.`)) return;
+    try {
+      await api(`/v1/jobs/${id}`, { method: 'DELETE' });
+      location.hash = '#/';
     } catch (e) {
       alert(e.message);
     }
