@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,7 +166,9 @@ type run struct {
 
 	mu     sync.Mutex
 	agents map[int]*proc // by slot: a replacement takes its victim's slot and ports
+	names  map[int]string
 	nextID int
+	killed map[string]time.Time // agent name -> when it was killed
 }
 
 // agentPorts is each agent slot's range of ports: the agents share one machine here, where a
@@ -195,6 +198,10 @@ func (r *run) startAgent(slot int) error {
 	}
 	r.mu.Lock()
 	r.agents[slot] = p
+	if r.names == nil {
+		r.names = map[int]string{}
+	}
+	r.names[slot] = name
 	r.mu.Unlock()
 	return nil
 }
@@ -209,6 +216,10 @@ func (r *run) killOne() error {
 	victim := slots[rand.IntN(len(slots))]
 	p := r.agents[victim]
 	delete(r.agents, victim)
+	if r.killed == nil {
+		r.killed = map[string]time.Time{}
+	}
+	r.killed[r.names[victim]] = time.Now()
 	r.mu.Unlock()
 	p.kill()
 	return r.startAgent(victim)
@@ -448,12 +459,21 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	lost, duplicated, failed, resumed, badResume := 0, 0, 0, 0, 0
 	stepRe := regexp.MustCompile(`step (\d+)`)
 	resumeRe := regexp.MustCompile(`from the checkpoint of step (\d+)`)
+	agentRe := regexp.MustCompile(`lease expired on (\S+?);`)
+	// Goodput: the GPU time that produced the steps kept (each job's steps at the emulated step
+	// time, on its GPUs) over the GPU time billed; what the failures cost; and how long a job
+	// whose node was killed took to run again and to commit its next checkpoint.
+	var billed, useful, gpus float64
+	var toRunning, toCheckpoint []time.Duration
 	for _, id := range ids {
 		j, err := getRetry(ctx, user, id)
 		if err != nil || !j.Status.Terminal() {
 			lost++
 			continue
 		}
+		billed += j.GPUSeconds
+		useful += float64(j.Progress.Step) * r.stepTime.Seconds() * float64(j.Config.Resources.GPUs)
+		gpus += float64(j.Config.Resources.GPUs) / float64(len(ids))
 		if j.Status == job.Failed {
 			failed++
 			if failed <= 3 {
@@ -475,6 +495,20 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 				}
 			case "job.retrying":
 				resumed++
+				if m := agentRe.FindStringSubmatch(e.Detail); m != nil {
+					r.mu.Lock()
+					at, ok := r.killed[m[1]]
+					r.mu.Unlock()
+					if ok {
+						running, ckpt := nextAfter(evs, e.Seq)
+						if !running.IsZero() {
+							toRunning = append(toRunning, running.Sub(at))
+						}
+						if !ckpt.IsZero() {
+							toCheckpoint = append(toCheckpoint, ckpt.Sub(at))
+						}
+					}
+				}
 				m := resumeRe.FindStringSubmatch(e.Detail)
 				if (m == nil && newest != 0) || (m != nil && m[1] != strconv.Itoa(newest)) {
 					badResume++
@@ -493,6 +527,13 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	}
 	fmt.Printf("chaos: %d terminal (%d failed), %d runs resumed (%d not from the newest checkpoint), %d stale writes tried, API restarts %d, took %s\n",
 		nJobs-lost, failed, resumed, badResume, staleTried.Load(), apiRestarts, time.Since(began).Round(time.Second))
+	if billed > 0 && resumed > 0 {
+		perFailure := (billed - useful) / float64(resumed)
+		fmt.Printf("chaos: goodput %.3f (GPU time that produced the steps kept / GPU time billed: %.0f of %.0f GPU-s); "+
+			"per failure %.1f GPU-s lost (%.1f steps' worth, start-up included); node loss -> running again p50 %s p90 %s, -> next checkpoint p50 %s p90 %s (%d resumes timed)\n",
+			useful/billed, useful, billed, perFailure, perFailure/(gpus*r.stepTime.Seconds()),
+			pct(toRunning, 50), pct(toRunning, 90), pct(toCheckpoint, 50), pct(toCheckpoint, 90), len(toRunning))
+	}
 	fmt.Printf("chaos: jobs=%d agent_kills=%d redis_restarts=%d lost=%d duplicated=%d stale_accepted=%d\n",
 		nJobs, kills, redisRestarts, lost, duplicated, staleAccepted.Load())
 	if lost > 0 || duplicated > 0 || staleAccepted.Load() > 0 || badResume > 0 || failed > 0 {
@@ -529,4 +570,31 @@ func eventsRetry(ctx context.Context, c *client.Client, id string) ([]job.Event,
 		return nil, last
 	}
 	return evs, nil
+}
+
+// nextAfter is when, after event seq, the job next ran (job.started) and next committed a
+// checkpoint (job.checkpoint); zero where it did not.
+func nextAfter(evs []job.Event, seq int64) (running, checkpoint time.Time) {
+	for _, e := range evs {
+		if e.Seq <= seq {
+			continue
+		}
+		if e.Type == "job.started" && running.IsZero() {
+			running = e.Time
+		}
+		if e.Type == "job.checkpoint" && checkpoint.IsZero() && !running.IsZero() {
+			checkpoint = e.Time
+		}
+	}
+	return running, checkpoint
+}
+
+// pct is a percentile of durations, rounded ("-" for none).
+func pct(ds []time.Duration, p int) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)].Round(10 * time.Millisecond).String()
 }
