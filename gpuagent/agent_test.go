@@ -210,7 +210,16 @@ func (b bundle) run(t testing.TB, cfg gpuagent.Config) (*gpuagent.Agent, func())
 		defer close(done)
 		_ = a.Run(ctx)
 	}()
-	stop := func() { cancel(); <-done }
+	// Stopping is bounded: an agent that does not drain in time fails the test rather than
+	// holding the whole run until the package's timeout.
+	stop := func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			t.Errorf("an agent did not stop within 2 minutes of its drain (work dir %s)", cfg.WorkDir)
+		}
+	}
 	t.Cleanup(stop)
 	return a, stop
 }
@@ -280,11 +289,17 @@ func (b bundle) submitKind(t testing.TB, toml, kind string) *job.Job {
 	return &s.Job
 }
 
-// waitFor polls the job until cond holds.
+// waitFor polls the job until cond holds (a minute at most).
 func (b bundle) waitFor(t testing.TB, id string, what string, cond func(*job.Job) bool) *job.Job {
 	t.Helper()
+	return b.waitWithin(t, time.Minute, id, what, cond)
+}
+
+// waitWithin is waitFor with its own bound: for runs whose steps a loaded machine slows most.
+func (b bundle) waitWithin(t testing.TB, limit time.Duration, id string, what string, cond func(*job.Job) bool) *job.Job {
+	t.Helper()
 	var j *job.Job
-	testwait.Until(t, time.Minute, "job "+what, func() bool {
+	testwait.Until(t, limit, "job "+what, func() bool {
 		var err error
 		if j, err = b.user.GetJob(context.Background(), id); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
@@ -23,13 +24,13 @@ func TestABudgetStopsTheJobAndARaiseLetsItGoOn(t *testing.T) {
 	if j.BudgetGPUSeconds != 3600 {
 		t.Fatalf("budget %v GPU-seconds, want 3600", j.BudgetGPUSeconds)
 	}
-	running := b.waitFor(t, j.ID, "a checkpoint", func(x *job.Job) bool { return x.Status == job.Running && x.Progress.CheckpointStep >= 2 })
+	running := b.waitWithin(t, 3*time.Minute, j.ID, "a checkpoint", func(x *job.Job) bool { return x.Status == job.Running && x.Progress.CheckpointStep >= 2 })
 	// 2.5 times what it used: the 50 % mark is still ahead.
 	budget := 2.5 * (running.GPUSeconds + 1) / 3600
 	if _, err := b.user.SetBudget(context.Background(), j.ID, budget, 0); err != nil {
 		t.Fatal(err)
 	}
-	done := b.waitFor(t, j.ID, "stopped", terminal)
+	done := b.waitWithin(t, 3*time.Minute, j.ID, "stopped", terminal)
 	if done.Status != job.Stopped || !strings.Contains(b.lastDetail(t, j.ID), "budget is spent") {
 		t.Fatalf("got %s (%q); want STOPPED for its budget", done.Status, b.lastDetail(t, j.ID))
 	}
@@ -57,7 +58,7 @@ func TestABudgetStopsTheJobAndARaiseLetsItGoOn(t *testing.T) {
 	if _, err := b.user.RestartJob(context.Background(), j.ID); err != nil {
 		t.Fatal(err)
 	}
-	again := b.waitFor(t, j.ID, "running again past its checkpoint", func(x *job.Job) bool {
+	again := b.waitWithin(t, 3*time.Minute, j.ID, "running again past its checkpoint", func(x *job.Job) bool {
 		return x.Status == job.Running && x.Progress.Step > done.Progress.CheckpointStep
 	})
 	if again.ResumeStep != done.Progress.CheckpointStep {
@@ -66,7 +67,7 @@ func TestABudgetStopsTheJobAndARaiseLetsItGoOn(t *testing.T) {
 	if _, err := b.user.CancelJob(context.Background(), j.ID); err != nil {
 		t.Fatal(err)
 	}
-	b.waitFor(t, j.ID, "stopped", terminal)
+	b.waitWithin(t, 3*time.Minute, j.ID, "stopped", terminal)
 }
 
 // allEvents reads every event of a job, page after page.

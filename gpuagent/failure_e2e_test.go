@@ -21,7 +21,7 @@ func TestAnOutOfMemoryFailsWithoutARetry(t *testing.T) {
 	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond})
 	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "oom")
 	j := b.submit(t, smallJob)
-	done := b.waitFor(t, j.ID, "ended", terminal)
+	done := b.waitWithin(t, 3*time.Minute, j.ID, "ended", terminal)
 	a := done.FailureAnalysis
 	if done.Status != job.Failed || done.Attempt != 1 || a == nil {
 		t.Fatalf("got %s, attempt %d, analysis %+v; want FAILED at attempt 1 with an analysis", done.Status, done.Attempt, a)
@@ -45,7 +45,7 @@ func TestAnNCCLErrorIsRetriedOnAnotherNode(t *testing.T) {
 	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond, RetryElsewhereFor: time.Hour})
 	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "nccl")
 	j := b.submit(t, smallJob)
-	queued := b.waitFor(t, j.ID, "queued again", func(j *job.Job) bool { return j.Status == job.Queued && j.Attempt == 2 })
+	queued := b.waitWithin(t, 3*time.Minute, j.ID, "queued again", func(j *job.Job) bool { return j.Status == job.Queued && j.Attempt == 2 })
 	a := queued.FailureAnalysis
 	if a == nil || a.Class != job.FailNCCLNetwork || a.Fault != job.FaultPlatform || !a.Retried || a.Attempt != 1 {
 		t.Fatalf("analysis %+v; want nccl_network, the platform's fault, retried, attempt 1", a)
@@ -59,12 +59,12 @@ func TestAnNCCLErrorIsRetriedOnAnotherNode(t *testing.T) {
 		t.Errorf("last event %s %q; want job.retrying naming the fault and the node", last.Type, last.Detail)
 	}
 	// agent-a waits, and is passed over: the job stays queued until another node comes.
-	b.waitFor(t, j.ID, "its backoff over", func(j *job.Job) bool { return j.Status == job.Queued && j.RetryAt == nil })
+	b.waitWithin(t, 3*time.Minute, j.ID, "its backoff over", func(j *job.Job) bool { return j.Status == job.Queued && j.RetryAt == nil })
 	if got, err := b.user.GetJob(context.Background(), j.ID); err != nil || got.Status != job.Queued {
 		t.Fatalf("the job went back to the node it failed on: %v %v", got.Status, err)
 	}
 	b.startAgent(t, "agent-b", "--emulate.step-time", "10ms")
-	done := b.waitFor(t, j.ID, "ended", terminal)
+	done := b.waitWithin(t, 3*time.Minute, j.ID, "ended", terminal)
 	if done.Status != job.Completed || done.Attempt != 2 || done.Runtime == nil || done.Runtime.AgentID != "agent-b" {
 		t.Fatalf("got %s at attempt %d on %+v; want COMPLETED at attempt 2 on agent-b", done.Status, done.Attempt, done.Runtime)
 	}
@@ -83,9 +83,9 @@ func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
 	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
 	stopA := b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "nccl")
 	j1 := b.submit(t, smallJob)
-	b.waitFor(t, j1.ID, "retried", func(j *job.Job) bool { return j.Attempt == 2 })
+	b.waitWithin(t, 3*time.Minute, j1.ID, "retried", func(j *job.Job) bool { return j.Attempt == 2 })
 	j2 := b.submit(t, smallJob)
-	b.waitFor(t, j2.ID, "retried", func(j *job.Job) bool { return j.Attempt == 2 })
+	b.waitWithin(t, 3*time.Minute, j2.ID, "retried", func(j *job.Job) bool { return j.Attempt == 2 })
 	nodes, err := admin.Nodes(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
 	stopA()
 	b.startAgent(t, "agent-b", "--emulate.step-time", "100ms")
 	for _, id := range []string{j1.ID, j2.ID} {
-		done := b.waitFor(t, id, "ended", terminal)
+		done := b.waitWithin(t, 3*time.Minute, id, "ended", terminal)
 		if done.Status != job.Completed || done.Runtime == nil || done.Runtime.AgentID != "agent-b" {
 			t.Errorf("job %s: %s on %+v; want COMPLETED on agent-b", id, done.Status, done.Runtime)
 		}
@@ -111,16 +111,16 @@ func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
 	// agent-b is drained while it runs a long job: the job goes back to the queue, attempt
 	// unspent, and agent-c finishes it.
 	long := b.submit(t, withSteps(60))
-	b.waitFor(t, long.ID, "running on agent-b", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 2 })
+	b.waitWithin(t, 3*time.Minute, long.ID, "running on agent-b", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 2 })
 	if n, err := admin.SetNode(context.Background(), "agent-b", job.NodeDraining, "kernel update"); err != nil || n.State != job.NodeDraining {
 		t.Fatalf("drain: %+v %v", n, err)
 	}
-	back := b.waitFor(t, long.ID, "handed back", func(j *job.Job) bool { return j.Status == job.Queued })
+	back := b.waitWithin(t, 3*time.Minute, long.ID, "handed back", func(j *job.Job) bool { return j.Status == job.Queued })
 	if back.Attempt != 1 {
 		t.Errorf("a drain spent an attempt: %d", back.Attempt)
 	}
 	b.startAgent(t, "agent-c", "--emulate.step-time", "10ms")
-	done := b.waitFor(t, long.ID, "ended", terminal)
+	done := b.waitWithin(t, 3*time.Minute, long.ID, "ended", terminal)
 	if done.Status != job.Completed || done.Runtime == nil || done.Runtime.AgentID != "agent-c" {
 		t.Errorf("the drained job: %s on %+v; want COMPLETED on agent-c", done.Status, done.Runtime)
 	}

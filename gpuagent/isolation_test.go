@@ -66,7 +66,7 @@ func TestStorageFullFailsTheJob(t *testing.T) {
 	j := b.submit(t, withSteps(100000))
 	b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 2 })
 	store.full.Store(true)
-	done := b.waitFor(t, j.ID, "ended", terminal)
+	done := b.waitWithin(t, 3*time.Minute, j.ID, "ended", terminal)
 	if done.Status != job.Failed || !strings.Contains(done.Error, "storage refused its writes") || !strings.Contains(done.Error, "StorageFull") {
 		t.Fatalf("got %s %q; want FAILED saying the storage refused the job's writes", done.Status, done.Error)
 	}

@@ -14,7 +14,7 @@ import (
 func (b bundle) eventOf(t *testing.T, id, typ, want string) job.Event {
 	t.Helper()
 	var found job.Event
-	b.waitFor(t, id, typ+" "+want, func(*job.Job) bool {
+	b.waitWithin(t, 3*time.Minute, id, typ+" "+want, func(*job.Job) bool {
 		for _, e := range b.allEvents(t, id) {
 			if e.Type == typ && strings.Contains(e.Detail, want) {
 				found = e
@@ -46,7 +46,7 @@ func TestAStalledRunRaisesJobStalled(t *testing.T) {
 	if _, err := b.user.CancelJob(context.Background(), j.ID); err != nil {
 		t.Fatal(err)
 	}
-	if done := b.waitFor(t, j.ID, "stopped", terminal); done.Status != job.Stopped {
+	if done := b.waitWithin(t, 3*time.Minute, j.ID, "stopped", terminal); done.Status != job.Stopped {
 		t.Errorf("after the stop: %s", done.Status)
 	}
 }
@@ -74,7 +74,7 @@ func TestAStalledRunRestartsWhenItsJobAsks(t *testing.T) {
 		t.Errorf("analysis %+v; want stalled, retried, with the alert as evidence", a)
 	}
 	b.startAgent(t, "agent-b", "--emulate.step-time", "10ms")
-	done := b.waitFor(t, j.ID, "ended", terminal)
+	done := b.waitWithin(t, 3*time.Minute, j.ID, "ended", terminal)
 	if done.Status != job.Completed || done.Attempt != 2 || done.Runtime == nil || done.Runtime.AgentID != "agent-b" {
 		t.Errorf("got %s at attempt %d on %+v; want COMPLETED at attempt 2 on agent-b", done.Status, done.Attempt, done.Runtime)
 	}
@@ -90,7 +90,7 @@ func TestAFlatRewardRaisesAnAlert(t *testing.T) {
 	if !strings.Contains(ev.Detail, "steps 3-7") {
 		t.Errorf("alert %q; want it for steps 3-7", ev.Detail)
 	}
-	if done := b.waitFor(t, j.ID, "ended", terminal); done.Status != job.Completed {
+	if done := b.waitWithin(t, 3*time.Minute, j.ID, "ended", terminal); done.Status != job.Completed {
 		t.Errorf("an alert ended the run: %s", done.Status)
 	}
 }
