@@ -12,10 +12,11 @@ import (
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
-// A job with a budget: job.budget at 50, 80 and 100 % of it, then it is stopped — its newest
-// whole checkpoint committed — STOPPED for its budget. A restart is refused until the budget is
-// raised; raised, the job resumes from that checkpoint. (The budget is set once the run steps,
-// from what it used by then, so that a slow start on a loaded machine cannot spend it first.)
+// A job with a budget, through the agent: at 100 % it is stopped — its newest whole checkpoint
+// committed — STOPPED for its budget. A restart is refused until the budget is raised; raised,
+// the job resumes from that checkpoint. (The budget is set once the run steps, a few
+// GPU-seconds past what it used by then, so that neither a slow start on a loaded machine nor
+// a slow run spends the test's time; TestABudgetOnTheQueuesClock checks the 50/80/100 marks.)
 func TestABudgetStopsTheJobAndARaiseLetsItGoOn(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
@@ -25,8 +26,7 @@ func TestABudgetStopsTheJobAndARaiseLetsItGoOn(t *testing.T) {
 		t.Fatalf("budget %v GPU-seconds, want 3600", j.BudgetGPUSeconds)
 	}
 	running := b.waitWithin(t, 3*time.Minute, j.ID, "a checkpoint", func(x *job.Job) bool { return x.Status == job.Running && x.Progress.CheckpointStep >= 2 })
-	// 2.5 times what it used: the 50 % mark is still ahead.
-	budget := 2.5 * (running.GPUSeconds + 1) / 3600
+	budget := (running.GPUSeconds + 4) / 3600
 	if _, err := b.user.SetBudget(context.Background(), j.ID, budget, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +44,8 @@ func TestABudgetStopsTheJobAndARaiseLetsItGoOn(t *testing.T) {
 			marks = append(marks, strings.SplitN(e.Detail, " ", 2)[0])
 		}
 	}
-	if strings.Join(marks, ",") != "50,80,100" {
-		t.Errorf("budget events at %v %%; want 50, 80, 100", marks)
+	if len(marks) == 0 || marks[len(marks)-1] != "100" {
+		t.Errorf("budget events at %v %%; want them to end at 100", marks)
 	}
 	_, err := b.user.RestartJob(context.Background(), j.ID)
 	var he *client.Error

@@ -1303,3 +1303,62 @@ func TestNodeHealth(t *testing.T) {
 		}
 	}, func(c *Config) { c.QuarantineAfter = 2 })
 }
+
+// A budget, on the queue's clock: job.budget at 50, 80 and 100 % of it as the GPU time grows,
+// each once; at 100 % the heartbeat answers stop, and the job the agent then reports ends
+// STOPPED for its budget. SetBudget raised, the marks go on from the use reached.
+func TestABudgetOnTheQueuesClock(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		// 2 GPUs, 100 GPU-seconds: 50 s of wall time.
+		j, _, err := b.q.Submit(b.ctx, job.Submission{Org: "acme", Spec: jobSpec("b", 2), BudgetGPUMs: 100_000}, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := b.claim(t)
+		beat := func() job.Action {
+			t.Helper()
+			rep, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rep.Action
+		}
+		beat()
+		for _, step := range []struct {
+			after time.Duration
+			want  job.Action
+		}{{20 * time.Second, job.Continue}, {8 * time.Second, job.Continue}, {14 * time.Second, job.Continue}, {10 * time.Second, job.Stop}} {
+			b.clock.Advance(step.after)
+			if got := beat(); got != step.want {
+				t.Fatalf("after %s more: %s, want %s", step.after, got, step.want)
+			}
+		}
+		var marks []string
+		evs, err := b.q.Events(b.ctx, j.ID, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.Type == job.EventBudget {
+				marks = append(marks, strings.Fields(e.Detail)[0])
+			}
+		}
+		if strings.Join(marks, ",") != "50,80,100" {
+			t.Errorf("budget events at %v %%; want 50, 80, 100", marks)
+		}
+		if st, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "stopped on request"}); err != nil || st != job.Stopped {
+			t.Fatalf("the agent's report after the stop: %s %v", st, err)
+		}
+		got := b.status(t, j.ID)
+		if got.BudgetGPUSeconds != 100 || got.GPUSeconds < 100 {
+			t.Errorf("after the stop: budget %v, used %v", got.BudgetGPUSeconds, got.GPUSeconds)
+		}
+		if err := b.q.SetBudget(b.ctx, j.ID, 1_000_000); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.status(t, j.ID); got.BudgetGPUSeconds != 1000 {
+			t.Errorf("raised: %v", got.BudgetGPUSeconds)
+		}
+	})
+}
