@@ -464,6 +464,7 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	// time, on its GPUs) over the GPU time billed; what the failures cost; and how long a job
 	// whose node was killed took to run again and to commit its next checkpoint.
 	var billed, useful, gpus float64
+	var cleanOverhead []float64 // billed less useful GPU time of the jobs no failure touched: start-up
 	var toRunning, toCheckpoint []time.Duration
 	for _, id := range ids {
 		j, err := getRetry(ctx, user, id)
@@ -471,9 +472,11 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 			lost++
 			continue
 		}
+		jobUseful := float64(j.Progress.Step) * r.stepTime.Seconds() * float64(j.Config.Resources.GPUs)
 		billed += j.GPUSeconds
-		useful += float64(j.Progress.Step) * r.stepTime.Seconds() * float64(j.Config.Resources.GPUs)
+		useful += jobUseful
 		gpus += float64(j.Config.Resources.GPUs) / float64(len(ids))
+		resumedBefore := resumed
 		if j.Status == job.Failed {
 			failed++
 			if failed <= 3 {
@@ -524,14 +527,25 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 		if completions > 1 {
 			duplicated++
 		}
+		if resumed == resumedBefore {
+			cleanOverhead = append(cleanOverhead, j.GPUSeconds-jobUseful)
+		}
 	}
 	fmt.Printf("chaos: %d terminal (%d failed), %d runs resumed (%d not from the newest checkpoint), %d stale writes tried, API restarts %d, took %s\n",
 		nJobs-lost, failed, resumed, badResume, staleTried.Load(), apiRestarts, time.Since(began).Round(time.Second))
-	if billed > 0 && resumed > 0 {
-		perFailure := (billed - useful) / float64(resumed)
-		fmt.Printf("chaos: goodput %.3f (GPU time that produced the steps kept / GPU time billed: %.0f of %.0f GPU-s); "+
-			"per failure %.1f GPU-s lost (%.1f steps' worth, start-up included); node loss -> running again p50 %s p90 %s, -> next checkpoint p50 %s p90 %s (%d resumes timed)\n",
-			useful/billed, useful, billed, perFailure, perFailure/(gpus*r.stepTime.Seconds()),
+	if billed > 0 && resumed > 0 && len(cleanOverhead) > 0 {
+		// What failures cost: the GPU time billed beyond the steps kept, less the start-up every
+		// run pays (the mean of the jobs no failure touched).
+		start := 0.0
+		for _, o := range cleanOverhead {
+			start += o / float64(len(cleanOverhead))
+		}
+		lost := max(0, billed-useful-start*float64(nJobs-lost))
+		perFailure := lost / float64(resumed)
+		fmt.Printf("chaos: goodput %.3f (GPU time that produced the steps kept / GPU time billed: %.0f of %.0f GPU-s; a run's start-up %.1f GPU-s); "+
+			"failures cost %.1f%% of the billed time, %.1f GPU-s each (%.1f steps' worth, the restart's start-up included); "+
+			"node loss -> running again p50 %s p90 %s, -> next checkpoint p50 %s p90 %s (%d resumes timed)\n",
+			useful/billed, useful, billed, start, 100*lost/billed, perFailure, perFailure/(gpus*r.stepTime.Seconds()),
 			pct(toRunning, 50), pct(toRunning, 90), pct(toCheckpoint, 50), pct(toCheckpoint, 90), len(toRunning))
 	}
 	fmt.Printf("chaos: jobs=%d agent_kills=%d redis_restarts=%d lost=%d duplicated=%d stale_accepted=%d\n",
