@@ -540,12 +540,12 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 		for _, o := range cleanOverhead {
 			start += o / float64(len(cleanOverhead))
 		}
-		lost := max(0, billed-useful-start*float64(nJobs-lost))
-		perFailure := lost / float64(resumed)
+		failCost := max(0, billed-useful-start*float64(nJobs-lost))
+		perFailure := failCost / float64(resumed)
 		fmt.Printf("chaos: goodput %.3f (GPU time that produced the steps kept / GPU time billed: %.0f of %.0f GPU-s; a run's start-up %.1f GPU-s); "+
 			"failures cost %.1f%% of the billed time, %.1f GPU-s each (%.1f steps' worth, the restart's start-up included); "+
 			"node loss -> running again p50 %s p90 %s, -> next checkpoint p50 %s p90 %s (%d resumes timed)\n",
-			useful/billed, useful, billed, start, 100*lost/billed, perFailure, perFailure/(gpus*r.stepTime.Seconds()),
+			useful/billed, useful, billed, start, 100*failCost/billed, perFailure, perFailure/(gpus*r.stepTime.Seconds()),
 			pct(toRunning, 50), pct(toRunning, 90), pct(toCheckpoint, 50), pct(toCheckpoint, 90), len(toRunning))
 	}
 	fmt.Printf("chaos: jobs=%d agent_kills=%d redis_restarts=%d lost=%d duplicated=%d stale_accepted=%d\n",
