@@ -53,6 +53,13 @@ func (s *Server) price(model string) float64 {
 	return 0
 }
 
+// invalidBudget refuses a budget that cannot be priced, in a request that is not a job file.
+func invalidBudget(fe *FieldError) *Problem {
+	p := newProblem(http.StatusUnprocessableEntity, "invalid-budget", fe.Message)
+	p.Errors = []FieldError{*fe}
+	return p
+}
+
 // budgetProblem refuses a job file whose budget cannot be priced, at its line.
 func budgetProblem(r *http.Request, fe *FieldError) *Problem {
 	b := requestBody(r)
@@ -81,9 +88,7 @@ func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) {
 	spec.MaxGPUHours, spec.MaxCost = req.MaxGPUHours, req.MaxCost
 	budget, fe := s.budgetOf(spec)
 	if fe != nil {
-		p := newProblem(http.StatusUnprocessableEntity, "invalid-budget", fe.Message)
-		p.Errors = []FieldError{*fe}
-		writeProblem(w, r, p)
+		writeProblem(w, r, invalidBudget(fe))
 		return
 	}
 	err := s.cfg.Queue.SetBudget(r.Context(), j.ID, budget)

@@ -64,6 +64,10 @@ func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
 	if prob == nil {
 		prob = s.resolveWarmStart(r, a, map[string]string{"/checkpoint_id": "/step"})
 	}
+	budget, fe := s.budgetOf(a.spec)
+	if prob == nil && fe != nil {
+		prob = invalidBudget(fe)
+	}
 	if prob != nil {
 		writeProblem(w, r, prob)
 		return
@@ -71,13 +75,6 @@ func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
 	id, err := job.NewID()
 	if err != nil {
 		s.internalError(w, r, err)
-		return
-	}
-	budget, fe := s.budgetOf(a.spec)
-	if fe != nil {
-		p := newProblem(http.StatusUnprocessableEntity, "invalid-budget", fe.Message)
-		p.Errors = []FieldError{*fe}
-		writeProblem(w, r, p)
 		return
 	}
 	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget}
