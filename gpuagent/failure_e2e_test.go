@@ -82,10 +82,16 @@ func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
 	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond, QuarantineAfter: 2, QuarantineBucket: time.Millisecond})
 	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
 	stopA := b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "nccl")
-	j1 := b.submit(t, smallJob)
-	b.waitWithin(t, 3*time.Minute, j1.ID, "retried", func(j *job.Job) bool { return j.Attempt == 2 })
-	j2 := b.submit(t, smallJob)
-	b.waitWithin(t, 3*time.Minute, j2.ID, "retried", func(j *job.Job) bool { return j.Attempt == 2 })
+	var ids []string
+	for range 2 {
+		j := b.submit(t, smallJob)
+		ids = append(ids, j.ID)
+		got := b.waitWithin(t, 3*time.Minute, j.ID, "retried or ended", func(j *job.Job) bool { return j.Attempt == 2 || j.Status.Terminal() })
+		if got.Attempt != 2 {
+			t.Fatalf("job %s ended %s at attempt %d (%q, analysis %+v); want it retried after agent-a's NCCL fault",
+				j.ID, got.Status, got.Attempt, got.Error, got.FailureAnalysis)
+		}
+	}
 	nodes, err := admin.Nodes(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +107,7 @@ func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
 	}
 	stopA()
 	b.startAgent(t, "agent-b", "--emulate.step-time", "100ms")
-	for _, id := range []string{j1.ID, j2.ID} {
+	for _, id := range ids {
 		done := b.waitWithin(t, 3*time.Minute, id, "ended", terminal)
 		if done.Status != job.Completed || done.Runtime == nil || done.Runtime.AgentID != "agent-b" {
 			t.Errorf("job %s: %s on %+v; want COMPLETED on agent-b", id, done.Status, done.Runtime)
