@@ -79,7 +79,9 @@ func TestAnNCCLErrorIsRetriedOnAnotherNode(t *testing.T) {
 // node without spending an attempt, and the job finishes elsewhere.
 func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{RetryBackoff: 50 * time.Millisecond, QuarantineAfter: 2, QuarantineBucket: time.Millisecond})
+	// A backoff over at once: the second job is queued behind the first's retry, which avoids
+	// agent-a, and agent-a passes over it to take the second.
+	b := setup(t, queue.Config{RetryBackoff: time.Millisecond, QuarantineAfter: 2, QuarantineBucket: time.Millisecond})
 	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
 	stopA := b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "nccl")
 	var ids []string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -1204,6 +1205,46 @@ func TestAPlatformFaultIsRetriedElsewhere(t *testing.T) {
 		}
 		if cl := b.claimFor(t, "agent-1", h100x8); cl == nil || cl.Job.ID != u.ID {
 			t.Errorf("after a restart agent-1 got %+v", cl)
+		}
+	})
+}
+
+// A claim passes over the jobs that avoid its agent — in the same organization, and an
+// organization that has nothing else ready — to the work behind them: a node whose attempt
+// failed is not kept idle while its retried job waits for another node.
+func TestAClaimPassesOverJobsThatAvoidIt(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		nccl := &job.FailureAnalysis{Class: job.FailNCCLNetwork, Fault: job.FaultPlatform, Confidence: 0.85, Attempt: 1, Summary: "NCCL"}
+		var avoided []string
+		for _, org := range []string{"acme", "zeta"} {
+			j := b.submit(t, org, "retried")
+			cl := b.claimFor(t, "agent-1", h100x8)
+			if cl == nil || cl.Job.ID != j.ID {
+				t.Fatalf("claim of %s's job: %+v", org, cl)
+			}
+			b.running(t, j.ID, cl)
+			if st, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "NCCL", Failure: nccl}); err != nil || st != job.Queued {
+				t.Fatalf("fail: %s %v", st, err)
+			}
+			avoided = append(avoided, j.ID)
+		}
+		b.clock.Advance(time.Minute) // both backoffs over, both avoid windows on
+		behind := map[string]bool{b.submit(t, "acme", "behind").ID: true, b.submit(t, "acme", "behind-2").ID: true, b.submit(t, "zeta", "behind").ID: true}
+		for range len(behind) {
+			cl := b.claimFor(t, "agent-1", h100x8)
+			if cl == nil || !behind[cl.Job.ID] {
+				t.Fatalf("agent-1 got %+v; want a job queued behind the ones that avoid it", cl)
+			}
+			delete(behind, cl.Job.ID)
+		}
+		if cl := b.claimFor(t, "agent-1", h100x8); cl != nil {
+			t.Fatalf("agent-1 got %s back while it is avoided", cl.Job.ID)
+		}
+		for range avoided {
+			if cl := b.claimFor(t, "agent-2", h100x8); cl == nil || !slices.Contains(avoided, cl.Job.ID) {
+				t.Fatalf("agent-2 got %+v; want a retried job", cl)
+			}
 		}
 	})
 }

@@ -42,7 +42,15 @@ local function fits(class)
   return (free[c.model] or 0) >= c.count
 end
 
--- The organization first in fair order across the classes that fit (ties: by name).
+-- A job retried after a platform fault on this agent's node avoids it for a while
+-- (retry_attempt): the claim passes over such jobs, and over an organization that has only
+-- such jobs ready, to the next in order, so the node takes other work meanwhile. It passes over
+-- a few at most (PASS_AT_MOST), which keeps the look bounded.
+local PASS_AT_MOST = 4
+local passed_jobs, passed_orgs, npassed = {}, {}, 0
+
+-- The organization first in fair order across the classes that fit (ties: by name), but for
+-- the ones passed over.
 local fitting, fit = {}, {}
 for _, class in ipairs(redis.call('SMEMBERS', CLASSES)) do
   if fits(class) then
@@ -52,47 +60,60 @@ end
 local function first_org()
   local org, org_score
   for _, class in ipairs(fitting) do
-    local head = redis.call('ZRANGE', fairkey(class), '0', '0', 'WITHSCORES')
-    if head[1] then
-      local sc = tonumber(head[2])
-      if not org or sc < org_score or (sc == org_score and head[1] < org) then
-        org, org_score = head[1], sc
+    local head = redis.call('ZRANGE', fairkey(class), '0', tostring(npassed), 'WITHSCORES')
+    for i = 1, #head, 2 do
+      if not passed_orgs[head[i]] then
+        local sc = tonumber(head[i + 1])
+        if not org or sc < org_score or (sc == org_score and head[i] < org) then
+          org, org_score = head[i], sc
+        end
+        break
       end
     end
   end
   return org
 end
 
--- pick is an org's best-ranked job among the heads of its classes that fit: the job, its
--- class, and whether it is the last of that class.
+-- pick is an org's best-ranked job among the heads of its classes that fit, but for the jobs
+-- passed over: the job, its class, whether it is the last of that class, and whether a job was
+-- passed over on the way.
 local function pick(org, classes)
-  local best, best_rank, best_class, best_last
+  local best, best_rank, best_class, best_last, skipped
   local mine = {}
   for _, class in ipairs(split_classes(classes)) do
     if fit[class] then
       mine[#mine + 1] = class
     end
   end
-  if #mine == 1 then
+  if #mine == 1 and npassed == 0 then
     -- One class fits: its head, and whether anything stands behind it; no ranks needed.
     local head = redis.call('ZRANGE', classq(org, mine[1]), '0', '1')
-    return head[1], mine[1], head[2] == nil
+    return head[1], mine[1], head[2] == nil, false
   end
   for _, class in ipairs(mine) do
-    local head = redis.call('ZRANGE', classq(org, class), '0', '1', 'WITHSCORES')
-    if head[1] and (not best or tonumber(head[2]) < best_rank) then
-      best, best_rank, best_class, best_last = head[1], tonumber(head[2]), class, head[3] == nil
+    local head = redis.call('ZRANGE', classq(org, class), '0', tostring(npassed + 1), 'WITHSCORES')
+    for i = 1, #head, 2 do
+      if passed_jobs[head[i]] then
+        skipped = true
+      else
+        if not best or tonumber(head[i + 1]) < best_rank then
+          best, best_rank, best_class, best_last = head[i], tonumber(head[i + 1]), class, #head == 2
+        end
+        break
+      end
     end
   end
-  return best, best_class, best_last
+  return best, best_class, best_last, skipped
 end
 
 -- The fair orders hold only orgs with room and ready jobs, but the limit that decides room may
 -- have changed since an org was filed (the service's default is this call's), and an order
 -- that named an org with nothing ready would be mended here: such an org is taken out and the
--- next one looked at, a few times at most.
-local org, o, best, best_class, best_last
-for _ = 1, 4 do
+-- next one looked at, a few times at most. The job is read once (its fence, whether it avoids
+-- this agent, what the answer needs) before anything is written.
+local org, o, best, best_class, best_last, j, skipped
+local avoided_till, avoided_class
+for _ = 1, 4 + PASS_AT_MOST do
   org = first_org()
   if not org then
     break
@@ -102,25 +123,28 @@ for _ = 1, 4 do
   if not has_room(o[1], o[2]) then
     refile(org, o[7], false)
   else
-    best, best_class, best_last = pick(org, o[7])
+    best, best_class, best_last, skipped = pick(org, o[7])
     if best then
-      break
-    end
-    for _, class in ipairs(fitting) do
-      redis.call('ZREM', fairkey(class), org) -- nothing of it ready in any class that fits
+      j = redis.call('HMGET', jobkey(best), 'fence', 'avoid', unpack(CLAIMED))
+      if not avoids(j[2], agent) then
+        break
+      end
+      local till = tonumber(string.match(j[2], '|(%d+)$'))
+      if not avoided_till or till < avoided_till then
+        avoided_till, avoided_class = till, best_class
+      end
+      passed_jobs[best], npassed = true, npassed + 1
+    elseif skipped then
+      passed_orgs[org] = true -- nothing ready in it but jobs that avoid this agent
+    else
+      for _, class in ipairs(fitting) do
+        redis.call('ZREM', fairkey(class), org) -- nothing of it ready in any class that fits
+      end
     end
   end
-  org = nil
-end
-
--- The job read once (its fence, whether it avoids this agent, what the answer needs) before
--- anything is written: a job retried after a platform fault on this agent's node is left for
--- another node until its avoid window ends (retry_attempt).
-local j
-if org then
-  j = redis.call('HMGET', jobkey(best), 'fence', 'avoid', unpack(CLAIMED))
-  if avoids(j[2], agent) then
-    org = nil
+  org, j = nil, nil
+  if npassed >= PASS_AT_MOST then
+    break
   end
 end
 
@@ -174,14 +198,19 @@ if org then
   end
   return {token, j, big[1], big[2]}
 end
--- The job it was offered avoids it: it looks again when the avoid window ends, and is not a
--- waiter meanwhile (a wake-up spent on it would be lost to the agents that can take the job).
-if j then
+-- Only jobs that avoid this agent were ready: it waits like any claim (a job queued meanwhile
+-- wakes it), and looks again when the first avoid window ends. The wake-up that brought it here
+-- may have been meant for such a job, so it is passed on to another waiter that could take it.
+if avoided_till then
   saw_agent(agent, arg_free)
   if arg_filed == '1' then
-    unwait(arg_waiter)
+    unwait(arg_waiter) -- not woken by its own pass
   end
-  return {'', tonumber(string.match(j[2], '|(%d+)$'))}
+  wake(avoided_class, 1)
+  if arg_waiter ~= '' then
+    wait_for_work(arg_waiter, arg_wait_until)
+  end
+  return {'', avoided_till}
 end
 -- Nothing fits: this agent waits with these GPUs free, which is what queue_reason needs, and
 -- the claim waits to be woken for a job it could take.
