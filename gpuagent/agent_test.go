@@ -632,6 +632,8 @@ func TestGEPAAndEvalRunWhereTheirModelsLive(t *testing.T) {
 	if r := gj.Progress.Result; r == nil || r.GEPA == nil || !strings.Contains(r.GEPA.BestPrompt, "careful solver for my-env") ||
 		r.GEPA.BestScore == nil || r.GEPA.Candidates < 2 {
 		t.Errorf("GEPA result %+v", gj.Progress.Result)
+	} else if g := r.GEPA; g.ParetoRows == 0 || len(g.Pareto) != g.ParetoRows || len(g.Pareto[0].Candidates) == 0 {
+		t.Errorf("GEPA's Pareto frontier: %d rows, %+v", g.ParetoRows, g.Pareto)
 	}
 	page, err := b.user.JobMetrics(context.Background(), g.ID, 0, 0, []string{"gepa/best_score"}, 0)
 	if err != nil || len(page.Items) < 2 {
@@ -642,6 +644,15 @@ func TestGEPAAndEvalRunWhereTheirModelsLive(t *testing.T) {
 	if r := ej.Progress.Result; r == nil || len(r.Eval) != 1 || r.Eval[0].Env != "my-env" || r.Eval[0].NumExamples != 100 ||
 		r.Eval[0].RolloutsPerExample != 5 || r.Eval[0].Rollouts != 500 || r.Eval[0].AvgReward == nil {
 		t.Errorf("eval result %+v", ej.Progress.Result)
+	} else if d := r.Eval[0].Rewards; d == nil || d.Count != 500 || len(d.Bins) == 0 {
+		t.Errorf("the eval's reward distribution: %+v; want all 500 rollouts binned", d)
+	} else if n := func() (n int) {
+		for _, b := range d.Bins {
+			n += b.Count
+		}
+		return n
+	}(); n != 500 {
+		t.Errorf("the eval's reward bins hold %d of 500 rollouts", n)
 	}
 	if ej.Progress.Series["eval_reward"] != "eval/my-env/avg_reward" {
 		t.Errorf("eval series %v", ej.Progress.Series)

@@ -2,6 +2,7 @@ package gpuagent
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -87,10 +88,11 @@ func evalResults(root string) ([]job.EvalSummary, []jobdata.Row) {
 		if env == "" {
 			env = m.EnvID
 		}
+		n, rewards, firstErr := rollouts(filepath.Join(dir, "results.jsonl"))
 		s := job.EvalSummary{Env: env, Model: m.Model, NumExamples: m.NumExamples, RolloutsPerExample: m.RolloutsPerExample,
-			Rollouts: countLines(filepath.Join(dir, "results.jsonl")), AvgReward: finite(m.AvgReward), AvgMetrics: finiteMap(m.AvgMetrics)}
+			Rollouts: n, AvgReward: finite(m.AvgReward), AvgMetrics: finiteMap(m.AvgMetrics), Rewards: rewards}
 		if e := finite(m.AvgError); e != nil && *e > 0 {
-			s.AvgError, s.FirstError = e, firstRolloutError(filepath.Join(dir, "results.jsonl"))
+			s.AvgError, s.FirstError = e, firstErr
 		}
 		out = append(out, s)
 		row := jobdata.Row{"step": raw(1)}
@@ -113,33 +115,50 @@ func evalResults(root string) ([]job.EvalSummary, []jobdata.Row) {
 	return out, rows
 }
 
-// firstRolloutError is the error of the first rollout in results.jsonl that has one.
-func firstRolloutError(path string) string {
+// rollouts reads an eval's results.jsonl once: how many rollouts it holds, the
+// rewards' distribution (rollouts without a finite reward left out), and the first rollout error.
+func rollouts(path string) (n int, rewards *job.Distribution, firstErr string) {
 	f, err := nolink.Open(path)
 	if err != nil {
-		return ""
+		return 0, nil, ""
 	}
 	defer f.Close()
+	var vs []float64
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), jobdata.MaxLineBytes)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	for sc.Scan() {
-		var r struct {
-			Error any `json:"error"`
-		}
-		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Error == nil {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
 			continue
 		}
-		msg, ok := r.Error.(string)
-		if !ok {
-			b, _ := json.Marshal(r.Error)
-			msg = string(b)
+		n++
+		var r struct {
+			Reward *float64 `json:"reward"`
+			Error  any      `json:"error"`
 		}
-		if len(msg) > 1000 {
-			msg = msg[:1000] + "..."
+		if json.Unmarshal(line, &r) != nil {
+			continue
 		}
-		return msg
+		if v := finite(r.Reward); v != nil {
+			vs = append(vs, *v)
+		}
+		if r.Error != nil && firstErr == "" {
+			msg, ok := r.Error.(string)
+			if !ok {
+				b, _ := json.Marshal(r.Error)
+				msg = string(b)
+			}
+			if len(msg) > 1000 {
+				msg = msg[:1000] + "..."
+			}
+			firstErr = msg
+		}
 	}
-	return ""
+	if len(vs) > 0 {
+		d := jobdata.Histogram(vs)
+		rewards = &d
+	}
+	return n, rewards, firstErr
 }
 
 // failedEvals says which environments' evals failed in every rollout: the run "completed",
@@ -242,7 +261,47 @@ func gepaResults(root string) (*job.GEPASummary, []jobdata.Row) {
 			g.Candidates = len(cands)
 		}
 	}
+	g.Pareto, g.ParetoRows = paretoFrontier(filepath.Join(dir, "pareto_frontier.jsonl"))
 	return g, rows
+}
+
+// paretoFrontier reads GEPA's pareto_frontier.jsonl (one object per validation row, written
+// when GEPA has per-row scores): its first job.MaxParetoRows rows by row number, and how many
+// rows it has.
+func paretoFrontier(path string) ([]job.ParetoRow, int) {
+	f, err := nolink.Open(path)
+	if err != nil {
+		return nil, 0
+	}
+	defer f.Close()
+	var out []job.ParetoRow
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), jobdata.MaxLineBytes)
+	for sc.Scan() {
+		var r struct {
+			Row       *int     `json:"valset_row"`
+			BestScore *float64 `json:"best_score"`
+			Best      []struct {
+				Idx int `json:"candidate_idx"`
+			} `json:"best_candidates"`
+		}
+		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Row == nil || finite(r.BestScore) == nil {
+			continue
+		}
+		row := job.ParetoRow{Row: *r.Row, BestScore: *r.BestScore, Candidates: []int{}}
+		for _, c := range r.Best {
+			if len(row.Candidates) < job.MaxParetoCandidates {
+				row.Candidates = append(row.Candidates, c.Idx)
+			}
+		}
+		out = append(out, row)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Row < out[j].Row })
+	n := len(out)
+	if n > job.MaxParetoRows {
+		out = out[:job.MaxParetoRows]
+	}
+	return out, n
 }
 
 func raw(v any) json.RawMessage {
@@ -268,21 +327,4 @@ func finiteMap(m map[string]float64) map[string]float64 {
 		return nil
 	}
 	return out
-}
-
-func countLines(path string) int {
-	f, err := nolink.Open(path)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		if len(strings.TrimSpace(sc.Text())) > 0 {
-			n++
-		}
-	}
-	return n
 }

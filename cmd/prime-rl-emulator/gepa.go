@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -215,18 +216,42 @@ func runGEPA(ctx context.Context, args []string, out io.Writer) int {
 		}
 	}
 	sha := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	// Each candidate's score on each validation row (GEPA's val_subscores), around its mean;
+	// the frontier is, per row, the best any candidate reached and who reached it.
+	rows := min(g.numVal, 10)
+	sub := make([][]float64, len(cands))
+	for i, c := range cands {
+		sub[i] = make([]float64, rows)
+		for row := range rows {
+			sub[i][row] = math.Round(math.Max(0, math.Min(1, c.score+0.3*(rng.Float64()-0.5)))*4) / 4 // 0, .25, .5, .75, 1
+		}
+	}
 	var results, frontier strings.Builder
-	for _, c := range cands {
+	for i, c := range cands {
+		subs := map[string]float64{}
+		for row, v := range sub[i] {
+			subs[strconv.Itoa(row)] = v
+		}
 		rec := map[string]any{"example_id": c.idx, "reward": c.score, "score": c.score, "info": map[string]any{
 			"schema_version": "verifiers.gepa.v1", "eval_kind": "gepa", "sample_type": "gepa_candidate", "optimization_target": "system_prompt",
 			"candidate_idx": c.idx, "is_best": c.idx == cands[best].idx, "system_prompt": c.prompt, "system_prompt_sha256": sha(c.prompt),
-			"discovery_metric_calls": c.calls}}
+			"val_subscores": subs, "num_val_examples": rows, "discovery_metric_calls": c.calls}}
 		b, _ := json.Marshal(rec)
 		results.Write(append(b, '\n'))
 	}
-	for row := range min(g.numVal, 10) {
-		b, _ := json.Marshal(map[string]any{"schema_version": "verifiers.gepa.v1", "valset_row": row, "best_score": cands[best].score,
-			"num_best_candidates": 1, "best_candidates": []map[string]any{{"candidate_idx": cands[best].idx, "system_prompt_sha256": sha(cands[best].prompt), "score": cands[best].score}}})
+	for row := range rows {
+		top := 0.0
+		for i := range cands {
+			top = math.Max(top, sub[i][row])
+		}
+		var who []map[string]any
+		for i, c := range cands {
+			if sub[i][row] == top {
+				who = append(who, map[string]any{"candidate_idx": c.idx, "system_prompt_sha256": sha(c.prompt), "score": top})
+			}
+		}
+		b, _ := json.Marshal(map[string]any{"schema_version": "verifiers.gepa.v1", "valset_row": row, "best_score": top,
+			"num_best_candidates": len(who), "best_candidates": who})
 		frontier.Write(append(b, '\n'))
 	}
 	meta, _ := json.MarshalIndent(map[string]any{"schema_version": "verifiers.gepa.v1", "eval_kind": "gepa", "framework": "verifiers",

@@ -185,6 +185,25 @@ type EvalSummary struct {
 	AvgError   *float64           `json:"avg_error,omitempty"`
 	FirstError string             `json:"first_error,omitempty"`
 	AvgMetrics map[string]float64 `json:"avg_metrics,omitempty"`
+	// Rewards is the distribution of the scored rollouts' rewards (results.jsonl).
+	Rewards *Distribution `json:"rewards,omitempty"`
+}
+
+// Distribution is a histogram of one value (rewards, advantages) over a set of rollouts.
+type Distribution struct {
+	Count int     `json:"count"`
+	Mean  float64 `json:"mean"`
+	Std   float64 `json:"std"`
+	Min   float64 `json:"min"`
+	Max   float64 `json:"max"`
+	Bins  []Bin   `json:"bins"`
+}
+
+// Bin is one bar of a histogram: the values in [Min, Max) (the last bin includes Max).
+type Bin struct {
+	Min   float64 `json:"min"`
+	Max   float64 `json:"max"`
+	Count int     `json:"count"`
 }
 
 // GEPASummary is a GEPA optimization's outcome: its best prompt and score.
@@ -196,7 +215,26 @@ type GEPASummary struct {
 	// PromptTruncated says BestPrompt was cut to MaxPromptBytes; the whole prompt is the
 	// artifact system_prompt.txt.
 	PromptTruncated bool `json:"prompt_truncated,omitempty"`
+	// Pareto is GEPA's Pareto frontier (pareto_frontier.jsonl): per validation row, the best
+	// score any candidate reached on it and the candidates that reached it; the first
+	// MaxParetoRows rows of ParetoRows.
+	Pareto     []ParetoRow `json:"pareto,omitempty"`
+	ParetoRows int         `json:"pareto_rows,omitempty"`
 }
+
+// ParetoRow is one validation row of GEPA's Pareto frontier.
+type ParetoRow struct {
+	Row        int     `json:"row"`
+	BestScore  float64 `json:"best_score"`
+	Candidates []int   `json:"candidates"`
+}
+
+// MaxParetoRows bounds the Pareto frontier kept as job data; the whole of it is the artifact
+// pareto_frontier.jsonl. MaxParetoCandidates bounds the candidates named on a row.
+const (
+	MaxParetoRows       = 64
+	MaxParetoCandidates = 8
+)
 
 // MaxPromptBytes bounds a GEPA result's best prompt as job data.
 const MaxPromptBytes = 16 << 10

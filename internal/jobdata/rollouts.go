@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
 // Rollouts are what a job keeps of the episodes prime-rl's orchestrator scores. Its file
@@ -96,21 +97,10 @@ type SampleMessage struct {
 }
 
 // Distribution is a histogram of one value over a step's episodes.
-type Distribution struct {
-	Count int     `json:"count"`
-	Mean  float64 `json:"mean"`
-	Std   float64 `json:"std"`
-	Min   float64 `json:"min"`
-	Max   float64 `json:"max"`
-	Bins  []Bin   `json:"bins"`
-}
+type Distribution = job.Distribution
 
-// Bin is one bar of a histogram: the values in [Min, Max) (the last bin includes Max).
-type Bin struct {
-	Min   float64 `json:"min"`
-	Max   float64 `json:"max"`
-	Count int     `json:"count"`
-}
+// Bin is one bar of a histogram.
+type Bin = job.Bin
 
 // rewards are a trace's named rewards, each weighted; nil where scoring did not run.
 type rewards map[string]*struct {
@@ -241,7 +231,7 @@ func ReadTraces(step int, r io.Reader) (RolloutStep, error) {
 		rewards[i] = e.reward
 		advantages[i] = e.reward - sums[e.group]/float64(counts[e.group])
 	}
-	out.Distributions = map[string]Distribution{"rewards": histogram(rewards), "advantages": histogram(advantages)}
+	out.Distributions = map[string]Distribution{"rewards": Histogram(rewards), "advantages": Histogram(advantages)}
 	for _, i := range spaced(len(kept), MaxSamplesPerStep) {
 		sm := kept[i]
 		sm.Advantage = round6(advantages[sm.Index])
@@ -476,9 +466,9 @@ func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 func round6(f float64) float64 { return math.Round(f*1e6) / 1e6 }
 
-// histogram bins values into histogramBins equal bins between their min and max (one bin when
+// Histogram bins values into histogramBins equal bins between their min and max (one bin when
 // they are all equal).
-func histogram(vs []float64) Distribution {
+func Histogram(vs []float64) Distribution {
 	d := Distribution{Count: len(vs), Bins: []Bin{}}
 	if len(vs) == 0 {
 		return d
