@@ -630,7 +630,7 @@ func TestGEPAAndEvalRunWhereTheirModelsLive(t *testing.T) {
 	// GEPA's result: the best prompt on the job, the best score per candidate as metrics.
 	gj, _ := b.user.GetJob(context.Background(), g.ID)
 	if r := gj.Progress.Result; r == nil || r.GEPA == nil || !strings.Contains(r.GEPA.BestPrompt, "careful solver for my-env") ||
-		r.GEPA.BestScore == nil || r.GEPA.Candidates < 2 {
+		r.GEPA.BestScore == nil || r.GEPA.Candidates < 2 || len(r.Eval) != 0 {
 		t.Errorf("GEPA result %+v", gj.Progress.Result)
 	} else if g := r.GEPA; g.ParetoRows == 0 || len(g.Pareto) != g.ParetoRows || len(g.Pareto[0].Candidates) == 0 {
 		t.Errorf("GEPA's Pareto frontier: %d rows, %+v", g.ParetoRows, g.Pareto)

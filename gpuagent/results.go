@@ -53,6 +53,7 @@ func fmtPtr(f *float64) string {
 
 // evalMetadata is what verifiers' eval writes in metadata.json (save_metadata: GenerateMetadata).
 type evalMetadata struct {
+	EvalKind           string             `json:"eval_kind"` // "gepa" for GEPA's metadata.json, which is not an eval's
 	EnvID              string             `json:"env_id"`
 	Name               string             `json:"name"`
 	Model              string             `json:"model"`
@@ -81,7 +82,7 @@ func evalResults(root string) ([]job.EvalSummary, []jobdata.Row) {
 			return nil
 		}
 		var m evalMetadata
-		if json.Unmarshal(data, &m) != nil || m.EnvID == "" {
+		if json.Unmarshal(data, &m) != nil || m.EnvID == "" || m.EvalKind == "gepa" {
 			return nil
 		}
 		env := m.Name
