@@ -13,9 +13,10 @@ import (
 )
 
 // The dashboard in a real browser (Debian's chromium driven by playwright-core) against the
-// local stack: the jobs table and its filters, a finished job's charts, rollouts (histogram,
-// episodes, another step), events, checkpoint links and log tail, and the API docs, with no
-// page error. Screenshots go to web/test/out/.
+// local stack: the jobs table and its filters, a finished job's charts (read-out on hover,
+// smoothing, log scale, any metric), rollouts (histogram, episodes, another step), events,
+// checkpoint links and log tail, an eval's and a GEPA run's results, two runs compared, and the
+// API docs, with no page error. Screenshots go to web/test/out/ (the test logs the folder).
 func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
 	web := filepath.Join("..", "..", "web")
@@ -53,11 +54,28 @@ func TestDashboardInABrowser(t *testing.T) {
 	if code != 0 || !strings.Contains(get, "eval my-env") || !strings.Contains(get, "over 4 examples × 2 rollouts (8 scored)") {
 		t.Errorf("train get of the eval (%d):\n%s", code, get)
 	}
-	// A run whose environment the Hub cannot resolve: FAILED, read as the job's own fault.
+	// A GEPA optimization on an open-weight model: its candidates, best prompt and frontier.
+	out, code = d.cli(t, "gepa", "run", "my-env", "-m", "Qwen/Qwen3-4B-Instruct-2507", "-B", "400", "-N", "8", "--wait", "-o", "json")
+	var gepa job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &gepa); code != 0 || err != nil || gepa.Status != job.Completed {
+		t.Fatalf("the GEPA run (%d): %v %s", code, err, out)
+	}
+	// A run of two environments: its reward charted per environment.
 	quick, err := os.ReadFile("../../examples/quickstart.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	multiFile := filepath.Join(t.TempDir(), "multi.toml")
+	multi := strings.Replace(string(quick), "[checkpoints]", "[[env]]\nid = \"primeintellect/reverse-text\"\n\n[checkpoints]", 1)
+	if err := os.WriteFile(multiFile, []byte(multi), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = d.cli(t, "train", "submit", multiFile, "--wait", "-o", "json")
+	var two job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &two); code != 0 || err != nil || two.Status != job.Completed || len(two.Config.Env) != 2 {
+		t.Fatalf("the run of two environments (%d): %v %s", code, err, out)
+	}
+	// A run whose environment the Hub cannot resolve: FAILED, read as the job's own fault.
 	brokenFile := filepath.Join(t.TempDir(), "broken.toml")
 	broken := "max_gpu_hours = 5\n" + strings.Replace(string(quick), `id = "primeintellect/alphabet-sort"`, `id = "primeintellect/alphabet-sort-broken"`, 1)
 	if err := os.WriteFile(brokenFile, []byte(broken), 0o644); err != nil {
@@ -91,13 +109,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots, ev.ID, forked.ID, failed.ID)
+	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots, ev.ID, forked.ID, failed.ID, gepa.ID, two.ID)
 	cmd.Dir = web
 	res, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(res), "dashboard ok") {
 		t.Fatalf("the browser test: %v\n%s", err, res)
 	}
-	for _, name := range []string{"jobs.png", "job.png", "rollouts.png", "eval.png", "failed.png", "nodes.png", "phone.png", "docs.png"} {
+	for _, name := range []string{"jobs.png", "job.png", "charts.png", "rollouts.png", "eval.png", "gepa.png", "compare.png", "failed.png", "nodes.png", "phone.png", "docs.png"} {
 		st, err := os.Stat(filepath.Join(shots, name))
 		if err != nil || st.Size() < 10_000 {
 			t.Errorf("screenshot %s: %v", name, err)

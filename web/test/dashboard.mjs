@@ -11,10 +11,14 @@
 //
 // With an admin token the nodes page lists the nodes: a cordoned one with its reason.
 //
-//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID FORKED_JOB_ID FAILED_JOB_ID
+// A job's charts: every headline series, a read-out of all of them on hover, smoothing, a log
+// scale, any stored metric added from the picker; a job of two environments charts each. A GEPA
+// job: its best score per candidate, the prompt copied, the Pareto frontier. Two runs compared.
+//
+//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID FORKED_JOB_ID FAILED_JOB_ID GEPA_JOB_ID MULTI_ENV_JOB_ID
 import { chromium } from 'playwright-core';
 
-const [url, token, jobID, out, evalID, forkedID, failedID] = process.argv.slice(2);
+const [url, token, jobID, out, evalID, forkedID, failedID, gepaID, multiID] = process.argv.slice(2);
 const fail = (msg) => { console.error('FAIL: ' + msg); process.exitCode = 1; };
 
 const browser = await chromium.launch({
@@ -73,9 +77,36 @@ try {
     .filter((b) => b.querySelector('canvas').getBoundingClientRect().right > b.getBoundingClientRect().right + 1)
     .map((b) => b.dataset.metric));
   if (overflow.length) fail('charts spill out of their boxes: ' + overflow.join(', '));
-  if ((await page.$$('#charts .chart')).length !== 3) fail('want 3 charts (reward, loss, entropy)');
-  // No chart of a job with data is empty.
+  // Every headline series the job stores is charted, headline order, none of them empty.
+  const charted = await page.$$eval('#charts .chart', (cs) => cs.map((c) => c.dataset.metric));
+  if (charted.join() !== 'reward,loss,entropy,kl,grad_norm,throughput,seq_len,lr') fail('the charts: ' + charted.join());
   await page.waitForFunction(() => [...document.querySelectorAll('#charts .chart')].every((c) => Number(c.dataset.points) > 0), null, timeout);
+  // Hovering one chart reads out every chart at that step: the read-out line and each
+  // chart's legend (their cursors are one).
+  const over = await page.locator('#charts .chart[data-metric="loss"] .u-over').boundingBox();
+  await page.mouse.move(over.x + over.width / 2, over.y + over.height / 2);
+  await page.waitForFunction(() => document.querySelector('#readout').dataset.step, null, timeout);
+  const readout = await page.textContent('#readout');
+  if (!/^step \d+ · Reward mean [\d.]+, p10 [\d.]+, p90 [\d.]+ · Loss [\d.]+ · Entropy [\d.]+ .* · Grad norm [\d.]+ .* · Learning rate [\d.e+-]+$/.test(readout)) fail('the read-out: ' + readout);
+  const legends = await page.$$eval('#charts .chart', (cs) => cs.map((c) => c.querySelector('.u-legend .u-series:nth-child(2) .u-value').textContent));
+  if (legends.some((v) => !/^-?\d[\d.]*(e[+-]?\d+)?$/.test(v))) fail('a chart does not read out the hovered step: ' + legends.join(' | '));
+  // Smoothing changes what is drawn; a log scale draws every chart again; any stored metric
+  // can be charted, from the picker, and removed.
+  const rawLast = await page.getAttribute('#charts .chart[data-metric="reward"]', 'data-last');
+  await page.fill('#smoothing', '0.9');
+  await page.waitForFunction((raw) => document.querySelector('#charts .chart[data-metric="reward"]').dataset.last !== raw, rawLast, timeout);
+  await page.check('#log-scale');
+  await page.waitForFunction(() => document.querySelector('#charts').dataset.scale === 'log', null, timeout);
+  const groups = await page.$$eval('#metric-pick optgroup', (gs) => gs.map((g) => g.label));
+  for (const g of ['headline', 'loss', 'optim', 'perf', 'train/agg', 'train/alphabet-sort']) if (!groups.includes(g)) fail('the metric picker lacks the group ' + g + ': ' + groups.join(', '));
+  await page.selectOption('#metric-pick', 'perf/mfu');
+  await page.click('#add-chart');
+  await page.waitForFunction(() => Number(document.querySelector('#charts .chart[data-metric="perf/mfu"]')?.dataset.points) > 0, null, timeout);
+  await page.locator('#charts').screenshot({ path: out + '/charts.png' });
+  await page.click('#charts .chart[data-metric="perf/mfu"] .remove-chart');
+  await page.waitForFunction(() => !document.querySelector('#charts .chart[data-metric="perf/mfu"]'), null, timeout);
+  await page.uncheck('#log-scale');
+  await page.fill('#smoothing', '0');
   await page.waitForFunction(() => document.querySelectorAll('#events li').length >= 5, null, timeout);
   await page.waitForSelector('#checkpoints a[href*="/v1/downloads/"], #checkpoints a[href^="http"]', timeout);
   await page.waitForFunction(() => document.querySelector('#logs').textContent.includes('training finished'), null, timeout);
@@ -118,8 +149,53 @@ try {
   await page.waitForSelector('#eval-result tbody tr', timeout);
   const evalRow = await page.textContent('#eval-result tbody tr');
   if (!evalRow.includes('my-env') || !/0\.\d{4}/.test(evalRow)) fail('the eval result row: ' + evalRow);
-  if ((await page.$$('#charts .chart')).length !== 0) fail('an eval job shows training charts');
+  if ((await page.$$('#charts .chart')).length !== 0 || await page.isVisible('#chart-tools')) fail('an eval job shows training charts');
+  // Its distribution of rewards, every scored rollout in a bin.
+  const evalBinned = await page.$$eval('#eval-dist .histogram[data-env="my-env"] .bin', (bins) => bins.reduce((n, b) => n + Number(b.dataset.count), 0));
+  if (evalBinned !== 8) fail(`the eval's reward distribution holds ${evalBinned} of 8 rollouts`);
   await page.screenshot({ path: out + '/eval.png', fullPage: true });
+
+  // A GEPA job: its best score per candidate charted, the best prompt copied with a click, the
+  // Pareto frontier.
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: url });
+  await page.goto(url + '/#/jobs/' + gepaID);
+  await page.waitForFunction(() => Number(document.querySelector('#charts .chart[data-metric="gepa_best"]')?.dataset.points) > 1, null, timeout);
+  await page.waitForSelector('#pareto tbody tr', timeout);
+  const paretoRows = await page.$$eval('#pareto tbody tr', (trs) => trs.map((tr) => tr.textContent));
+  if (paretoRows.length !== 8 || paretoRows.some((r) => !/^\d+[\d.]+\d+(, \d+)*$/.test(r))) fail('the Pareto frontier: ' + paretoRows.join(' | '));
+  if (!(await page.textContent('#pareto-summary')).includes('of 8 validation rows')) fail('the Pareto summary: ' + await page.textContent('#pareto-summary'));
+  await page.click('#copy-prompt');
+  await page.waitForFunction(() => document.querySelector('#copied').textContent === 'copied', null, timeout);
+  const clip = await page.evaluate(() => navigator.clipboard.readText());
+  if (!clip.includes('careful solver for my-env') || clip !== (await page.textContent('#best-prompt'))) fail('the copied prompt: ' + clip);
+  if (await page.isVisible('#checkpoints table')) fail('a GEPA job lists checkpoints');
+  await page.screenshot({ path: out + '/gepa.png', fullPage: true });
+
+  // A job of two environments charts each one's reward beside the mean.
+  await page.goto(url + '/#/jobs/' + multiID);
+  await page.waitForFunction(() => Number(document.querySelector('#charts .chart[data-metric="reward"]')?.dataset.points) > 0, null, timeout);
+  const rewardLegend = await page.textContent('#charts .chart[data-metric="reward"] .u-legend');
+  if (!rewardLegend.includes('alphabet-sort') || !rewardLegend.includes('reverse-text')) fail('the reward chart of two environments: ' + rewardLegend);
+
+  // Two runs compared: picked in the list, one metric overlaid, their configs side by side with
+  // what differs marked.
+  await page.goto(url + '/');
+  await page.waitForSelector(`#jobs tr[data-id="${forkedID}"]`, timeout);
+  if (!(await page.isDisabled('#compare'))) fail('Compare is enabled with no job picked');
+  await page.check(`#jobs input.pick[data-id="${jobID}"]`);
+  await page.check(`#jobs input.pick[data-id="${forkedID}"]`);
+  await page.click('#compare');
+  await page.waitForFunction(() => /^\d+,\d+$/.test(document.querySelector('#compare-chart').dataset.points || ''), null, timeout);
+  const points = (await page.getAttribute('#compare-chart', 'data-points')).split(',').map(Number);
+  if (points[0] !== 20 || points[1] < 1) fail('the compared rewards: ' + points.join(','));
+  const differs = await page.$$eval('#compare-config tbody tr', (trs) => trs.map((tr) => tr.dataset.key + (tr.classList.contains('differs') ? '' : ' (same)')));
+  for (const k of ['max_steps', 'warm_start.job']) if (!differs.includes(k)) fail(`the configs' differences lack ${k}: ${differs.join(', ')}`);
+  if (differs.some((k) => k.endsWith('(same)'))) fail('"only what differs" shows rows that do not: ' + differs.join(', '));
+  await page.uncheck('#only-differences');
+  await page.waitForSelector('#compare-config tr[data-key="model"]:not(.differs)', timeout);
+  await page.selectOption('#compare-metric', 'loss');
+  await page.waitForFunction(() => document.querySelector('#compare-chart').dataset.metric === 'loss', null, timeout);
+  await page.screenshot({ path: out + '/compare.png', fullPage: true });
 
   await page.goto(url + '/#/jobs/' + forkedID);
   await page.waitForSelector('#lineage a', timeout);

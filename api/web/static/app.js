@@ -209,7 +209,7 @@ const COLUMNS = [
 ];
 
 function jobsPage() {
-  const state = { status: '', kind: '', text: '', sort: 'Age', desc: false };
+  const state = { status: '', kind: '', text: '', sort: 'Age', desc: false, picked: new Set() };
   let jobs = [];
   const body = el('tbody');
   const more = el('p');
@@ -218,8 +218,18 @@ function jobsPage() {
   const kind = el('select', { id: 'filter-kind', onchange: () => { state.kind = kind.value; load(); } },
     ['', 'rl', 'fft', 'gepa', 'eval'].map((k) => el('option', { value: k }, k || 'any kind')));
   const text = el('input', { id: 'filter-text', type: 'search', placeholder: 'name, model or id', oninput: () => { state.text = text.value.trim().toLowerCase(); draw(); } });
-  const head = el('tr', {}, COLUMNS.map((c) => el('th', { 'data-col': c.name, class: c.narrow ? 'narrow' : 'wide', onclick: () => sortBy(c.name) }, c.name)));
-  app.replaceChildren(el('h1', {}, 'Jobs'), el('div', { class: 'filters' }, status, kind, text),
+  const head = el('tr', {}, el('th', { class: 'pick', title: 'pick jobs to compare' }, '⇆'),
+    COLUMNS.map((c) => el('th', { 'data-col': c.name, class: c.narrow ? 'narrow' : 'wide', onclick: () => sortBy(c.name) }, c.name)));
+  // Jobs picked (two or more, up to eight) are compared: one metric overlaid, configs side by side.
+  const compare = el('button', { type: 'button', id: 'compare', disabled: true,
+    onclick: () => { location.hash = '#/compare/' + [...state.picked].join(','); } }, 'Compare');
+  const picked = () => {
+    compare.disabled = state.picked.size < 2 || state.picked.size > PALETTE.length;
+    compare.textContent = state.picked.size ? `Compare ${state.picked.size}` : 'Compare';
+  };
+  const pickBox = (j) => el('input', { type: 'checkbox', class: 'pick', 'data-id': j.id, 'aria-label': 'compare ' + (j.name || j.id), checked: state.picked.has(j.id),
+    onchange: (e) => { if (e.target.checked) state.picked.add(j.id); else state.picked.delete(j.id); picked(); } });
+  app.replaceChildren(el('h1', {}, 'Jobs'), el('div', { class: 'filters' }, status, kind, text, compare),
     el('div', { class: 'scroll' }, el('table', { id: 'jobs' }, el('thead', {}, head), body)), more);
   function sortBy(name) {
     state.desc = state.sort === name ? !state.desc : false;
@@ -236,9 +246,9 @@ function jobsPage() {
       return state.desc ? -c : c;
     });
     for (const th of head.children) th.dataset.sorted = th.dataset.col === state.sort ? (state.desc ? 'desc' : 'asc') : '';
-    body.replaceChildren(...shown.map((j) => el('tr', { 'data-id': j.id },
+    body.replaceChildren(...shown.map((j) => el('tr', { 'data-id': j.id }, el('td', { class: 'pick' }, pickBox(j)),
       COLUMNS.map((c) => el('td', { class: [c.cls, c.narrow ? 'narrow' : 'wide'].filter(Boolean).join(' ') }, c.cell(j))))));
-    if (!shown.length) body.append(el('tr', {}, el('td', { colspan: COLUMNS.length, class: 'muted' }, jobs.length ? 'no job matches' : 'no jobs')));
+    if (!shown.length) body.append(el('tr', {}, el('td', { colspan: COLUMNS.length + 1, class: 'muted' }, jobs.length ? 'no job matches' : 'no jobs')));
   }
   async function load(cursor) {
     const q = new URLSearchParams({ limit: '50' });
@@ -260,15 +270,160 @@ function jobsPage() {
   return () => clearInterval(timer);
 }
 
-// ---- a job ----
+// ---- charts ----
 
-// A job's headline series (reward, loss, ...) are named by the API: progress.series says which
-// of prime-rl's metrics holds each (jobdata.Headline in the Go code is the one table).
-const CHARTS = {
-  rl: [['reward', 'Reward'], ['loss', 'Loss'], ['entropy', 'Entropy']],
-  gepa: [['gepa_best', 'GEPA best score']],
-  eval: [],
-};
+// The headline series, in the order they are charted: progress.series says which of
+// prime-rl's metrics holds each in a job (jobdata.Headline in the Go code is the one table).
+const HEADLINE = [['reward', 'Reward'], ['loss', 'Loss'], ['entropy', 'Entropy'], ['kl', 'Mismatch KL'],
+  ['grad_norm', 'Grad norm'], ['throughput', 'Throughput (tokens/s)'], ['seq_len', 'Sequence length'],
+  ['lr', 'Learning rate'], ['eval_reward', 'Eval reward'], ['gepa_best', 'GEPA best score']];
+const PALETTE = ['#3558d6', '#d6553a', '#2a9d5c', '#9b59b6', '#c9a227', '#17a2b8', '#e83e8c', '#6c757d'];
+
+// num writes a metric's value short: four significant digits, exponents for the very large
+// and very small (a learning rate).
+function num(v) {
+  if (typeof v !== 'number' || !isFinite(v)) return '-';
+  if (v === 0) return '0';
+  const a = Math.abs(v);
+  return a >= 1e5 || a < 1e-3 ? v.toExponential(2) : String(Number(v.toPrecision(4)));
+}
+
+// smooth is an exponential moving average of weight w (0: none), debiased at its start as
+// TensorBoard's is; a gap stays a gap.
+function smooth(vs, w) {
+  if (!w) return vs;
+  let last = 0, n = 0;
+  return vs.map((v) => {
+    if (v === null || v === undefined) return null;
+    last = last * w + (1 - w) * v;
+    n++;
+    return last / (1 - Math.pow(w, n));
+  });
+}
+
+// metricGroup is the group a metric is listed under: its upstream prefix (`loss`, `perf`,
+// `optim`), and for the orchestrator's episode metrics the environment (`train/gsm8k`).
+function metricGroup(key) {
+  const p = key.split('/');
+  if ((p[0] === 'train' || p[0] === 'eval') && p.length > 2) return p[0] + '/' + p[1];
+  return p.length > 1 ? p[0] : 'other';
+}
+
+// metricPicker is a select of metrics grouped by prefix, the headline series first.
+function metricPicker(id, catalog, headline) {
+  const groups = new Map();
+  for (const k of [...catalog].sort()) {
+    const g = metricGroup(k);
+    if (!groups.has(g)) groups.set(g, []);
+    groups.get(g).push(k);
+  }
+  return el('select', { id },
+    el('optgroup', { label: 'headline' }, headline.map(([value, label]) => el('option', { value }, label))),
+    [...groups].map(([g, keys]) => el('optgroup', { label: g }, keys.map((k) => el('option', { value: k }, k)))));
+}
+
+// Steps and candidates are whole numbers: their axis ticks are too.
+const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
+
+function logRange(lo, hi) {
+  if (lo === null || hi === null || !(lo > 0)) return [1, 10];
+  const a = Math.pow(10, Math.floor(Math.log10(lo)));
+  const b = Math.pow(10, Math.ceil(Math.log10(hi)));
+  return [a, b > a ? b : a * 10];
+}
+
+// plotIn draws a uPlot in box: x on its axis, one line each; charts made with the same sync
+// key share their cursor, and each one's legend reads out its values at the cursor.
+function plotIn(box, lines, opts) {
+  for (const old of box.querySelectorAll('.uplot')) old.remove();
+  return new uPlot({
+    width: Math.max(260, box.clientWidth - 24), height: 220,
+    // A log scale spans whole decades, at least one (a constant learning rate has one).
+    scales: { x: { time: false }, y: opts.log ? { distr: 3, range: (u, lo, hi) => logRange(lo, hi) } : {} },
+    axes: [{ label: opts.xLabel || 'step', incrs: STEP_INCRS }, { size: 60, values: (u, splits) => splits.map((v) => (v === null ? '' : num(v))) }],
+    cursor: { sync: { key: opts.sync } },
+    legend: { show: true, live: true },
+    hooks: { setCursor: [(u) => opts.onCursor && opts.onCursor(u.cursor.idx)] },
+    series: [{ label: opts.xLabel || 'step' }, ...lines.map((l, i) => ({
+      label: l.label, stroke: l.stroke || PALETTE[i % PALETTE.length], width: l.width || 2, dash: l.dash,
+      spanGaps: true, value: (u, v) => num(v),
+    }))],
+  }, [[], ...lines.map(() => [])], box);
+}
+
+// chartTools are the controls every chart on a page shares: smoothing and a log scale.
+function chartTools(prefix, onChange) {
+  const state = { smoothing: 0, log: false };
+  const shown = el('span', { class: 'muted', id: prefix + 'smoothing-value' }, '0');
+  const slider = el('input', { type: 'range', id: prefix + 'smoothing', min: '0', max: '0.99', step: '0.01', value: '0',
+    oninput: () => { state.smoothing = Number(slider.value); shown.textContent = slider.value; onChange(false); } });
+  const log = el('input', { type: 'checkbox', id: prefix + 'log-scale',
+    onchange: () => { state.log = log.checked; onChange(true); } });
+  state.view = [el('label', {}, 'smoothing ', slider, ' ', shown), el('label', {}, log, ' log scale')];
+  return state;
+}
+
+// lineData is a line's values over steps, smoothed, and positive only on a log scale.
+function lineData(raw, tools) {
+  const ys = smooth(raw, tools.smoothing);
+  return tools.log ? ys.map((v) => (v !== null && v > 0 ? v : null)) : ys;
+}
+
+// fetchRows reads the job's metric rows for keys from step `from` on, every page, into rows
+// (step → values); it answers the newest step read.
+async function fetchRows(id, keys, from, rows) {
+  let min = from, newest = 0;
+  for (;;) {
+    const page = await api(`/v1/jobs/${id}/metrics?min_step=${min}&names=${encodeURIComponent(keys.join(','))}&limit=5000`);
+    for (const r of page.items) {
+      const row = rows.get(r.step) || {};
+      for (const k of keys) if (typeof r[k] === 'number') row[k] = r[k];
+      rows.set(r.step, row);
+      newest = Math.max(newest, r.step);
+    }
+    if (!page.next_min_step) return newest;
+    min = page.next_min_step;
+  }
+}
+
+// catalogOf is every metric a job stores: the keys of its newest row (read whole) and its
+// first.
+async function catalogOf(id, step) {
+  const keys = new Set();
+  for (const min of [0, step]) {
+    const page = await api(`/v1/jobs/${id}/metrics?min_step=${min}&limit=1`);
+    for (const r of page.items) for (const k of Object.keys(r)) if (k !== 'step' && k !== 'time' && typeof r[k] === 'number') keys.add(k);
+  }
+  return keys;
+}
+
+// histogramView draws a distribution (count, mean, std, min, max, bins) as bars.
+function histogramView(d, title, titleID) {
+  const most = Math.max(1, ...d.bins.map((b) => b.count));
+  return [
+    el('p', { class: 'muted', id: titleID }, title),
+    el('div', { class: 'bins' }, d.bins.map((b) => el('div', { class: 'bin', 'data-count': b.count, title: `${fmt(b.min)} … ${fmt(b.max)}: ${b.count}` },
+      el('div', { class: 'fill', style: `height:${(100 * b.count) / most}%` })))),
+    el('div', { class: 'row muted axis' }, el('span', {}, fmt(d.min)), el('span', { class: 'spacer' }), el('span', {}, fmt(d.max))),
+  ];
+}
+
+// copyText puts text on the clipboard (the Clipboard API where the page may use it, else a
+// selection copied).
+async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    await navigator.clipboard.writeText(text);
+    return;
+  }
+  const t = el('textarea', { style: 'position:fixed;opacity:0' });
+  t.value = text;
+  document.body.append(t);
+  t.select();
+  document.execCommand('copy');
+  t.remove();
+}
+
+// ---- a job ----
 
 // score is a job's headline number: the training reward, an eval's average, GEPA's best.
 function score(j) {
@@ -308,73 +463,162 @@ function jobPage(id) {
     el('h2', {}, 'Artifacts'), artifacts,
     el('div', { class: 'row' }, el('h2', {}, 'Logs'), component), logs);
 
-  // The charts: one uPlot a headline series of the job's kind, steps on x; each reads the
-  // metric progress.series names for it.
-  const plots = {};
-  const series = { step: [] };
-  let chartList = null;
+  // The charts: first the headline series the job has (progress.series names the metric of
+  // each), then any stored metric the user adds; steps on x, one cursor for all of them, a
+  // read-out of every chart at the hovered step, smoothing and a log scale for all.
   let keys = {};
-  function makeCharts(kind) {
-    chartList = CHARTS[kind] || CHARTS.rl;
-    document.getElementById('metrics-title').hidden = chartList.length === 0;
-    noMetrics.hidden = chartList.length === 0;
-    for (const [name] of chartList) series[name] = [];
+  let progressStep = 0;
+  const m = { rows: new Map(), steps: [], newest: 0, fetched: new Set(), defs: [], plots: new Map(), catalog: null, busy: null, kind: '' };
+  const readout = el('p', { class: 'readout mono', id: 'readout' }, 'hover a chart to read every chart at that step');
+  const tools = chartTools('', (rebuild) => drawCharts(rebuild));
+  const addBox = el('span', { class: 'row', id: 'add-metric' });
+  const toolbar = el('div', { class: 'row chart-tools', id: 'chart-tools', hidden: true }, tools.view, addBox);
+  charts.before(toolbar, readout);
+  readout.hidden = true;
+
+  // headlineDefs are the headline charts of a job: reward with its spread (p10, p90) and, on a
+  // job of several environments, each one's; GEPA's best score with each candidate's.
+  function headlineDefs(series, catalog) {
+    const defs = [];
+    for (const [name, title] of HEADLINE) {
+      const key = series[name];
+      if (!key || (m.kind === 'eval' && name === 'eval_reward')) continue;
+      const lines = [{ label: name === 'gepa_best' ? 'best so far' : 'mean', key }];
+      if (name === 'reward') {
+        const base = key.replace(/mean$/, '');
+        for (const s of ['p10', 'p90']) if (key.endsWith('/mean') && catalog.has(base + s)) lines.push({ label: s, key: base + s, dash: [4, 4], width: 1 });
+        const envs = [...catalog].map((k) => k.match(/^train\/([^/]+)\/all\/[^/]+\/reward\/mean$/)).filter((x) => x && x[1] !== 'agg');
+        if (envs.length > 1) for (const x of envs) lines.push({ label: x[1], key: x[0] });
+      }
+      if (name === 'gepa_best' && catalog.has('gepa/score')) lines.push({ label: 'candidate', key: 'gepa/score', dash: [4, 4], width: 1 });
+      defs.push({ id: name, title, lines });
+    }
+    return defs;
   }
-  // drawCharts makes the charts once the first step's row has arrived: never an empty box.
-  function drawCharts() {
-    if (Object.keys(plots).length) return;
+
+  function showReadout(idx) {
+    if (idx === null || idx === undefined || !m.steps.length) return;
+    const step = m.steps[idx];
+    const row = m.rows.get(step) || {};
+    readout.dataset.step = step;
+    readout.replaceChildren(el('b', {}, `${m.kind === 'gepa' ? 'candidate' : 'step'} ${step}`),
+      ...m.defs.map((d) => el('span', { 'data-metric': d.id }, ` · ${d.title} `,
+        d.lines.map((l) => (d.lines.length > 1 ? `${l.label} ` : '') + num(row[l.key])).join(', '))));
+  }
+
+  // drawCharts makes the charts not drawn yet (never an empty box: only once a step arrived)
+  // and gives each its data; rebuild makes them all again (the scale changed).
+  function drawCharts(rebuild) {
+    if (!m.steps.length || !m.defs.length) return;
     charts.hidden = false;
+    toolbar.hidden = false;
+    readout.hidden = false;
     noMetrics.hidden = true;
     // All the boxes first, so each has its column's width when its chart is sized to it.
-    const boxes = chartList.map(([name, title]) => el('div', { class: 'chart', 'data-metric': name }, el('h3', {}, title)));
-    charts.append(...boxes);
-    chartList.forEach(([name], i) => {
-      plots[name] = new uPlot({
-        width: Math.max(260, boxes[i].clientWidth - 24), height: 220,
-        scales: { x: { time: false } },
-        axes: [{ label: 'step' }, {}],
-        series: [{ label: 'step' }, { label: name, stroke: '#3558d6', width: 2 }],
-        legend: { show: false },
-      }, [[], []], boxes[i]);
-    });
-  }
-  let lastStep = 0;
-  async function loadMetrics() {
-    const wanted = chartList.filter(([name]) => keys[name]);
-    if (!wanted.length) return;
-    const names = wanted.map(([name]) => keys[name]).join(',');
-    for (;;) {
-      const page = await api(`/v1/jobs/${id}/metrics?min_step=${lastStep + 1}&names=${encodeURIComponent(names)}&limit=5000`);
-      for (const r of page.items) {
-        series.step.push(r.step);
-        for (const [name] of chartList) series[name].push(typeof r[keys[name]] === 'number' ? r[keys[name]] : null);
-        lastStep = r.step;
+    const fresh = [];
+    for (const d of m.defs) {
+      let box = charts.querySelector(`.chart[data-metric="${CSS.escape(d.id)}"]`);
+      if (!box) {
+        box = el('div', { class: 'chart', 'data-metric': d.id }, el('div', { class: 'row' }, el('h3', {}, d.title),
+          d.added ? el('button', { type: 'button', class: 'remove-chart', title: 'remove this chart', onclick: () => removeChart(d.id) }, '×') : null));
+        charts.append(box);
       }
-      if (!page.next_min_step) break;
+      if (rebuild || !m.plots.has(d.id)) fresh.push([d, box]);
     }
-    if (!series.step.length) return;
-    drawCharts();
-    for (const [name] of chartList) {
-      plots[name].setData([series.step, series[name]]);
-      charts.querySelector(`.chart[data-metric="${name}"]`).dataset.points = series[name].filter((v) => v !== null).length;
+    for (const [d, box] of fresh) {
+      if (m.plots.has(d.id)) m.plots.get(d.id).destroy();
+      m.plots.set(d.id, plotIn(box, d.lines, { sync: 'job-' + id, log: tools.log, xLabel: m.kind === 'gepa' ? 'candidate' : 'step', onCursor: showReadout }));
+    }
+    charts.dataset.scale = tools.log ? 'log' : 'linear';
+    for (const d of m.defs) {
+      const raws = d.lines.map((l) => m.steps.map((s) => { const v = m.rows.get(s)[l.key]; return v === undefined ? null : v; }));
+      const ys = raws.map((r) => lineData(r, tools));
+      m.plots.get(d.id).setData([m.steps, ...ys]);
+      // What the chart holds, for a reader that cannot see it (and the browser test).
+      const box = charts.querySelector(`.chart[data-metric="${CSS.escape(d.id)}"]`);
+      box.dataset.points = raws[0].filter((v) => v !== null).length;
+      box.dataset.last = num(ys[0].filter((v) => v !== null).pop());
     }
   }
 
-  // A GEPA or eval job's result: per environment, the eval's size and average reward; GEPA's
-  // best score and prompt.
+  function addChart(key) {
+    const head = HEADLINE.find(([name]) => name === key);
+    if (head) key = keys[key];
+    if (!key || m.defs.some((d) => d.id === key || d.lines[0].key === key)) return;
+    m.defs.push({ id: key, title: key, lines: [{ label: key, key }], added: true });
+    loadMetrics().catch((e) => showError(readout, e));
+  }
+  function removeChart(cid) {
+    m.defs = m.defs.filter((d) => d.id !== cid);
+    if (m.plots.has(cid)) m.plots.get(cid).destroy();
+    m.plots.delete(cid);
+    charts.querySelector(`.chart[data-metric="${CSS.escape(cid)}"]`).remove();
+  }
+
+  // loadMetrics reads what is new: the catalog and the headline charts the first time, each
+  // new metric's whole history, then every charted metric's steps after the newest read.
+  function loadMetrics() {
+    if (!m.busy) m.busy = readMetrics().finally(() => { m.busy = null; });
+    return m.busy;
+  }
+  async function readMetrics() {
+    if (!m.catalog) {
+      if (!Object.keys(keys).length || (m.kind === 'eval')) return;
+      m.catalog = await catalogOf(id, progressStep);
+      m.defs = headlineDefs(keys, m.catalog);
+      if (!m.defs.length) return;
+      const pick = metricPicker('metric-pick', m.catalog, HEADLINE.filter(([n]) => keys[n]));
+      addBox.replaceChildren(pick, el('button', { type: 'button', id: 'add-chart', onclick: () => addChart(pick.value) }, 'Add chart'));
+    }
+    const wanted = [...new Set(m.defs.flatMap((d) => d.lines.map((l) => l.key)))];
+    const fresh = wanted.filter((k) => !m.fetched.has(k));
+    if (fresh.length) {
+      m.newest = Math.max(m.newest, await fetchRows(id, fresh, 0, m.rows));
+      fresh.forEach((k) => m.fetched.add(k));
+    }
+    if (wanted.length) m.newest = Math.max(m.newest, await fetchRows(id, wanted, m.newest + 1, m.rows));
+    m.steps = [...m.rows.keys()].sort((a, b) => a - b);
+    drawCharts(false);
+  }
+
+  // A GEPA or eval job's result: per environment, the eval's size, average reward and the
+  // distribution of its rollouts' rewards; GEPA's best score and prompt (with a copy button)
+  // and its Pareto frontier. GEPA's best score per candidate is a chart (gepa_best).
+  let shownResult = '';
   function showResult(r) {
+    const now = JSON.stringify(r || null);
+    if (now === shownResult) return;
+    shownResult = now;
     if (!r) { result.replaceChildren(); return; }
     const parts = [el('h2', {}, 'Result')];
     if (r.eval && r.eval.length) {
       parts.push(el('table', { id: 'eval-result' }, el('thead', {}, el('tr', {}, ['Environment', 'Examples', 'Rollouts per example', 'Rollouts scored', 'Average reward', 'Errors'].map((h) => el('th', {}, h)))),
-        el('tbody', {}, r.eval.map((e) => el('tr', {}, el('td', {}, e.env), el('td', {}, e.num_examples), el('td', {}, e.rollouts_per_example),
+        el('tbody', {}, r.eval.map((e) => el('tr', { 'data-env': e.env }, el('td', {}, e.env), el('td', {}, e.num_examples), el('td', {}, e.rollouts_per_example),
           el('td', {}, e.rollouts ?? '-'), el('td', {}, fmt(e.avg_reward)),
           el('td', { title: e.first_error || '' }, typeof e.avg_error === 'number' ? `${Math.round(e.avg_error * 100)} %` : '0 %'))))));
+      const dists = r.eval.filter((e) => e.rewards && e.rewards.count);
+      if (dists.length) {
+        parts.push(el('div', { class: 'charts', id: 'eval-dist' }, dists.map((e) => el('div', { class: 'histogram', 'data-env': e.env },
+          histogramView(e.rewards, `${e.env}: rewards of ${e.rewards.count} rollouts, mean ${fmt(e.rewards.mean)}, std ${fmt(e.rewards.std)}`)))));
+      }
     }
     if (r.gepa) {
-      parts.push(el('p', { id: 'gepa-result' }, `Best score ${fmt(r.gepa.best_score)} of ${r.gepa.candidates} candidates (${r.gepa.metric_calls || 0} metric calls)`));
-      parts.push(el('pre', { class: 'prompt', id: 'best-prompt' }, r.gepa.best_prompt || ''));
-      if (r.gepa.prompt_truncated) parts.push(el('p', { class: 'muted' }, 'The prompt is cut here; the whole of it is the artifact system_prompt.txt.'));
+      const g = r.gepa;
+      parts.push(el('p', { id: 'gepa-result' }, `Best score ${fmt(g.best_score)} of ${g.candidates} candidates (${g.metric_calls || 0} metric calls)`));
+      const copied = el('span', { class: 'muted', id: 'copied' });
+      parts.push(el('div', { class: 'row' }, el('h3', {}, 'Best prompt'),
+        el('button', { type: 'button', id: 'copy-prompt', onclick: () => copyText(g.best_prompt || '').then(() => { copied.textContent = 'copied'; }, (e) => { copied.textContent = 'not copied: ' + e.message; }) }, 'Copy'), copied));
+      parts.push(el('pre', { class: 'prompt', id: 'best-prompt' }, g.best_prompt || ''));
+      if (g.prompt_truncated) parts.push(el('p', { class: 'muted' }, 'The prompt is cut here; the whole of it is the artifact system_prompt.txt.'));
+      if (g.pareto && g.pareto.length) {
+        const on = new Set(g.pareto.flatMap((p) => p.candidates));
+        parts.push(el('h3', {}, 'Pareto frontier'),
+          el('p', { class: 'muted', id: 'pareto-summary' }, `${on.size} candidate${on.size === 1 ? '' : 's'} best on at least one of ${g.pareto_rows || g.pareto.length} validation rows: `,
+            [...on].sort((a, b) => a - b).join(', ')),
+          el('div', { class: 'scroll' }, el('table', { id: 'pareto' }, el('thead', {}, el('tr', {}, ['Validation row', 'Best score', 'Candidates reaching it'].map((h) => el('th', {}, h)))),
+            el('tbody', {}, g.pareto.map((p) => el('tr', { 'data-row': p.row }, el('td', {}, p.row), el('td', {}, fmt(p.best_score)), el('td', {}, p.candidates.join(', '))))))));
+        if ((g.pareto_rows || 0) > g.pareto.length) parts.push(el('p', { class: 'muted' }, `The first ${g.pareto.length} of ${g.pareto_rows} rows; the whole frontier is the artifact pareto_frontier.jsonl.`));
+      }
     }
     result.replaceChildren(...parts);
   }
@@ -424,7 +668,12 @@ function jobPage(id) {
     bar.firstChild.style.width = Math.min(100, pct) + '%';
     bar.hidden = j.kind !== 'rl' && !terminal(j.status);
     keys = j.progress.series || {};
-    if (!chartList) makeCharts(j.kind);
+    progressStep = j.progress.step || 0;
+    m.kind = j.kind;
+    if (j.kind === 'eval') {
+      document.getElementById('metrics-title').hidden = true;
+      noMetrics.hidden = true;
+    }
     showResult(j.progress.result);
   }
 
@@ -501,12 +750,7 @@ function jobPage(id) {
       throw e;
     }
     if (roll.shown !== want) return; // another step or type was picked meanwhile
-    const most = Math.max(1, ...dist.bins.map((b) => b.count));
-    histogram.replaceChildren(
-      el('p', { class: 'muted', id: 'histogram-title' }, `${dist.type} at step ${step} over ${dist.count} episodes: mean ${fmt(dist.mean)}, std ${fmt(dist.std)}`),
-      el('div', { class: 'bins' }, dist.bins.map((b) => el('div', { class: 'bin', 'data-count': b.count, title: `${fmt(b.min)} … ${fmt(b.max)}: ${b.count}` },
-        el('div', { class: 'fill', style: `height:${(100 * b.count) / most}%` })))),
-      el('div', { class: 'row muted axis' }, el('span', {}, fmt(dist.min)), el('span', { class: 'spacer' }), el('span', {}, fmt(dist.max))));
+    histogram.replaceChildren(...histogramView(dist, `${dist.type} at step ${step} over ${dist.count} episodes: mean ${fmt(dist.mean)}, std ${fmt(dist.std)}`, 'histogram-title'));
     samples.replaceChildren(el('p', { class: 'muted' }, `${page.total} of the step's ${page.episodes} episodes kept`),
       ...page.samples.map((x) => el('details', { class: 'sample', 'data-index': x.index },
         el('summary', {}, `episode ${x.index} · reward ${fmt(x.reward)} · advantage ${fmt(x.advantage)}`, x.ok ? '' : ' · failed',
@@ -582,6 +826,102 @@ function jobPage(id) {
   return () => ctl.abort();
 }
 
+// ---- comparing runs ----
+
+// flatten writes a job's config as dotted keys (arrays by index: env.0.id).
+function flatten(v, prefix, out) {
+  if (v && typeof v === 'object') {
+    for (const [k, x] of Object.entries(v)) flatten(x, prefix ? `${prefix}.${k}` : k, out);
+  } else {
+    out[prefix] = v;
+  }
+  return out;
+}
+
+// comparePage overlays one metric of two or more jobs, each a line, and sets their configs
+// side by side, the rows that differ marked (and, by default, the only ones shown).
+function comparePage(ids) {
+  const ctl = { live: true };
+  const chartTitle = el('h3', {});
+  const chartBox = el('div', { class: 'chart', id: 'compare-chart' }, chartTitle);
+  const readout = el('p', { class: 'readout mono', id: 'compare-readout' });
+  const config = el('div', { class: 'scroll' });
+  const only = el('input', { type: 'checkbox', id: 'only-differences', checked: true, onchange: () => showConfig() });
+  const tools = chartTools('compare-', () => draw(true));
+  const pickBox = el('span', { id: 'compare-pick' });
+  const note = el('p', { class: 'muted' });
+  app.replaceChildren(el('p', {}, el('a', { href: '#/' }, '← jobs')), el('h1', {}, `Comparing ${ids.length} jobs`), note,
+    el('div', { class: 'row chart-tools' }, pickBox, tools.view), readout, chartBox,
+    el('div', { class: 'row' }, el('h2', {}, 'Configs'), el('label', {}, only, ' only what differs')), config);
+  let jobs = [];
+  let plot = null;
+  let shown = { key: '', xs: [], ys: [] };
+  const label = (j) => j.name || shortID(j.id);
+
+  function showConfig() {
+    const flat = jobs.map((j) => flatten({ name: j.name || '', status: j.status, ...j.config }, '', {}));
+    const keys = [...new Set(flat.flatMap((f) => Object.keys(f)))].sort();
+    const rows = keys.map((k) => {
+      const vs = flat.map((f) => (k in f ? JSON.stringify(f[k]) : ''));
+      return { k, vs, differs: vs.some((v) => v !== vs[0]) };
+    }).filter((r) => r.differs || !only.checked);
+    config.replaceChildren(el('table', { id: 'compare-config' },
+      el('thead', {}, el('tr', {}, el('th', {}, 'key'), jobs.map((j) => el('th', {}, el('a', { href: '#/jobs/' + j.id }, label(j)))))),
+      el('tbody', {}, rows.map((r) => el('tr', { 'data-key': r.k, class: r.differs ? 'differs' : null }, el('td', { class: 'mono' }, r.k),
+        r.vs.map((v) => el('td', { class: 'mono' }, v.replace(/^"|"$/g, ''))))))));
+  }
+
+  // The metric of each job: a headline series by its own key in that job, or a metric by name.
+  async function pick(metric) {
+    const rows = jobs.map(() => new Map());
+    await Promise.all(jobs.map((j, i) => {
+      const key = (j.progress.series || {})[metric] || metric;
+      return fetchRows(j.id, [key], 0, rows[i]).then(() => { for (const r of rows[i].values()) r.v = r[key]; });
+    }));
+    if (!ctl.live) return;
+    const xs = [...new Set(rows.flatMap((r) => [...r.keys()]))].sort((a, b) => a - b);
+    shown = { key: metric, xs, ys: rows.map((r) => xs.map((s) => (r.has(s) && typeof r.get(s).v === 'number' ? r.get(s).v : null))) };
+    draw(true);
+  }
+
+  function draw(rebuild) {
+    if (!jobs.length) return;
+    if (rebuild || !plot) {
+      if (plot) plot.destroy();
+      plot = plotIn(chartBox, jobs.map((j) => ({ label: label(j) })), { sync: 'compare', log: tools.log, onCursor: (idx) => {
+        if (idx === null || idx === undefined) return;
+        readout.replaceChildren(el('b', {}, `step ${shown.xs[idx]}`), ...jobs.map((j, i) => ` · ${label(j)} ${num(shown.ys[i][idx])}`));
+      } });
+    }
+    plot.setData([shown.xs, ...shown.ys.map((y) => lineData(y, tools))]);
+    chartBox.dataset.metric = shown.key;
+    chartTitle.textContent = (HEADLINE.find(([n]) => n === shown.key) || [0, shown.key])[1];
+    chartBox.dataset.points = shown.ys.map((y) => y.filter((v) => v !== null).length).join(',');
+  }
+
+  (async () => {
+    try {
+      jobs = await Promise.all(ids.map((id) => api('/v1/jobs/' + id)));
+      if (!ctl.live) return;
+      showConfig();
+      const headline = HEADLINE.filter(([n]) => jobs.every((j) => (j.progress.series || {})[n]));
+      const catalogs = await Promise.all(jobs.map((j) => catalogOf(j.id, j.progress.step || 0)));
+      const common = new Set([...catalogs[0]].filter((k) => catalogs.every((c) => c.has(k))));
+      if (!headline.length && !common.size) {
+        note.textContent = 'These jobs have no metric in common to chart.';
+        return;
+      }
+      const select = metricPicker('compare-metric', common, headline);
+      select.addEventListener('change', () => pick(select.value).catch((e) => showError(note, e)));
+      pickBox.replaceChildren(select);
+      await pick(select.value);
+    } catch (e) {
+      showError(note, e);
+    }
+  })();
+  return () => { ctl.live = false; if (plot) plot.destroy(); };
+}
+
 // ---- the nodes (an operator's token) ----
 
 // scopes reads the token's scopes from its payload, only to decide what to show: the API checks
@@ -632,7 +972,9 @@ function route(message) {
   const admin = scopes().includes('admin');
   document.getElementById('nodes-link').hidden = !admin;
   const m = location.hash.match(/^#\/jobs\/([A-Za-z0-9-]+)/);
+  const cmp = location.hash.match(/^#\/compare\/([A-Za-z0-9,-]+)/);
   if (admin && location.hash === '#/nodes') leave = nodesPage();
+  else if (cmp) leave = comparePage(cmp[1].split(',').filter(Boolean).slice(0, PALETTE.length));
   else leave = m ? jobPage(m[1]) : jobsPage();
 }
 
