@@ -215,6 +215,11 @@ try {
   await page.waitForFunction(() => true, null, timeout);
   if (!asked.includes('cannot be undone')) fail('Delete did not ask first: ' + asked);
   if (!page.url().includes(failedID)) fail('a dismissed Delete left the page');
+  page.once('dialog', (d) => { asked = d.message(); d.dismiss(); });
+  await page.click('#restart');
+  await page.waitForFunction(() => true, null, timeout);
+  if (!asked.includes('Restart job') || !asked.includes('newest checkpoint')) fail('Restart did not ask first: ' + asked);
+  if (!(await page.textContent('#job-title')).includes('FAILED')) fail('a dismissed Restart restarted the job');
   const budget = await page.textContent('#budget');
   if (!budget.includes('of 5.00 GPU-hours used')) fail('the budget: ' + budget);
   await page.screenshot({ path: out + '/failed.png', fullPage: true });
