@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"syscall"
 	"time"
 
@@ -126,6 +127,7 @@ type Server struct {
 	hints       hints
 	handlers    map[string]http.HandlerFunc // by operationId
 	downloadKey []byte
+	budgets     sync.Map // org → monthlyBudget, read within monthlyBudgetTTL (budget.go)
 }
 
 // New builds the API. It fails if the OpenAPI document and the handlers disagree on which

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
@@ -111,4 +113,39 @@ func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) {
 // budgetSpent says whether a job has used all of its budget.
 func budgetSpent(j *job.Job) bool {
 	return j.BudgetGPUSeconds > 0 && j.GPUSeconds >= j.BudgetGPUSeconds
+}
+
+// monthlyBudget is an organization's monthly budget as a submit last read it.
+type monthlyBudget struct {
+	gpuHours float64
+	read     time.Time
+}
+
+// monthlyBudgetTTL is how long a submit trusts the monthly budget it read: a budget set or
+// removed reaches submits within it (a job submitted meanwhile is not held for its estimate,
+// but is still stopped with the rest once the budget is spent).
+const monthlyBudgetTTL = 30 * time.Second
+
+// estimateGPUMs is the GPU time a job is expected to take, where its organization has a
+// monthly budget (0 where it has none, or the job does not step): the claim holds a job
+// expected to take more than what is left of the budget. The estimate reads the
+// organization's past runs, so it is only made where a budget is set.
+func (s *Server) estimateGPUMs(ctx context.Context, org string, spec jobspec.Spec) (int64, error) {
+	b, ok := s.budgets.Load(org)
+	if !ok || time.Since(b.(monthlyBudget).read) > monthlyBudgetTTL {
+		st, err := s.cfg.Queue.GetOrg(ctx, org)
+		if err != nil {
+			return 0, err
+		}
+		b = monthlyBudget{gpuHours: st.MonthlyGPUHours, read: time.Now()}
+		s.budgets.Store(org, b)
+	}
+	if b.(monthlyBudget).gpuHours <= 0 {
+		return 0, nil
+	}
+	est, err := s.estimate(ctx, org, spec)
+	if err != nil || est == nil {
+		return 0, err
+	}
+	return int64(math.Round(est.GPUHours.Expected * 3.6e6)), nil
 }

@@ -78,6 +78,10 @@ func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget}
+	if sub.EstimateGPUMs, err = s.estimateGPUMs(r.Context(), sub.Org, a.spec); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
 	if len(src.Config.Secrets) > 0 {
 		sealed, err := s.cfg.Queue.SealedSecrets(r.Context(), src.ID)
 		if err != nil {

@@ -93,6 +93,10 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget}
+	if sub.EstimateGPUMs, err = s.estimateGPUMs(r.Context(), sub.Org, a.spec); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
 	if len(a.secrets) > 0 {
 		plain, _ := json.Marshal(a.secrets)
 		if sub.SealedSecrets, err = s.cfg.Secrets.Seal(plain, id); err != nil {

@@ -27,8 +27,9 @@ func (s *Server) setOrg(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	s.budgets.Delete(org) // this process's submits see the new budget at once
 	s.cfg.Logger.Info("org settings changed", "org", org, "by", principal(r).Subject,
-		"weight", set.Weight, "max_running", set.MaxRunning, "max_queued", set.MaxQueued)
+		"weight", set.Weight, "max_running", set.MaxRunning, "max_queued", set.MaxQueued, "monthly_gpu_hours", set.MonthlyGPUHours)
 	s.getOrg(w, r)
 }
 

@@ -142,3 +142,51 @@ func TestRestartAndReleaseOverHTTP(t *testing.T) {
 		t.Errorf("restart of another organization's job: %d, want 404", r.status)
 	}
 }
+
+// An organization's monthly budget set by an operator: a job whose dry-run estimate is more than
+// what is left of it is held, and says so (with the figure the dry run gives); raised, it waits
+// only for its turn. The organization's status shows the budget and the month's spending.
+func TestAJobOverTheMonthlyBudgetIsHeldAndSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	admin := b.s.Token("ops", auth.ScopeAdmin)
+	var pre struct {
+		Estimate struct {
+			GPUHours struct{ Expected float64 } `json:"gpu_hours"`
+		} `json:"estimate"`
+	}
+	r := call(t, "POST", b.s.URL+"/v1/jobs/preview", b.writer, "application/toml", fixture(t, "multi-task.toml"))
+	if r.decode(t, &pre); r.status != http.StatusOK || pre.Estimate.GPUHours.Expected <= 0 {
+		t.Fatalf("preview: %d %s", r.status, r.body)
+	}
+	est := pre.Estimate.GPUHours.Expected
+	budget := fmt.Sprintf(`{"monthly_gpu_hours": %g}`, est/2)
+	if r := call(t, "PUT", b.s.URL+"/v1/admin/orgs/acme", admin, "application/json", []byte(budget)); r.status != http.StatusOK {
+		t.Fatalf("set the budget: %d %s", r.status, r.body)
+	}
+	var j submitted
+	b.submitTOML(t, fixture(t, "multi-task.toml")).decode(t, &j)
+	var got job.Job
+	call(t, "GET", b.s.URL+"/v1/jobs/"+j.ID, b.writer, "", nil).decode(t, &got)
+	want := fmt.Sprintf("held: its estimate (%.2f GPU-hours) is more than what is left of its organization's monthly budget (%.2f GPU-hours)", est, est/2)
+	if !strings.HasPrefix(got.QueueReason, want) {
+		t.Errorf("queue reason %q; want it to start %q", got.QueueReason, want)
+	}
+	if r := call(t, "PUT", b.s.URL+"/v1/admin/orgs/acme", admin, "application/json", []byte(fmt.Sprintf(`{"monthly_gpu_hours": %g}`, est*2))); r.status != http.StatusOK {
+		t.Fatalf("raise the budget: %d %s", r.status, r.body)
+	}
+	call(t, "GET", b.s.URL+"/v1/jobs/"+j.ID, b.writer, "", nil).decode(t, &got)
+	if strings.Contains(got.QueueReason, "budget") {
+		t.Errorf("after the raise the job still says %q", got.QueueReason)
+	}
+	var st job.OrgStatus
+	call(t, "GET", b.s.URL+"/v1/admin/orgs/acme", admin, "", nil).decode(t, &st)
+	if st.MonthlyGPUHours != est*2 || st.BudgetHeld || st.MonthGPUHours != 0 {
+		t.Errorf("org status %+v", st)
+	}
+	if r := call(t, "PUT", b.s.URL+"/v1/admin/orgs/acme", admin, "application/json", []byte(`{"monthly_gpu_hours": -1}`)); r.status != http.StatusBadRequest && r.status != http.StatusUnprocessableEntity {
+		t.Errorf("a negative budget: %d %s", r.status, r.body)
+	} else if p := r.problem(t); !strings.Contains(string(r.body), "monthly_gpu_hours") {
+		t.Errorf("the problem does not name the field: %+v", p)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/queue"
@@ -68,6 +69,57 @@ func TestABudgetStopsTheJobAndARaiseLetsItGoOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitWithin(t, 3*time.Minute, j.ID, "stopped", terminal)
+}
+
+// An organization's monthly budget, through the agent: spent, its running job is stopped with
+// its newest checkpoint committed (STOPPED for the organization's budget), and its next job is
+// held, saying why; raised by an operator, that job runs. (The budget is set once the run
+// steps, a little past what the month spent by then; a short claim quantum makes heartbeats
+// charge at once.)
+func TestAnOrganizationsMonthlyBudgetStopsItsJobsAndHoldsTheNext(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{ClaimQuantum: time.Second})
+	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
+	b.startAgent(t, "agent-a", "--emulate.step-time", "10ms")
+	j := b.submit(t, withSteps(100000))
+	running := b.waitWithin(t, 3*time.Minute, j.ID, "a checkpoint", func(x *job.Job) bool { return x.Status == job.Running && x.Progress.CheckpointStep >= 2 })
+	org, err := admin.GetOrg(context.Background(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.SetOrg(context.Background(), "acme", job.OrgSettings{MonthlyGPUHours: org.MonthGPUHours + 4.0/3600}); err != nil {
+		t.Fatal(err)
+	}
+	done := b.waitWithin(t, 3*time.Minute, j.ID, "stopped", terminal)
+	if done.Status != job.Stopped || !strings.Contains(b.lastDetail(t, j.ID), "organization's monthly budget is spent") {
+		t.Fatalf("got %s (%q); want STOPPED for the organization's budget", done.Status, b.lastDetail(t, j.ID))
+	}
+	if done.Progress.CheckpointStep < running.Progress.CheckpointStep {
+		t.Errorf("stopped with checkpoint %d; want at least %d kept", done.Progress.CheckpointStep, running.Progress.CheckpointStep)
+	}
+	var marks []string
+	for _, e := range b.allEvents(t, j.ID) {
+		if e.Type == job.EventBudget && strings.Contains(e.Detail, "organization's monthly budget") {
+			marks = append(marks, strings.SplitN(e.Detail, " ", 2)[0])
+		}
+	}
+	if len(marks) == 0 || marks[len(marks)-1] != "100" {
+		t.Errorf("organization budget events at %v %%; want them to end at 100", marks)
+	}
+	if st, err := admin.GetOrg(context.Background(), "acme"); err != nil || !st.BudgetHeld {
+		t.Fatalf("the organization after its budget: %+v %v", st, err)
+	}
+	next := b.submit(t, withSteps(5))
+	held := b.waitWithin(t, time.Minute, next.ID, "a queue reason", func(x *job.Job) bool { return x.QueueReason != "" })
+	if held.Status != job.Queued || !strings.Contains(held.QueueReason, "monthly budget is spent") {
+		t.Fatalf("the next job: %s, %q; want it held for the budget", held.Status, held.QueueReason)
+	}
+	if _, err := admin.SetOrg(context.Background(), "acme", job.OrgSettings{MonthlyGPUHours: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.waitWithin(t, 3*time.Minute, next.ID, "ended", terminal); got.Status != job.Completed {
+		t.Errorf("after the raise the next job %s", got.Status)
+	}
 }
 
 // allEvents reads every event of a job, page after page.

@@ -23,7 +23,7 @@ const restArg = "..."
 
 var funcArgs = map[string][]string{
 	"submit": {"id", "org", "kind", "name", "config", "max_attempts", "max_steps", "secrets", "priority", "class",
-		"gpus", "time_limit", "idem_key", "fingerprint", "idem_ttl", "rank", "budget_ms"},
+		"gpus", "time_limit", "idem_key", "fingerprint", "idem_ttl", "rank", "budget_ms", "est_ms"},
 	"claim": {"lease_ttl", "agent", "token_rand", "free", "quantum", "lease_expires", "paid_until", "gpu_only",
 		"claim_id", "waiter", "wait_until", "filed"},
 	"unwait": {"waiter"},
@@ -38,7 +38,7 @@ var funcArgs = map[string][]string{
 		"quarantine_window", "fault_bucket"},
 	"position": {"id", "org", "class", "priority", "fresh_ms"},
 	"abandon":  {"claim_id", "agent", "mark_ttl"},
-	"set_org":  {"org", "weight", "org_max_running", "org_max_queued"},
+	"set_org":  {"org", "weight", "org_max_running", "org_max_queued", "month_budget_ms"},
 	"archive":  {"id", "finished_at", "org"},
 	"settle":   {"id", "finished_at", "events"},
 	"put_own":  {"id", "finished_at", "progress", "nfields", restArg},

@@ -12,11 +12,12 @@ import (
 
 // SetOrg changes an organization's weight and limits; zero values restore the defaults.
 func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) error {
-	if s.Weight < 0 || s.MaxRunning < 0 || s.MaxQueued < 0 {
+	if s.Weight < 0 || s.MaxRunning < 0 || s.MaxQueued < 0 || s.MonthlyGPUHours < 0 {
 		return fmt.Errorf("queue: org settings must not be negative: %+v", s)
 	}
 	err := c.call(ctx, "set_org", c.keys.org(org), args{
 		"org": org, "weight": s.Weight, "org_max_running": s.MaxRunning, "org_max_queued": s.MaxQueued,
+		"month_budget_ms": int64(math.Round(s.MonthlyGPUHours * 3600e3)),
 	}).Err()
 	if err != nil {
 		return scriptErr("set org", err)
@@ -27,7 +28,7 @@ func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) erro
 // GetOrg reports an organization's settings in effect and its use of the queue now.
 func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) {
 	vals, err := c.rdb.HMGet(ctx, c.keys.org(org), "weight", "max_running", "max_queued", "queued", "running", "running_gpus", "usage",
-		"gpu_ms", "hold_anchor").Result()
+		"gpu_ms", "hold_anchor", "month", "month_ms", "month_budget_ms", "held").Result()
 	if err != nil {
 		return job.OrgStatus{}, fmt.Errorf("queue: org %s: %w", org, err)
 	}
@@ -59,6 +60,11 @@ func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) 
 	// Raw GPU time: what ended holds used, plus what the holds now running have used so far.
 	now := float64(ms(c.cfg.Now()) - usageEpoch)
 	st.GPUSeconds = (f(7) + float64(st.RunningGPUs)*now - f(8)) / 1000
+	st.MonthlyGPUHours = f(11) / 3600e3
+	if t := c.cfg.Now().UTC(); int(f(9)) == t.Year()*100+int(t.Month()) {
+		st.MonthGPUHours = f(10) / 3600e3
+	}
+	st.BudgetHeld = vals[12] == "1"
 	return st, nil
 }
 

@@ -233,6 +233,7 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 		"priority": sub.Spec.Priority, "class": sub.Spec.Class(), "gpus": sub.Spec.Resources.GPUs,
 		"time_limit": limit.Milliseconds(), "idem_key": idempotencyKey, "fingerprint": fingerprint,
 		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank, "budget_ms": sub.BudgetGPUMs,
+		"est_ms": sub.EstimateGPUMs,
 	}).StringSlice()
 	var refused redis.Error
 	if c.split && (errors.As(err, &refused) || (err == nil && res[0] != "created")) {
@@ -1029,6 +1030,16 @@ func (c *Client) position(ctx context.Context, route, id, org, class string, pri
 	case "backoff":
 		at, _ := strconv.ParseInt(arg(2), 10, 64)
 		p.Reason = "retrying after a lost lease: claimable again at " + time.UnixMilli(at).UTC().Format(time.RFC3339)
+	case "org_budget":
+		spent, _ := strconv.ParseFloat(arg(2), 64)
+		budget, _ := strconv.ParseFloat(arg(3), 64)
+		p.Reason = fmt.Sprintf("held: its organization's monthly budget is spent (%.2f of %.2f GPU-hours); it runs once the budget is raised or the month ends",
+			spent/3.6e6, budget/3.6e6)
+	case "over_budget":
+		est, _ := strconv.ParseFloat(arg(2), 64)
+		left, _ := strconv.ParseFloat(arg(3), 64)
+		p.Reason = fmt.Sprintf("held: its estimate (%.2f GPU-hours) is more than what is left of its organization's monthly budget (%.2f GPU-hours); it runs once the budget is raised or the month ends",
+			est/3.6e6, left/3.6e6)
 	case "org_limit":
 		p.Reason = fmt.Sprintf("organization at its running limit (%s of %s jobs running)", arg(2), arg(3))
 	case "gpus":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -1400,6 +1401,143 @@ func TestABudgetOnTheQueuesClock(t *testing.T) {
 		}
 		if got := b.status(t, j.ID); got.BudgetGPUSeconds != 1000 {
 			t.Errorf("raised: %v", got.BudgetGPUSeconds)
+		}
+	})
+}
+
+// An organization's monthly budget, on the queue's clock: job.budget at 50, 80 and 100 % of it
+// as its jobs' GPU time is charged; at 100 % the running job is told to stop (STOPPED for the
+// organization's budget) and the organization is held: its queued jobs are claimed by no one,
+// and say why. A raised budget lets them run; so does the month's end (the reaper), with the
+// month's spending starting again from zero.
+func TestAnOrganizationsMonthlyBudget(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		// 0.1 GPU-hours = 360 GPU-seconds; a 2-GPU job prepays 120 at its claim (the quantum).
+		if err := b.q.SetOrg(b.ctx, "acme", job.OrgSettings{MonthlyGPUHours: 0.1}); err != nil {
+			t.Fatal(err)
+		}
+		j := b.submitSpec(t, "acme", jobSpec("first", 2))
+		cl := b.claimFor(t, "agent-1", h100x8)
+		if cl == nil || cl.Job.ID != j.ID {
+			t.Fatalf("claim: %+v", cl)
+		}
+		beat := func() job.Action {
+			t.Helper()
+			rep, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rep.Action
+		}
+		beat()
+		// Charged from the quantum's end on: 180, 240, 300, 360 GPU-seconds.
+		b.clock.Advance(90 * time.Second)
+		for i, want := range []job.Action{job.Continue, job.Continue, job.Continue, job.Stop} {
+			if i > 0 {
+				b.clock.Advance(30 * time.Second)
+			}
+			if got := beat(); got != want {
+				t.Fatalf("beat %d: %s, want %s", i, got, want)
+			}
+		}
+		var marks []string
+		for _, e := range b.events(t, j.ID) {
+			if e.Type == job.EventBudget {
+				marks = append(marks, strings.Fields(e.Detail)[0])
+				if !strings.Contains(e.Detail, "organization's monthly budget") {
+					t.Errorf("budget event %q does not name the organization's budget", e.Detail)
+				}
+			}
+		}
+		if strings.Join(marks, ",") != "50,80,100" {
+			t.Errorf("budget events at %v %%; want 50, 80, 100", marks)
+		}
+		st, err := b.q.GetOrg(b.ctx, "acme")
+		if err != nil || !st.BudgetHeld || math.Abs(st.MonthGPUHours-0.1) > 1e-9 || st.MonthlyGPUHours != 0.1 {
+			t.Fatalf("org after the budget: %+v %v", st, err)
+		}
+		if s, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "stopped on request"}); err != nil || s != job.Stopped {
+			t.Fatalf("the agent's report after the stop: %s %v", s, err)
+		}
+		if got := b.lastDetail(t, j.ID); !strings.Contains(got, "organization's monthly budget is spent") {
+			t.Errorf("the stopped job says %q", got)
+		}
+
+		// Held: another job of the org waits, and says why; another org's job runs.
+		k := b.submitSpec(t, "acme", jobSpec("second", 2))
+		other := b.submitSpec(t, "zeta", jobSpec("other", 2))
+		if cl := b.claimFor(t, "agent-2", h100x8); cl == nil || cl.Job.ID != other.ID {
+			t.Fatalf("with acme held, agent-2 got %+v; want zeta's job", cl)
+		}
+		if cl := b.claimFor(t, "agent-3", h100x8); cl != nil {
+			t.Fatalf("a held organization's job was claimed: %s", cl.Job.ID)
+		}
+		if p, ok, err := b.q.Position(b.ctx, k.ID); err != nil || !ok || !strings.Contains(p.Reason, "monthly budget is spent (0.10 of 0.10 GPU-hours)") {
+			t.Errorf("the held job's queue reason: %+v %v %v", p, ok, err)
+		}
+
+		// Raised: it runs.
+		if err := b.q.SetOrg(b.ctx, "acme", job.OrgSettings{MonthlyGPUHours: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if cl := b.claimFor(t, "agent-3", h100x8); cl == nil || cl.Job.ID != k.ID {
+			t.Fatalf("after the raise: %+v", cl)
+		}
+		// Lowered below what the month spent: held at once.
+		if err := b.q.SetOrg(b.ctx, "acme", job.OrgSettings{MonthlyGPUHours: 0.05}); err != nil {
+			t.Fatal(err)
+		}
+		last := b.submitSpec(t, "acme", jobSpec("third", 2))
+		if cl := b.claimFor(t, "agent-4", h100x8); cl != nil {
+			t.Fatalf("claimed under a lowered budget: %s", cl.Job.ID)
+		}
+		// The month ends: the reaper lets the organization run again, its spending from zero.
+		now := b.clock.Now()
+		b.clock.Advance(time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC).Sub(now))
+		b.reap(t)
+		if cl := b.claimFor(t, "agent-4", h100x8); cl == nil || cl.Job.ID != last.ID {
+			t.Fatalf("in the new month: %+v", cl)
+		}
+		if st, err := b.q.GetOrg(b.ctx, "acme"); err != nil || st.BudgetHeld || math.Abs(st.MonthGPUHours-120.0/3600) > 1e-9 {
+			t.Errorf("org in the new month: %+v %v (want the one claim's quantum spent)", st, err)
+		}
+	})
+}
+
+// A job expected to take more than what is left of its organization's monthly budget is held
+// (a claim passes over it to the next), says so, and runs once the budget is raised.
+func TestAJobOverItsOrganizationsBudgetIsHeld(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		if err := b.q.SetOrg(b.ctx, "acme", job.OrgSettings{MonthlyGPUHours: 1}); err != nil {
+			t.Fatal(err)
+		}
+		submit := func(name string, hours float64) *job.Job {
+			t.Helper()
+			j, _, err := b.q.Submit(b.ctx, job.Submission{Org: "acme", Spec: jobSpec(name, 2), EstimateGPUMs: int64(hours * 3.6e6)}, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return j
+		}
+		big, small := submit("big", 2), submit("small", 0.5)
+		if cl := b.claimFor(t, "agent-1", h100x8); cl == nil || cl.Job.ID != small.ID {
+			t.Fatalf("agent-1 got %+v; want the small job, past the big one", cl)
+		}
+		if cl := b.claimFor(t, "agent-2", h100x8); cl != nil {
+			t.Fatalf("the job over the budget was claimed: %s", cl.Job.ID)
+		}
+		// The small job's claim prepaid 2 GPUs × 60 s: 0.97 GPU-hours are left.
+		p, ok, err := b.q.Position(b.ctx, big.ID)
+		if err != nil || !ok || !strings.Contains(p.Reason, "its estimate (2.00 GPU-hours) is more than what is left of its organization's monthly budget (0.97 GPU-hours)") {
+			t.Errorf("the held job's queue reason: %+v %v %v", p, ok, err)
+		}
+		if err := b.q.SetOrg(b.ctx, "acme", job.OrgSettings{MonthlyGPUHours: 5}); err != nil {
+			t.Fatal(err)
+		}
+		if cl := b.claimFor(t, "agent-2", h100x8); cl == nil || cl.Job.ID != big.ID {
+			t.Fatalf("after the raise: %+v", cl)
 		}
 	})
 }

@@ -170,6 +170,16 @@ func newOrgCmd() *cobra.Command {
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "org %s: weight %g, running limit %s, queued limit %s\n  now: %d queued, %d running on %d GPUs; %.2f GPU-hours used (decayed)\n",
 			st.Org, st.Weight, limit(st.MaxRunning), limit(st.MaxQueued), st.Queued, st.Running, st.RunningGPUs, st.UsageGPUHours)
+		if st.MonthlyGPUHours > 0 {
+			held := ""
+			if st.BudgetHeld {
+				held = "; spent: its jobs are held until it is raised or the month ends"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "  monthly budget: %.2f of %.2f GPU-hours used this month (%.0f %%)%s\n",
+				st.MonthGPUHours, st.MonthlyGPUHours, 100*st.MonthGPUHours/st.MonthlyGPUHours, held)
+		} else {
+			fmt.Fprintf(cmd.OutOrStdout(), "  monthly budget: none (%.2f GPU-hours used this month)\n", st.MonthGPUHours)
+		}
 	}
 	get := &cobra.Command{
 		Use: "get ORG", Short: "Show an organization's settings and use", Args: needArgs(1),
@@ -188,11 +198,31 @@ func newOrgCmd() *cobra.Command {
 	}
 	var s job.OrgSettings
 	set := &cobra.Command{
-		Use: "set ORG", Short: "Set an organization's weight and limits (0 restores a default)", Args: needArgs(1),
+		Use: "set ORG", Short: "Set an organization's weight, limits and monthly budget (flags not given keep their values; 0 restores a default)",
+		Example: "  hostedtrain admin org set acme --monthly-gpu-hours 2000\n  hostedtrain admin org set acme --weight 2 --max-running 8",
+		Args:    needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			api, err := apiClient()
 			if err != nil {
 				return err
+			}
+			cur, err := api.GetOrg(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			keep := job.OrgSettings{Weight: cur.Weight, MaxRunning: cur.MaxRunning, MaxQueued: cur.MaxQueued, MonthlyGPUHours: cur.MonthlyGPUHours}
+			f := cmd.Flags()
+			if !f.Changed("weight") {
+				s.Weight = keep.Weight
+			}
+			if !f.Changed("max-running") {
+				s.MaxRunning = keep.MaxRunning
+			}
+			if !f.Changed("max-queued") {
+				s.MaxQueued = keep.MaxQueued
+			}
+			if !f.Changed("monthly-gpu-hours") {
+				s.MonthlyGPUHours = keep.MonthlyGPUHours
 			}
 			st, err := api.SetOrg(cmd.Context(), args[0], s)
 			if err != nil {
@@ -205,6 +235,7 @@ func newOrgCmd() *cobra.Command {
 	set.Flags().Float64Var(&s.Weight, "weight", 0, "share of the GPUs relative to other organizations (default 1)")
 	set.Flags().IntVar(&s.MaxRunning, "max-running", 0, "jobs that may run at once")
 	set.Flags().IntVar(&s.MaxQueued, "max-queued", 0, "jobs that may wait at once")
+	set.Flags().Float64Var(&s.MonthlyGPUHours, "monthly-gpu-hours", 0, "the organization's monthly budget of GPU time (0: none)")
 	c.AddCommand(get, set)
 	return c
 }

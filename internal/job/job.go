@@ -81,6 +81,8 @@ type OrgSettings struct {
 	Weight     float64 `json:"weight,omitempty"`
 	MaxRunning int     `json:"max_running,omitempty"`
 	MaxQueued  int     `json:"max_queued,omitempty"`
+	// MonthlyGPUHours is the organization's monthly budget of GPU time (UTC months); 0 for none.
+	MonthlyGPUHours float64 `json:"monthly_gpu_hours,omitempty"`
 }
 
 // OrgStatus is an organization's settings in effect and what it uses now.
@@ -97,6 +99,12 @@ type OrgStatus struct {
 	UsageGPUHours float64 `json:"usage_gpu_hours"`
 	// GPUSeconds is all the GPU time the organization's jobs have held, not decayed.
 	GPUSeconds float64 `json:"gpu_seconds"`
+	// MonthlyGPUHours is its monthly budget (0: none); MonthGPUHours what it has spent in this
+	// UTC month (GPU time charged: a running job's a lease quantum ahead); BudgetHeld says the
+	// budget is spent and nothing of the organization runs until it is raised or the month ends.
+	MonthlyGPUHours float64 `json:"monthly_gpu_hours,omitempty"`
+	MonthGPUHours   float64 `json:"month_gpu_hours"`
+	BudgetHeld      bool    `json:"budget_held,omitempty"`
 }
 
 // ListFilter narrows a job listing; zero fields do not filter.
@@ -316,6 +324,10 @@ type Submission struct {
 	// BudgetGPUMs is the GPU time (GPU-milliseconds) the job may use over all its runs, from
 	// its max_gpu_hours and max_cost at the operator's price (the lower); 0 for none.
 	BudgetGPUMs int64
+	// EstimateGPUMs is the GPU time the job is expected to take (the dry run's expected
+	// figure), where its organization has a monthly budget: a claim passes over a job whose
+	// estimate is more than what is left of it. 0 for none.
+	EstimateGPUMs int64
 }
 
 // NewID returns a new job id: a UUIDv7, so ids sort by creation time.

@@ -146,6 +146,7 @@ var Queue = Set{
 		{"AGENTS", "agents", "agent -> the GPUs it last said it had free while waiting"},
 		{"AGENTS_SEEN", "agents:seen", "agents by when they last waited for work (the reaper trims old ones)"},
 		{"NODES_FAULTED", "nodes:faulted", "agents by when they last had a platform fault (node health lists them)"},
+		{"BUDGET_HELD", "orgs:budget_held", "organizations held for a spent monthly budget, by when their month ends (the reaper files them back)"},
 		{"NODES", "nodes", "agent -> \"<state>|<since ms>|<reason>\" for nodes out of rotation: cordoned, quarantined or draining"},
 		{"META", "meta", "the usage reference time (tref)"},
 		{"ENDED", "ended", "jobs in a terminal state by when they ended: the archiver's input"},

@@ -43,8 +43,10 @@ local function fits(class)
 end
 
 -- A job retried after a platform fault on this agent's node avoids it for a while
--- (retry_attempt): the claim passes over such jobs, and over an organization that has only
--- such jobs ready, to the next in order, so the node takes other work meanwhile. It passes over
+-- (retry_attempt), and a job expected to take more than what is left of its organization's
+-- monthly budget is held (over_budget): the claim passes over such jobs, and over an
+-- organization that has only such jobs ready, to the next in order, so the node takes other
+-- work meanwhile. It passes over
 -- a few at most (PASS_AT_MOST), which keeps the look bounded.
 local PASS_AT_MOST = 4
 local passed_jobs, passed_orgs, npassed = {}, {}, 0
@@ -119,19 +121,22 @@ for _ = 1, 4 + PASS_AT_MOST do
     break
   end
   o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'queued', 'running_gpus', 'usage', 'weight',
-    'classes', 'hooked', 'hold_anchor')
-  if not has_room(o[1], o[2]) then
+    'classes', 'hooked', 'hold_anchor', 'held', 'month', 'month_ms', 'month_budget_ms')
+  if not has_room(o[1], o[2], o[10]) then
     refile(org, o[7], false)
   else
     best, best_class, best_last, skipped = pick(org, o[7])
     if best then
-      j = redis.call('HMGET', jobkey(best), 'fence', 'avoid', unpack(CLAIMED))
-      if not avoids(j[2], agent) then
+      j = redis.call('HMGET', jobkey(best), 'fence', 'avoid', 'est_ms', unpack(CLAIMED))
+      local over = over_budget(j[3], o[11], o[12], o[13])
+      if not over and not avoids(j[2], agent) then
         break
       end
-      local till = tonumber(string.match(j[2], '|(%d+)$'))
-      if not avoided_till or till < avoided_till then
-        avoided_till, avoided_class = till, best_class
+      if not over then
+        local till = tonumber(string.match(j[2], '|(%d+)$'))
+        if not avoided_till or till < avoided_till then
+          avoided_till, avoided_class = till, best_class
+        end
       end
       passed_jobs[best], npassed = true, npassed + 1
     elseif skipped then
@@ -161,10 +166,11 @@ if org then
   end
   local gpus = parse_class(best_class).count
   local usage = (tonumber(o[5]) or 0) + math.floor(gpus * quantum * decay_factor() + 0.5)
+  local _, month = month_fields(o[11], o[12], gpus * quantum)
   redis.call('HSET', orgkey(org), 'queued', int((tonumber(o[3]) or 1) - 1), 'running', int(running + 1),
     'running_gpus', int((tonumber(o[4]) or 0) + gpus), 'usage', int(usage), 'classes', classes,
-    'hold_anchor', int((tonumber(o[9]) or 0) + gpus * (NOW - USAGE_EPOCH)))
-  if has_room(running + 1, o[2]) then
+    'hold_anchor', int((tonumber(o[9]) or 0) + gpus * (NOW - USAGE_EPOCH)), unpack(month))
+  if has_room(running + 1, o[2], o[10]) then
     rescore(org, classes, score(usage, o[6]))
   else
     refile(org, classes, false) -- at its limit: out of the fair orders until a job of its ends
@@ -175,6 +181,7 @@ if org then
   redis.call('HSET', key, 'status', 'PENDING', 'lease_token', token, 'lease_expires', exp, 'lease_filed', exp,
     'agent_id', agent, 'updated_at', T, 'charged_until', arg_paid_until, 'fence', int(fence), 'held_since', T,
     'log_bytes', '0')
+  table.remove(j, 1)
   table.remove(j, 1)
   table.remove(j, 1)
   -- The answer shows the job as this claim left it.

@@ -41,6 +41,9 @@ elseif j.stop_requested == '1' then
     detail = 'stopped at its time limit'
   elseif j.stop_reason == 'budget' then
     status, typ, detail = 'STOPPED', 'job.stopped', 'stopped: its budget is spent (raise it, then restart the job)'
+  elseif j.stop_reason == 'org_budget' then
+    status, typ, detail = 'STOPPED', 'job.stopped',
+      'stopped: its organization\'s monthly budget is spent (restart the job once it is raised or the month has ended)'
   else
     status, typ, detail = 'STOPPED', 'job.stopped', 'stopped on request'
   end

@@ -66,8 +66,9 @@ if starts then
   end
   emit(id, org, 'job.started', status, '')
 end
+local ob -- the org's monthly budget, when this heartbeat charged it (charge)
 if NOW > since then
-  charge(org, (tonumber(cur[6]) or 0) * (NOW - since))
+  ob = charge(org, (tonumber(cur[6]) or 0) * (NOW - since))
 end
 checkpoints(id, org, status, REST, cur[9])
 if arg_alerts ~= '' then
@@ -100,6 +101,33 @@ if budget and budget > 0 then
     redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'budget', 'stop_deadline', deadline)
     redis.call('ZADD', STOPPING, deadline, id)
     emit(id, org, 'job.stopping', status, 'its budget is spent')
+    return {'stop', exp}
+  end
+end
+-- The organization's monthly budget: job.budget on the job whose charge crossed 50, 80 or
+-- 100 % of it (each once a month), and once it is spent the organization is held (nothing of it
+-- claimed) and each of its running jobs told to stop at its next charge, reason `org_budget`.
+if ob and ob.budget > 0 then
+  local pct = math.floor(100 * ob.spent / ob.budget)
+  local seen = ob.seen
+  for _, mark in ipairs({50, 80, 100}) do
+    if pct >= mark and seen < mark then
+      seen = mark
+      emit(id, org, 'job.budget', status, mark .. ' % of the organization\'s monthly budget used: ' ..
+        string.format('%.4f of %.4f GPU-hours', ob.spent / 3600000, ob.budget / 3600000))
+    end
+  end
+  if seen ~= ob.seen then
+    redis.call('HSET', orgkey(org), 'month_seen', seen)
+  end
+  if ob.spent >= ob.budget then
+    if not ob.held then
+      hold_org(org, ob.classes)
+    end
+    local deadline = NOW + tonumber(arg_grace)
+    redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'org_budget', 'stop_deadline', deadline)
+    redis.call('ZADD', STOPPING, deadline, id)
+    emit(id, org, 'job.stopping', status, 'its organization\'s monthly budget is spent')
     return {'stop', exp}
   end
 end

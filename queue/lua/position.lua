@@ -8,11 +8,13 @@
 -- have.
 -- KEYS[1] the job's hash, or any key with the tag (routes the call)
 -- arg_id job id or ""; arg_fresh_ms how recent an agent's wait must be to count.
--- Returns {runs_ahead, reason, a, b}: reason "backoff" (a = ready time), "org_limit"
--- (a = running, b = limit), "gpus" (a = GPUs, b = model), "turn", or "" if not queued.
+-- Returns {runs_ahead, reason, a, b}: reason "backoff" (a = ready time), "org_budget" (the
+-- org's monthly budget is spent: a = GPU-ms spent this month, b = the budget), "org_limit"
+-- (a = running, b = limit), "over_budget" (the job's estimate, a GPU-ms, is more than the b left
+-- of its org's monthly budget), "gpus" (a = GPUs, b = model), "turn", or "" if not queued.
 local j = {'QUEUED', arg_org, arg_class, int((100 - tonumber(arg_priority)) * RANK_BASE + NOW), false}
 if arg_id ~= '' then
-  j = redis.call('HMGET', jobkey(arg_id), 'status', 'org', 'class', 'rank', 'ready_at')
+  j = redis.call('HMGET', jobkey(arg_id), 'status', 'org', 'class', 'rank', 'ready_at', 'est_ms')
   if j[1] ~= 'QUEUED' then
     return {-1, ''}
   end
@@ -24,7 +26,8 @@ local upto = '(' .. rank
 if arg_id == '' then
   upto = rank
 end
-local o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'classes', 'usage', 'weight')
+local o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'classes', 'usage', 'weight', 'held', 'month_ms',
+  'month_budget_ms', 'month')
 local own = 0
 for _, c in ipairs(split_classes(o[3])) do
   own = own + redis.call('ZCOUNT', classq(org, c), '-inf', upto)
@@ -35,6 +38,13 @@ local others = (tonumber(redis.call('HGET', READY, class)) or 0) - redis.call('Z
 local ahead = own + math.max(0, math.min(orgs_ahead * (own + 1), others))
 if j[5] then
   return {ahead, 'backoff', j[5], 0}
+end
+if o[6] == '1' then
+  return {ahead, 'org_budget', tonumber(o[7]) or 0, tonumber(o[8]) or 0}
+end
+local over, left = over_budget(j[6], o[9], o[7], o[8])
+if over then
+  return {ahead, 'over_budget', tonumber(j[6]), left}
 end
 local limit = tonumber(o[2]) or DEF_RUNNING
 if limit > 0 and (tonumber(o[1]) or 0) >= limit then

@@ -198,7 +198,11 @@ end
 -- weight. A claim looks only at the classes that fit its free GPUs, one key each, so an
 -- organization at its limit costs a claim nothing: it is out of every fair order until a job of
 -- its ends. has_room says whether an org may run one more job.
-local function has_room(running, max_running)
+-- An organization held for its spent monthly budget (held "1") has no room, whatever its limit.
+local function has_room(running, max_running, held)
+  if held == '1' then
+    return false
+  end
   local limit = tonumber(max_running) or DEF_RUNNING
   return limit == 0 or (tonumber(running) or 0) < limit
 end
@@ -222,16 +226,93 @@ local function rescore(org, classes, sc)
   end
 end
 
--- charge adds gpu_ms GPU-milliseconds (negative for a refund) to an org's usage, and moves the
--- org in the fair orders it is in.
-local function charge(org, gpu_ms)
-  local d = math.floor(gpu_ms * decay_factor() + 0.5)
-  if d == 0 then
-    return
+-- Months, for an organization's monthly budget: month_of(ms) is the UTC month ms falls in as
+-- yyyymm, and the first ms of the month after (Howard Hinnant's civil-date algorithms).
+local function days_from_civil(y, m, d)
+  if m <= 2 then
+    y = y - 1
   end
-  local usage = redis.call('HINCRBY', orgkey(org), 'usage', int(d))
-  local o = redis.call('HMGET', orgkey(org), 'weight', 'classes')
-  rescore(org, o[2], score(usage, o[1]))
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * ((m + 9) % 12) + 2) / 5) + d - 1
+  return era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+end
+
+local function month_of(ms)
+  local z = math.floor(ms / 86400000) + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400 + (m <= 2 and 1 or 0)
+  local ny, nm = y, m + 1
+  if nm == 13 then
+    ny, nm = y + 1, 1
+  end
+  return y * 100 + m, days_from_civil(ny, nm, 1) * 86400000
+end
+
+-- An organization's monthly budget (month_budget_ms, GPU-ms; none when absent or 0) is spent
+-- against month_ms, the GPU time charged to it in `month` (yyyymm, UTC): moved by the same
+-- charges as its fair-share usage (a claim's prepaid quantum, each heartbeat's, a release's
+-- refund), undecayed. month_seen is the highest of 50/80/100 % announced in the month; held
+-- "1" while the budget is spent: out of the fair orders, nothing of it claimed, until the
+-- budget is raised (set_org) or the month ends (BUDGET_HELD, the reaper).
+-- month_fields are the org fields that add gpu_ms to month_ms as read (o_month, o_month_ms):
+-- the GPU time spent in the month after it, and the fields to write.
+local function month_fields(o_month, o_month_ms, gpu_ms)
+  local month = month_of(NOW)
+  if tonumber(o_month) ~= month then
+    local ms = math.max(0, gpu_ms)
+    return ms, {'month', month, 'month_ms', int(ms), 'month_seen', 0}
+  end
+  local ms = (tonumber(o_month_ms) or 0) + gpu_ms
+  return ms, {'month_ms', int(ms)}
+end
+
+-- charge adds gpu_ms GPU-milliseconds (negative for a refund) to an org's usage, moving the
+-- org in the fair orders it is in, and to its month's. It answers what the monthly budget needs:
+-- {spent, budget, seen, held, classes}.
+local function charge(org, gpu_ms)
+  local o = redis.call('HMGET', orgkey(org), 'weight', 'classes', 'month', 'month_ms', 'month_budget_ms', 'month_seen', 'held')
+  local spent, fields = month_fields(o[3], o[4], gpu_ms)
+  local d = math.floor(gpu_ms * decay_factor() + 0.5)
+  if d ~= 0 then
+    local usage = redis.call('HINCRBY', orgkey(org), 'usage', int(d))
+    rescore(org, o[2], score(usage, o[1]))
+  end
+  redis.call('HSET', orgkey(org), unpack(fields))
+  local seen = tonumber(o[6]) or 0
+  if tonumber(o[3]) ~= month_of(NOW) then
+    seen = 0
+  end
+  return {spent = spent, budget = tonumber(o[5]) or 0, seen = seen, held = o[7] == '1', classes = o[2]}
+end
+
+-- over_budget says whether a job expected to take est_ms GPU-ms (its est_ms field, or nil) is
+-- more than what is left of its org's monthly budget (o_month, o_month_ms, o_budget as read),
+-- and what is left.
+local function over_budget(est_ms, o_month, o_month_ms, o_budget)
+  local budget, est = tonumber(o_budget) or 0, tonumber(est_ms) or 0
+  if budget <= 0 or est <= 0 then
+    return false, 0
+  end
+  local spent = 0
+  if tonumber(o_month) == month_of(NOW) then
+    spent = tonumber(o_month_ms) or 0
+  end
+  return est > budget - spent, math.max(0, budget - spent)
+end
+
+-- hold_org takes an organization whose monthly budget is spent out of the fair orders until
+-- the budget is raised or its month ends.
+local function hold_org(org, classes)
+  redis.call('HSET', orgkey(org), 'held', '1')
+  refile(org, classes, false)
+  local _, month_end = month_of(NOW)
+  redis.call('ZADD', BUDGET_HELD, month_end, org)
 end
 
 -- Waiting claims. A claim that finds nothing to take files itself as a waiter, a member
@@ -360,13 +441,13 @@ end
 local function enqueue(id, org, class, rank)
   redis.call('ZADD', classq(org, class), int(rank), id)
   redis.call('HINCRBY', READY, class, 1)
-  local o = redis.call('HMGET', orgkey(org), 'classes', 'usage', 'weight', 'running', 'max_running')
+  local o = redis.call('HMGET', orgkey(org), 'classes', 'usage', 'weight', 'running', 'max_running', 'held')
   local classes = with_class(o[1], class)
   if classes ~= o[1] then
     redis.call('HSET', orgkey(org), 'classes', classes)
     redis.call('SADD', CLASSES, class)
   end
-  if has_room(o[4], o[5]) then
+  if has_room(o[4], o[5], o[6]) then
     redis.call('ZADD', fairkey(class), score(o[2], o[3]), org)
     wake(class, 1)
   end
@@ -416,7 +497,7 @@ local function release(id, j, extra)
   local gpus = tonumber(j.gpus) or 0
   local paid = tonumber(j.charged_until) or NOW
   local o = redis.call('HMGET', orgkey(j.org), 'running', 'running_gpus', 'usage', 'weight', 'hooked', 'hold_anchor',
-    'gpu_ms', 'classes', 'max_running')
+    'gpu_ms', 'classes', 'max_running', 'held', 'month', 'month_ms')
   j.hooked = o[5] or false -- for the caller's emit
   local usage = tonumber(o[3]) or 0
   local refund = paid > NOW
@@ -426,6 +507,12 @@ local function release(id, j, extra)
   local running = (tonumber(o[1]) or 1) - 1
   local org_fields = {'running', int(running), 'running_gpus', int((tonumber(o[2]) or gpus) - gpus),
     'usage', int(usage)}
+  if refund then
+    local _, month = month_fields(o[11], o[12], -gpus * (paid - NOW))
+    for _, f in ipairs(month) do
+      org_fields[#org_fields + 1] = f
+    end
+  end
   local fields = {'charged_until', T, 'lease_token', '', 'lease_expires', '', 'stop_requested', '',
     'stop_deadline', '', 'stop_reason', '', 'held_since', ''}
   local held_since = tonumber(j.held_since)
@@ -446,7 +533,7 @@ local function release(id, j, extra)
   -- In the fair orders or out of them as its room is now, whatever it was before: a limit
   -- lowered or raised since (its own, or the service's default) is followed here. With room,
   -- a claim is woken for its ready jobs: one that ran may have been what kept them waiting.
-  local room = has_room(running, o[9])
+  local room = has_room(running, o[9], o[10])
   refile(j.org, o[8], room, score(usage, o[4]))
   if room then
     wake_org(j.org, o[8], 1)

@@ -113,6 +113,17 @@ end
 for _, agent in ipairs(due(AGENTS_SEEN, '(' .. int(NOW - tonumber(arg_agent_ttl)))) do
   forget_agent(agent)
 end
+-- An organization held for its spent monthly budget runs again when its month ends.
+for _, org in ipairs(due(BUDGET_HELD)) do
+  redis.call('ZREM', BUDGET_HELD, org)
+  redis.call('HDEL', orgkey(org), 'held')
+  local o = redis.call('HMGET', orgkey(org), 'classes', 'usage', 'weight', 'running', 'max_running')
+  local room = has_room(o[4], o[5])
+  refile(org, o[1], room, score(o[2], o[3]))
+  if room then
+    wake_org(org, o[1], 1000)
+  end
+end
 
 -- A store written before the fair order was kept per GPU class (issue 16) has one order of
 -- every org with ready jobs, PFX .. 'fair': its orgs are filed in the per-class orders (and the
@@ -120,12 +131,12 @@ end
 local old_fair = PFX .. 'fair'
 if redis.call('EXISTS', old_fair) == 1 then
   for _, org in ipairs(redis.call('ZRANGE', old_fair, 0, -1)) do
-    local o = redis.call('HMGET', orgkey(org), 'classes', 'usage', 'weight', 'running', 'max_running')
+    local o = redis.call('HMGET', orgkey(org), 'classes', 'usage', 'weight', 'running', 'max_running', 'held')
     for _, class in ipairs(split_classes(o[1])) do
       redis.call('SADD', CLASSES, class)
       redis.call('HINCRBY', READY, class, redis.call('ZCARD', classq(org, class)))
     end
-    refile(org, o[1], has_room(o[4], o[5]), score(o[2], o[3]))
+    refile(org, o[1], has_room(o[4], o[5], o[6]), score(o[2], o[3]))
   end
   redis.call('DEL', old_fair)
 end

@@ -5,8 +5,9 @@
 -- KEYS[1] the org's hash (routes the call)
 -- Returns OK.
 local org = arg_org
-local fields = {{'weight', arg_weight}, {'max_running', arg_org_max_running}, {'max_queued', arg_org_max_queued}}
-local before = redis.call('HMGET', orgkey(org), 'running', 'max_running')
+local fields = {{'weight', arg_weight}, {'max_running', arg_org_max_running}, {'max_queued', arg_org_max_queued},
+  {'month_budget_ms', arg_month_budget_ms}}
+local before = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'held', 'month_budget_ms')
 for _, f in ipairs(fields) do
   if tonumber(f[2]) > 0 then
     redis.call('HSET', orgkey(org), f[1], f[2])
@@ -15,10 +16,28 @@ for _, f in ipairs(fields) do
   end
 end
 redis.call('SADD', ORGS, org)
-local o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'usage', 'weight', 'classes')
-local room = has_room(o[1], o[2])
+-- A monthly budget raised above what the month spent lets a held organization run again; one
+-- lowered to or below it holds the organization now.
+local b = redis.call('HMGET', orgkey(org), 'month', 'month_ms', 'month_budget_ms', 'classes')
+local budget = tonumber(b[3]) or 0
+local spent = 0
+if tonumber(b[1]) == month_of(NOW) then
+  spent = tonumber(b[2]) or 0
+end
+if budget > 0 and spent >= budget then
+  if before[3] ~= '1' then
+    hold_org(org, b[4])
+  end
+elseif before[3] == '1' then
+  redis.call('HDEL', orgkey(org), 'held')
+  redis.call('ZREM', BUDGET_HELD, org)
+end
+local o = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'usage', 'weight', 'classes', 'held')
+local room = has_room(o[1], o[2], o[6])
 refile(org, o[5], room, score(o[3], o[4]))
-if room and not has_room(before[1], before[2]) then
+-- Woken too when the budget was raised: jobs held for their estimate may fit in it now.
+local raised = budget > (tonumber(before[4]) or 0) and (tonumber(before[4]) or 0) > 0
+if room and (raised or not has_room(before[1], before[2], before[3])) then
   local limit = tonumber(o[2]) or DEF_RUNNING
   local n = 1000
   if limit > 0 then

@@ -40,6 +40,9 @@ end
 if arg_budget_ms ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = 'budget_ms', arg_budget_ms -- heartbeat.lua stops the job at it
 end
+if arg_est_ms ~= '0' then
+  fields[#fields + 1], fields[#fields + 2] = 'est_ms', arg_est_ms -- a claim holds it past its org's monthly budget
+end
 if arg_max_steps ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = 'max_steps', arg_max_steps -- bounds the steps agents report
 end
