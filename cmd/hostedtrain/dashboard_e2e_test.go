@@ -102,6 +102,16 @@ func TestDashboardInABrowser(t *testing.T) {
 		!regexp.MustCompile(`(?m)^dev-agent-1\s+ok\s`).MatchString(nodes) {
 		t.Errorf("admin nodes list (%d):\n%s", code, nodes)
 	}
+	// A long run, left running: the browser watches its charts grow, then stops it.
+	liveFile := filepath.Join(t.TempDir(), "live.toml")
+	if err := os.WriteFile(liveFile, []byte(strings.Replace(string(quick), "max_steps = 20", "max_steps = 100000", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = d.cli(t, "train", "submit", liveFile, "-o", "json")
+	var live job.Job
+	if err := json.Unmarshal([]byte(lastLine(out)), &live); code != 0 || err != nil {
+		t.Fatalf("the long run (%d): %v %s", code, err, out)
+	}
 	shots, err := filepath.Abs(filepath.Join(web, "test", "out"))
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +119,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots, ev.ID, forked.ID, failed.ID, gepa.ID, two.ID)
+	cmd := exec.Command("node", filepath.Join("test", "dashboard.mjs"), d.url, d.token, j.ID, shots, ev.ID, forked.ID, failed.ID, gepa.ID, two.ID, live.ID)
 	cmd.Dir = web
 	res, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(res), "dashboard ok") {

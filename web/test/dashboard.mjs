@@ -15,10 +15,12 @@
 // scale, any stored metric added from the picker; a job of two environments charts each. A GEPA
 // job: its best score per candidate, the prompt copied, the Pareto frontier. Two runs compared.
 //
-//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID FORKED_JOB_ID FAILED_JOB_ID GEPA_JOB_ID MULTI_ENV_JOB_ID
+// A running job's charts grow as it steps, and Stop (asked first) stops it.
+//
+//   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID FORKED_JOB_ID FAILED_JOB_ID GEPA_JOB_ID MULTI_ENV_JOB_ID LIVE_JOB_ID
 import { chromium } from 'playwright-core';
 
-const [url, token, jobID, out, evalID, forkedID, failedID, gepaID, multiID] = process.argv.slice(2);
+const [url, token, jobID, out, evalID, forkedID, failedID, gepaID, multiID, liveID] = process.argv.slice(2);
 const fail = (msg) => { console.error('FAIL: ' + msg); process.exitCode = 1; };
 
 const browser = await chromium.launch({
@@ -27,6 +29,7 @@ const browser = await chromium.launch({
     '--disable-component-update', '--disable-sync'],
 });
 const problems = [];
+let where = 'start'; // the part under test, named in a failure
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 1500 } });
   page.on('pageerror', (e) => problems.push('page error: ' + e.message));
@@ -36,7 +39,11 @@ try {
     if (!(r.failure()?.errorText || '').includes('ERR_ABORTED')) problems.push('request failed: ' + r.url() + ' ' + r.failure()?.errorText);
   });
   const timeout = { timeout: 30000 };
+  // Every request that would change a job: a dismissed confirmation must send none.
+  const changes = [];
+  page.on('request', (r) => { if (r.method() !== 'GET' && r.url().includes('/v1/jobs/')) changes.push(r.method() + ' ' + r.url()); });
 
+  where = 'the jobs table';
   await page.goto(url + '/');
   await page.fill('#token', token);
   await page.click('#use-token');
@@ -69,6 +76,7 @@ try {
   await page.waitForFunction((id) => !document.querySelector(`#jobs tr[data-id="${id}"]`), failedID, timeout);
   await page.screenshot({ path: out + '/jobs.png', fullPage: true });
 
+  where = 'the charts of a job';
   await page.click(`#jobs tr[data-id="${jobID}"] a`);
   await page.waitForSelector('#charts .chart canvas', timeout);
   // Each chart has drawn, inside its own box.
@@ -81,6 +89,7 @@ try {
   const charted = await page.$$eval('#charts .chart', (cs) => cs.map((c) => c.dataset.metric));
   if (charted.join() !== 'reward,loss,entropy,kl,grad_norm,throughput,seq_len,lr') fail('the charts: ' + charted.join());
   await page.waitForFunction(() => [...document.querySelectorAll('#charts .chart')].every((c) => Number(c.dataset.points) > 0), null, timeout);
+  where = 'hover';
   // Hovering one chart reads out every chart at that step: the read-out line and each
   // chart's legend (their cursors are one).
   const over = await page.locator('#charts .chart[data-metric="loss"] .u-over').boundingBox();
@@ -90,13 +99,15 @@ try {
   if (!/^step \d+ · Reward mean [\d.]+, p10 [\d.]+, p90 [\d.]+ · Loss [\d.]+ · Entropy [\d.]+ .* · Grad norm [\d.]+ .* · Learning rate [\d.e+-]+$/.test(readout)) fail('the read-out: ' + readout);
   const legends = await page.$$eval('#charts .chart', (cs) => cs.map((c) => c.querySelector('.u-legend .u-series:nth-child(2) .u-value').textContent));
   if (legends.some((v) => !/^-?\d[\d.]*(e[+-]?\d+)?$/.test(v))) fail('a chart does not read out the hovered step: ' + legends.join(' | '));
+  where = 'smoothing, log scale, picker';
   // Smoothing changes what is drawn; a log scale draws every chart again; any stored metric
   // can be charted, from the picker, and removed.
   const rawLast = await page.getAttribute('#charts .chart[data-metric="reward"]', 'data-last');
   await page.fill('#smoothing', '0.9');
   await page.waitForFunction((raw) => document.querySelector('#charts .chart[data-metric="reward"]').dataset.last !== raw, rawLast, timeout);
   await page.check('#log-scale');
-  await page.waitForFunction(() => document.querySelector('#charts').dataset.scale === 'log', null, timeout);
+  await page.waitForFunction(() => document.querySelector('#charts .chart[data-metric="reward"]').dataset.scale === 'log', null, timeout);
+  await page.waitForFunction(() => [...document.querySelectorAll('#charts .chart')].every((c) => Number(c.dataset.points) > 0), null, timeout);
   const groups = await page.$$eval('#metric-pick optgroup', (gs) => gs.map((g) => g.label));
   for (const g of ['headline', 'loss', 'optim', 'perf', 'train/agg', 'train/alphabet-sort']) if (!groups.includes(g)) fail('the metric picker lacks the group ' + g + ': ' + groups.join(', '));
   await page.selectOption('#metric-pick', 'perf/mfu');
@@ -121,6 +132,7 @@ try {
   const link = await page.getAttribute('#checkpoints a', 'href');
   const res = await page.request.get(link);
   if (res.status() !== 200 || (await res.body()).length === 0) fail(`the checkpoint link answered ${res.status()}`);
+  where = 'rollouts';
   // The rollouts: the newest step's histogram over its batch and its episodes; another step
   // picked shows that step's prompts; an episode opens to its prompt and completion.
   await page.waitForSelector('#rollouts details.sample', timeout);
@@ -144,6 +156,7 @@ try {
   await page.waitForFunction(() => document.querySelector('#logs').textContent.includes('pipeline exited'), null, timeout);
   await page.screenshot({ path: out + '/job.png', fullPage: true });
 
+  where = 'the eval page';
   // An eval job shows its result: the environment, its size, the average reward.
   await page.goto(url + '/#/jobs/' + evalID);
   await page.waitForSelector('#eval-result tbody tr', timeout);
@@ -155,6 +168,7 @@ try {
   if (evalBinned !== 8) fail(`the eval's reward distribution holds ${evalBinned} of 8 rollouts`);
   await page.screenshot({ path: out + '/eval.png', fullPage: true });
 
+  where = 'the GEPA page';
   // A GEPA job: its best score per candidate charted, the best prompt copied with a click, the
   // Pareto frontier.
   await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: url });
@@ -171,12 +185,16 @@ try {
   if (await page.isVisible('#checkpoints table')) fail('a GEPA job lists checkpoints');
   await page.screenshot({ path: out + '/gepa.png', fullPage: true });
 
+  where = 'two environments';
   // A job of two environments charts each one's reward beside the mean.
   await page.goto(url + '/#/jobs/' + multiID);
   await page.waitForFunction(() => Number(document.querySelector('#charts .chart[data-metric="reward"]')?.dataset.points) > 0, null, timeout);
   const rewardLegend = await page.textContent('#charts .chart[data-metric="reward"] .u-legend');
   if (!rewardLegend.includes('alphabet-sort') || !rewardLegend.includes('reverse-text')) fail('the reward chart of two environments: ' + rewardLegend);
+  const envLines = (await page.getAttribute('#charts .chart[data-metric="reward"]', 'data-lines')).split(',').map(Number);
+  if (envLines.length !== 5 || envLines.some((n) => n !== 20)) fail('the reward chart of two environments draws lines of ' + envLines.join(',') + ' points; want mean, p10, p90 and each environment, 20 each');
 
+  where = 'compare';
   // Two runs compared: picked in the list, one metric overlaid, their configs side by side with
   // what differs marked.
   await page.goto(url + '/');
@@ -197,12 +215,14 @@ try {
   await page.waitForFunction(() => document.querySelector('#compare-chart').dataset.metric === 'loss', null, timeout);
   await page.screenshot({ path: out + '/compare.png', fullPage: true });
 
+  where = 'the fork';
   await page.goto(url + '/#/jobs/' + forkedID);
   await page.waitForSelector('#lineage a', timeout);
   const lineage = await page.textContent('#lineage');
   const href = await page.getAttribute('#lineage a', 'href');
   if (href !== '#/jobs/' + jobID || !lineage.includes('at step 15')) fail(`the fork's lineage: ${lineage} (${href})`);
 
+  where = 'the failed job';
   await page.goto(url + '/#/jobs/' + failedID);
   await page.waitForSelector('#failure', timeout);
   const failure = await page.textContent('#failure');
@@ -210,20 +230,22 @@ try {
     !(await page.textContent('#failure pre.evidence')).includes('install.log: ')) fail('the failure analysis: ' + failure);
   if (await page.isVisible('#charts') || !(await page.isVisible('#no-metrics'))) fail('a job without metrics shows empty charts');
   let asked = '';
+  changes.length = 0;
   page.once('dialog', (d) => { asked = d.message(); d.dismiss(); });
   await page.click('#delete');
-  await page.waitForFunction(() => true, null, timeout);
   if (!asked.includes('cannot be undone')) fail('Delete did not ask first: ' + asked);
-  if (!page.url().includes(failedID)) fail('a dismissed Delete left the page');
   page.once('dialog', (d) => { asked = d.message(); d.dismiss(); });
   await page.click('#restart');
-  await page.waitForFunction(() => true, null, timeout);
   if (!asked.includes('Restart job') || !asked.includes('newest checkpoint')) fail('Restart did not ask first: ' + asked);
-  if (!(await page.textContent('#job-title')).includes('FAILED')) fail('a dismissed Restart restarted the job');
+  // A request sent by a click would have been seen by now: the page's next look comes after it.
+  await page.evaluate(() => fetch('/healthz'));
+  if (changes.length) fail('a dismissed confirmation still sent ' + changes.join(', '));
+  if (!page.url().includes(failedID)) fail('a dismissed Delete left the page');
   const budget = await page.textContent('#budget');
   if (!budget.includes('of 5.00 GPU-hours used')) fail('the budget: ' + budget);
   await page.screenshot({ path: out + '/failed.png', fullPage: true });
 
+  where = 'nodes';
   await page.goto(url + '/#/nodes');
   await page.waitForSelector('#nodes tr[data-node="gpu-node-9"][data-state="cordoned"]', timeout);
   await page.waitForSelector('#nodes tr[data-node="dev-agent-1"][data-state="ok"]', timeout);
@@ -232,6 +254,7 @@ try {
   if (await page.isHidden('#nodes-link')) fail('an admin token does not see the Nodes link');
   await page.screenshot({ path: out + '/nodes.png', fullPage: true });
 
+  where = 'the phone';
   // "Remember this token on this device": a new tab opens a job without asking; Forget clears it.
   const ctx2 = await browser.newContext({ viewport: { width: 390, height: 844 } });
   const phone = await ctx2.newPage();
@@ -249,19 +272,47 @@ try {
   await tab.waitForSelector('#facts dl', timeout);
   const tabWide = await tab.evaluate(() => document.documentElement.scrollWidth);
   if (tabWide > 391) fail('the job page is wider than a phone: ' + tabWide + 'px');
+  // The charts, the GEPA page and the compare page fit a phone too.
+  await tab.waitForFunction(() => Number(document.querySelector('#charts .chart')?.dataset.points) > 0, null, timeout);
+  for (const [hash, ready] of [['#/jobs/' + gepaID, '#pareto tbody tr'], ['#/compare/' + jobID + ',' + forkedID, '#compare-config tbody tr'], ['#/jobs/' + evalID, '#eval-dist .bin']]) {
+    await tab.goto(url + '/' + hash);
+    await tab.waitForSelector(ready, timeout);
+    const w = await tab.evaluate(() => document.documentElement.scrollWidth);
+    if (w > 391) fail(`${hash} is wider than a phone: ${w}px`);
+  }
+  await tab.screenshot({ path: out + '/phone-eval.png', fullPage: true });
   await tab.click('#forget');
   await tab.waitForSelector('#token', timeout);
   const left = await tab.evaluate(() => localStorage.length + sessionStorage.length);
   if (left !== 0) fail('Forget token left ' + left + ' stored item(s)');
   await ctx2.close();
 
+  where = 'the running job';
+  // A running job: its charts grow as it steps (the page reads what is new), and Stop asks
+  // first, then stops it.
+  await page.goto(url + '/#/jobs/' + liveID);
+  await page.waitForFunction(() => Number(document.querySelector('#charts .chart[data-metric="loss"]')?.dataset.points) > 0, null, timeout);
+  const before = Number(await page.getAttribute('#charts .chart[data-metric="loss"]', 'data-points'));
+  await page.waitForFunction((n) => Number(document.querySelector('#charts .chart[data-metric="loss"]').dataset.points) > n + 5, before, timeout);
+  const gaps = await page.$$eval('#charts .chart', (cs) => cs.map((c) => c.dataset.lines));
+  page.once('dialog', (d) => { asked = d.message(); d.accept(); });
+  await page.click('#stop');
+  if (!asked.includes('Stop job')) fail('Stop did not ask first: ' + asked);
+  await page.waitForFunction(() => document.querySelector('#job-title').textContent.includes('STOPPED'), null, { timeout: 60000 });
+  // Once the run has stopped, the trainer's charts hold every step it trained: none lost a value
+  // written after the orchestrator's part of its step was read.
+  const trained = Number((await page.textContent('#facts')).match(/step(\d+)\//)[1]);
+  await page.waitForFunction((n) => ['loss', 'entropy', 'grad_norm'].every((m) => Number(document.querySelector(`#charts .chart[data-metric="${m}"]`).dataset.points) === n), trained, timeout)
+    .catch(() => fail(`the trainer's charts of the stopped run do not hold its ${trained} steps (while it ran: ${gaps.join(' | ')})`));
+
+  where = 'docs';
   await page.goto(url + '/docs');
   await page.waitForSelector('#redoc h1', timeout);
   const title = await page.textContent('#redoc h1');
   if (!title.toLowerCase().includes('hostedtrain')) fail('the API docs title: ' + title);
   await page.screenshot({ path: out + '/docs.png' });
 } catch (e) {
-  fail(e.message);
+  fail(where + ': ' + e.message);
 } finally {
   await browser.close();
 }

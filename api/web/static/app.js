@@ -250,7 +250,9 @@ function jobsPage() {
       COLUMNS.map((c) => el('td', { class: [c.cls, c.narrow ? 'narrow' : 'wide'].filter(Boolean).join(' ') }, c.cell(j))))));
     if (!shown.length) body.append(el('tr', {}, el('td', { colspan: COLUMNS.length + 1, class: 'muted' }, jobs.length ? 'no job matches' : 'no jobs')));
   }
+  let loads = 0; // the newest load: an older answer (another filter's) arriving later is dropped
   async function load(cursor) {
+    const mine = ++loads;
     const q = new URLSearchParams({ limit: '50' });
     if (state.status) q.set('status', state.status);
     if (state.kind) q.set('kind', state.kind);
@@ -258,6 +260,7 @@ function jobsPage() {
     try {
       await loadPrices();
       const page = await api('/v1/jobs?' + q);
+      if (mine !== loads) return;
       jobs = cursor ? jobs.concat(page.items) : page.items;
       draw();
       more.replaceChildren(page.next_cursor ? el('button', { type: 'button', onclick: () => load(page.next_cursor) }, 'More') : '');
@@ -333,7 +336,8 @@ function logRange(lo, hi) {
 }
 
 // plotIn draws a uPlot in box: x on its axis, one line each; charts made with the same sync
-// key share their cursor, and each one's legend reads out its values at the cursor.
+// key share their cursor, and each one's legend reads out its values at the cursor — the
+// values as stored (the plot's `raw`, set beside its data), not as smoothed for drawing.
 function plotIn(box, lines, opts) {
   for (const old of box.querySelectorAll('.uplot')) old.remove();
   return new uPlot({
@@ -346,7 +350,7 @@ function plotIn(box, lines, opts) {
     hooks: { setCursor: [(u) => opts.onCursor && opts.onCursor(u.cursor.idx)] },
     series: [{ label: opts.xLabel || 'step' }, ...lines.map((l, i) => ({
       label: l.label, stroke: l.stroke || PALETTE[i % PALETTE.length], width: l.width || 2, dash: l.dash,
-      spanGaps: true, value: (u, v) => num(v),
+      spanGaps: true, value: (u, v, si, idx) => num(u.raw && idx !== null && idx !== undefined ? u.raw[si - 1][idx] : v),
     }))],
   }, [[], ...lines.map(() => [])], box);
 }
@@ -363,10 +367,24 @@ function chartTools(prefix, onChange) {
   return state;
 }
 
-// lineData is a line's values over steps, smoothed, and positive only on a log scale.
-function lineData(raw, tools) {
-  const ys = smooth(raw, tools.smoothing);
-  return tools.log ? ys.map((v) => (v !== null && v > 0 ? v : null)) : ys;
+// lineData is a line's values over steps, smoothed.
+const lineData = (raw, tools) => smooth(raw, tools.smoothing);
+
+// logFits says a log scale can draw these lines: every value positive. A chart asked for a log
+// scale that has a zero or a negative value (a loss below zero) stays linear.
+const logFits = (raws) => raws.every((r) => r.every((v) => v === null || v > 0));
+
+// fitPlots keeps each uPlot as wide as its box when the page's width changes (a phone turned).
+function fitPlots(container, plots) {
+  if (!window.ResizeObserver) return () => {};
+  const ro = new ResizeObserver(() => {
+    for (const [box, u] of plots()) {
+      const w = Math.max(260, box.clientWidth - 24);
+      if (Math.abs(u.width - w) > 2) u.setSize({ width: w, height: u.height });
+    }
+  });
+  ro.observe(container);
+  return () => ro.disconnect();
 }
 
 // fetchRows reads the job's metric rows for keys from step `from` on, every page, into rows
@@ -468,13 +486,18 @@ function jobPage(id) {
   // read-out of every chart at the hovered step, smoothing and a log scale for all.
   let keys = {};
   let progressStep = 0;
-  const m = { rows: new Map(), steps: [], newest: 0, fetched: new Set(), defs: [], plots: new Map(), catalog: null, busy: null, kind: '' };
+  let run = 0; // the job's run (attempt since its creation): a new one rewrites steps
+  let live = false;
+  const m = { rows: new Map(), steps: [], newest: 0, fetched: new Set(), defs: [], plots: new Map(), catalog: null, busy: null, again: false,
+    kind: '', run: 0, series: '', polls: 0 };
   const readout = el('p', { class: 'readout mono', id: 'readout' }, 'hover a chart to read every chart at that step');
   const tools = chartTools('', (rebuild) => drawCharts(rebuild));
   const addBox = el('span', { class: 'row', id: 'add-metric' });
   const toolbar = el('div', { class: 'row chart-tools', id: 'chart-tools', hidden: true }, tools.view, addBox);
   charts.before(toolbar, readout);
   readout.hidden = true;
+  const unfit = fitPlots(charts, () => [...m.plots].map(([cid, u]) => [charts.querySelector(`.chart[data-metric="${CSS.escape(cid)}"]`), u]).filter(([b]) => b));
+  ctl.signal.addEventListener('abort', unfit);
 
   // headlineDefs are the headline charts of a job: reward with its spread (p10, p90) and, on a
   // job of several environments, each one's; GEPA's best score with each candidate's.
@@ -501,13 +524,14 @@ function jobPage(id) {
     const step = m.steps[idx];
     const row = m.rows.get(step) || {};
     readout.dataset.step = step;
-    readout.replaceChildren(el('b', {}, `${m.kind === 'gepa' ? 'candidate' : 'step'} ${step}`),
+    readout.replaceChildren(el('b', {}, `${m.kind === 'gepa' ? 'iteration' : 'step'} ${step}`),
       ...m.defs.map((d) => el('span', { 'data-metric': d.id }, ` · ${d.title} `,
         d.lines.map((l) => (d.lines.length > 1 ? `${l.label} ` : '') + num(row[l.key])).join(', '))));
   }
 
   // drawCharts makes the charts not drawn yet (never an empty box: only once a step arrived)
-  // and gives each its data; rebuild makes them all again (the scale changed).
+  // and gives each its data; a chart is made again when its scale changes (rebuild: the log
+  // scale was switched).
   function drawCharts(rebuild) {
     if (!m.steps.length || !m.defs.length) return;
     charts.hidden = false;
@@ -515,30 +539,32 @@ function jobPage(id) {
     readout.hidden = false;
     noMetrics.hidden = true;
     // All the boxes first, so each has its column's width when its chart is sized to it.
-    const fresh = [];
-    for (const d of m.defs) {
-      let box = charts.querySelector(`.chart[data-metric="${CSS.escape(d.id)}"]`);
-      if (!box) {
-        box = el('div', { class: 'chart', 'data-metric': d.id }, el('div', { class: 'row' }, el('h3', {}, d.title),
-          d.added ? el('button', { type: 'button', class: 'remove-chart', title: 'remove this chart', onclick: () => removeChart(d.id) }, '×') : null));
-        charts.append(box);
-      }
-      if (rebuild || !m.plots.has(d.id)) fresh.push([d, box]);
-    }
-    for (const [d, box] of fresh) {
-      if (m.plots.has(d.id)) m.plots.get(d.id).destroy();
-      m.plots.set(d.id, plotIn(box, d.lines, { sync: 'job-' + id, log: tools.log, xLabel: m.kind === 'gepa' ? 'candidate' : 'step', onCursor: showReadout }));
-    }
+    const boxes = m.defs.map((d) => charts.querySelector(`.chart[data-metric="${CSS.escape(d.id)}"]`) ||
+      el('div', { class: 'chart', 'data-metric': d.id }, el('div', { class: 'row' }, el('h3', {}, d.title),
+        d.added ? el('button', { type: 'button', class: 'remove-chart', title: 'remove this chart', onclick: () => removeChart(d.id) }, '×') : null)));
+    if (boxes.some((b, i) => charts.children[i] !== b)) charts.append(...boxes); // in the defs' order
     charts.dataset.scale = tools.log ? 'log' : 'linear';
-    for (const d of m.defs) {
+    m.defs.forEach((d, i) => {
+      const box = boxes[i];
       const raws = d.lines.map((l) => m.steps.map((s) => { const v = m.rows.get(s)[l.key]; return v === undefined ? null : v; }));
+      const scale = tools.log && logFits(raws) ? 'log' : 'linear';
+      let u = m.plots.get(d.id);
+      if (rebuild || !u || box.dataset.scale !== scale) {
+        if (u) u.destroy();
+        u = plotIn(box, d.lines, { sync: 'job-' + id, log: scale === 'log', xLabel: m.kind === 'gepa' ? 'iteration' : 'step', onCursor: showReadout });
+        m.plots.set(d.id, u);
+        box.dataset.scale = scale;
+      }
       const ys = raws.map((r) => lineData(r, tools));
-      m.plots.get(d.id).setData([m.steps, ...ys]);
-      // What the chart holds, for a reader that cannot see it (and the browser test).
-      const box = charts.querySelector(`.chart[data-metric="${CSS.escape(d.id)}"]`);
-      box.dataset.points = raws[0].filter((v) => v !== null).length;
+      u.raw = raws;
+      u.setData([m.steps, ...ys]);
+      // What the chart draws, for a reader that cannot see it (and the browser test): the
+      // points of each line, and the newest drawn value of the first.
+      const drawn = ys.map((y) => y.filter((v) => v !== null).length);
+      box.dataset.points = drawn[0];
+      box.dataset.lines = drawn.join(',');
       box.dataset.last = num(ys[0].filter((v) => v !== null).pop());
-    }
+    });
   }
 
   function addChart(key) {
@@ -548,35 +574,69 @@ function jobPage(id) {
     m.defs.push({ id: key, title: key, lines: [{ label: key, key }], added: true });
     loadMetrics().catch((e) => showError(readout, e));
   }
-  function removeChart(cid) {
-    m.defs = m.defs.filter((d) => d.id !== cid);
+  function forgetChart(cid) {
     if (m.plots.has(cid)) m.plots.get(cid).destroy();
     m.plots.delete(cid);
-    charts.querySelector(`.chart[data-metric="${CSS.escape(cid)}"]`).remove();
+    const box = charts.querySelector(`.chart[data-metric="${CSS.escape(cid)}"]`);
+    if (box) box.remove();
+  }
+  function removeChart(cid) {
+    m.defs = m.defs.filter((d) => d.id !== cid);
+    forgetChart(cid);
   }
 
-  // loadMetrics reads what is new: the catalog and the headline charts the first time, each
-  // new metric's whole history, then every charted metric's steps after the newest read.
+  // loadMetrics reads what is new: the catalog and the headline charts (again when the job's
+  // series change, and now and then while it runs), each new metric's whole history, then every
+  // charted metric's steps from a few before the newest read. A call made while one runs (a
+  // chart added) runs again after it.
   function loadMetrics() {
-    if (!m.busy) m.busy = readMetrics().finally(() => { m.busy = null; });
+    if (m.busy) {
+      m.again = true;
+      return m.busy;
+    }
+    m.busy = (async () => {
+      do {
+        m.again = false;
+        await readMetrics();
+      } while (m.again);
+    })().finally(() => { m.busy = null; });
     return m.busy;
   }
+  const sameLines = (a, b) => a.lines.map((l) => l.key).join() === b.lines.map((l) => l.key).join();
   async function readMetrics() {
-    if (!m.catalog) {
-      if (!Object.keys(keys).length || (m.kind === 'eval')) return;
+    if (!Object.keys(keys).length || m.kind === 'eval') return;
+    // A new run of the job (a restart, a retry) redoes the steps after its checkpoint: read
+    // them all again.
+    if (m.run !== run) {
+      m.run = run;
+      m.rows.clear();
+      m.fetched.clear();
+      m.newest = 0;
+    }
+    const series = JSON.stringify(keys);
+    if (!m.catalog || m.series !== series || (live && ++m.polls % 10 === 0)) {
       m.catalog = await catalogOf(id, progressStep);
-      m.defs = headlineDefs(keys, m.catalog);
-      if (!m.defs.length) return;
+      m.series = series;
+      const head = headlineDefs(keys, m.catalog);
+      for (const d of m.defs) {
+        if (!d.added && !head.some((h) => h.id === d.id && sameLines(h, d))) forgetChart(d.id);
+      }
+      m.defs = [...head, ...m.defs.filter((d) => d.added && !head.some((h) => h.id === d.id))];
+      const old = document.getElementById('metric-pick');
       const pick = metricPicker('metric-pick', m.catalog, HEADLINE.filter(([n]) => keys[n]));
+      if (old) pick.value = old.value;
       addBox.replaceChildren(pick, el('button', { type: 'button', id: 'add-chart', onclick: () => addChart(pick.value) }, 'Add chart'));
     }
+    if (!m.defs.length) return;
     const wanted = [...new Set(m.defs.flatMap((d) => d.lines.map((l) => l.key)))];
     const fresh = wanted.filter((k) => !m.fetched.has(k));
     if (fresh.length) {
       m.newest = Math.max(m.newest, await fetchRows(id, fresh, 0, m.rows));
       fresh.forEach((k) => m.fetched.add(k));
     }
-    if (wanted.length) m.newest = Math.max(m.newest, await fetchRows(id, wanted, m.newest + 1, m.rows));
+    // The newest steps again: a step's row is the orchestrator's and the trainer's merged, and
+    // the trainer writes its part after the orchestrator's, so a step read early lacks values.
+    m.newest = Math.max(m.newest, await fetchRows(id, wanted, Math.max(0, m.newest - 3), m.rows));
     m.steps = [...m.rows.keys()].sort((a, b) => a - b);
     drawCharts(false);
   }
@@ -658,17 +718,34 @@ function jobPage(id) {
     if (j.queue_reason) pairs.push(['queue', `${j.queue_reason} (${j.runs_ahead} ahead)`]);
     if (j.error) pairs.push(['error', el('span', { class: 'error' }, j.error)]);
     if (j.failure_analysis) pairs.push(['failure', failureBlock(j.failure_analysis)]);
+    // The facts are drawn anew at each look; the buttons only when the status changes, so a
+    // button is not replaced under the pointer.
+    const dl = el('dl', { class: 'facts' }, pairs.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)]));
+    if (facts.firstChild && facts.firstChild.tagName === 'DL') facts.firstChild.replaceWith(dl);
+    else {
+      facts.replaceChildren(dl);
+      delete facts.dataset.status;
+    }
+    if (facts.dataset.status === j.status) return moreOfJob(j);
+    facts.dataset.status = j.status;
+    for (const old of facts.querySelectorAll('p.actions')) old.remove();
     const actions = [];
     if (!terminal(j.status)) actions.push(el('button', { type: 'button', id: 'stop', onclick: () => act('cancel', `Stop job ${j.name || j.id}? Its newest checkpoint is kept.`) }, 'Stop'));
     if (j.status === 'FAILED' || j.status === 'STOPPED') actions.push(el('button', { type: 'button', id: 'restart', onclick: () => act('restart', `Restart job ${j.name || j.id} from its newest checkpoint?`) }, 'Restart'));
     if (terminal(j.status)) actions.push(el('button', { type: 'button', id: 'delete', onclick: () => remove(j) }, 'Delete'));
-    facts.replaceChildren(el('dl', { class: 'facts' }, pairs.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])));
-    if (actions.length) facts.append(el('p', { class: 'row' }, actions));
+    if (actions.length) facts.append(el('p', { class: 'row actions' }, actions));
+    moreOfJob(j);
+  }
+
+  // moreOfJob shows the rest of a job at each look: its progress bar, charts and result.
+  function moreOfJob(j) {
     const pct = j.progress.max_steps ? (100 * j.progress.step) / j.progress.max_steps : (j.status === 'COMPLETED' ? 100 : 0);
     bar.firstChild.style.width = Math.min(100, pct) + '%';
     bar.hidden = j.kind !== 'rl' && !terminal(j.status);
     keys = j.progress.series || {};
     progressStep = j.progress.step || 0;
+    run = j.run || j.attempt;
+    live = !terminal(j.status);
     m.kind = j.kind;
     if (j.kind === 'eval') {
       document.getElementById('metrics-title').hidden = true;
@@ -770,10 +847,19 @@ function jobPage(id) {
 
   // The log tail: the last lines, then, while the job runs, new ones as they come.
   let logCtl = null;
+  // At most 2,000 lines are kept (two nodes a line), and the view scrolls once a frame: a run
+  // that logs hundreds of lines a second must not freeze the tab.
+  let scrolling = false;
   function logLine(l) {
     logs.append(el('span', { class: 'c' }, l.component.padEnd(12) + ' '), l.line + '\n');
-    if (logs.childNodes.length > 4000) logs.removeChild(logs.firstChild);
-    logs.scrollTop = logs.scrollHeight;
+    while (logs.childNodes.length > 4000) logs.removeChild(logs.firstChild);
+    if (!scrolling) {
+      scrolling = true;
+      requestAnimationFrame(() => {
+        scrolling = false;
+        logs.scrollTop = logs.scrollHeight;
+      });
+    }
   }
   async function loadLogs(running) {
     if (logCtl) logCtl.abort();
@@ -808,11 +894,16 @@ function jobPage(id) {
       loadLogs(running).catch((e) => showError(logs, e));
       if (running) {
         follow(`/v1/jobs/${id}/events`, (_, e) => showEvent(e), ctl.signal, id);
+        let looking = false; // one look at a time: a slow one is not overtaken by the next
         const timer = setInterval(async () => {
+          if (looking) return;
+          looking = true;
           try {
             const now = await refresh();
             if (terminal(now.status)) clearInterval(timer);
-          } catch (e) { /* shown on the next look */ }
+          } catch (e) { /* shown on the next look */ } finally {
+            looking = false;
+          }
         }, 3000);
         ctl.signal.addEventListener('abort', () => clearInterval(timer));
       } else {
@@ -855,7 +946,9 @@ function comparePage(ids) {
     el('div', { class: 'row' }, el('h2', {}, 'Configs'), el('label', {}, only, ' only what differs')), config);
   let jobs = [];
   let plot = null;
-  let shown = { key: '', xs: [], ys: [] };
+  let shown = { key: '', xs: [], ys: [], raws: [] };
+  let asked = 0; // the newest metric picked: an older pick's answer arriving later is dropped
+  const unfit = fitPlots(chartBox, () => (plot ? [[chartBox, plot]] : []));
   const label = (j) => j.name || shortID(j.id);
 
   function showConfig() {
@@ -873,30 +966,36 @@ function comparePage(ids) {
 
   // The metric of each job: a headline series by its own key in that job, or a metric by name.
   async function pick(metric) {
+    const mine = ++asked;
     const rows = jobs.map(() => new Map());
     await Promise.all(jobs.map((j, i) => {
       const key = (j.progress.series || {})[metric] || metric;
       return fetchRows(j.id, [key], 0, rows[i]).then(() => { for (const r of rows[i].values()) r.v = r[key]; });
     }));
-    if (!ctl.live) return;
+    if (!ctl.live || mine !== asked) return;
     const xs = [...new Set(rows.flatMap((r) => [...r.keys()]))].sort((a, b) => a - b);
-    shown = { key: metric, xs, ys: rows.map((r) => xs.map((s) => (r.has(s) && typeof r.get(s).v === 'number' ? r.get(s).v : null))) };
+    const raws = rows.map((r) => xs.map((s) => (r.has(s) && typeof r.get(s).v === 'number' ? r.get(s).v : null)));
+    shown = { key: metric, xs, raws };
     draw(true);
   }
 
   function draw(rebuild) {
-    if (!jobs.length) return;
+    if (!jobs.length || !shown.key) return;
+    const log = tools.log && logFits(shown.raws);
     if (rebuild || !plot) {
       if (plot) plot.destroy();
-      plot = plotIn(chartBox, jobs.map((j) => ({ label: label(j) })), { sync: 'compare', log: tools.log, onCursor: (idx) => {
+      plot = plotIn(chartBox, jobs.map((j) => ({ label: label(j) })), { sync: 'compare', log, onCursor: (idx) => {
         if (idx === null || idx === undefined) return;
-        readout.replaceChildren(el('b', {}, `step ${shown.xs[idx]}`), ...jobs.map((j, i) => ` · ${label(j)} ${num(shown.ys[i][idx])}`));
+        readout.replaceChildren(el('b', {}, `step ${shown.xs[idx]}`), ...jobs.map((j, i) => ` · ${label(j)} ${num(shown.raws[i][idx])}`));
       } });
+      chartBox.dataset.scale = log ? 'log' : 'linear';
     }
-    plot.setData([shown.xs, ...shown.ys.map((y) => lineData(y, tools))]);
+    const ys = shown.raws.map((y) => lineData(y, tools));
+    plot.raw = shown.raws;
+    plot.setData([shown.xs, ...ys]);
     chartBox.dataset.metric = shown.key;
     chartTitle.textContent = (HEADLINE.find(([n]) => n === shown.key) || [0, shown.key])[1];
-    chartBox.dataset.points = shown.ys.map((y) => y.filter((v) => v !== null).length).join(',');
+    chartBox.dataset.points = ys.map((y) => y.filter((v) => v !== null).length).join(',');
   }
 
   (async () => {
@@ -909,6 +1008,7 @@ function comparePage(ids) {
       const common = new Set([...catalogs[0]].filter((k) => catalogs.every((c) => c.has(k))));
       if (!headline.length && !common.size) {
         note.textContent = 'These jobs have no metric in common to chart.';
+        chartBox.hidden = true;
         return;
       }
       const select = metricPicker('compare-metric', common, headline);
@@ -919,7 +1019,7 @@ function comparePage(ids) {
       showError(note, e);
     }
   })();
-  return () => { ctl.live = false; if (plot) plot.destroy(); };
+  return () => { ctl.live = false; unfit(); if (plot) plot.destroy(); };
 }
 
 // ---- the nodes (an operator's token) ----
