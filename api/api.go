@@ -50,6 +50,7 @@ type Queue interface {
 	Fail(ctx context.Context, id string, o job.Outcome) (job.Status, error)
 	Release(ctx context.Context, id string, o job.Outcome) (job.Status, error)
 	GetOrg(ctx context.Context, org string) (job.OrgStatus, error)
+	UsageBy(ctx context.Context, org string, live []*job.Job, price func(model string) float64) (users, tokens []job.UsageShare, err error)
 	RevokeToken(ctx context.Context, jti string, until time.Time) error
 	TokenRevoked(ctx context.Context, jti string) (bool, error)
 	SetOrg(ctx context.Context, org string, s job.OrgSettings) error

@@ -331,9 +331,20 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		items = append(items, client.UsageJob{ID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, GPUs: j.Config.Resources.GPUs,
 			GPUType: j.Config.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), CreatedAt: j.CreatedAt})
 	}
+	// By user and token: the counters of ended holds, and the holds of the jobs live now.
+	live, _, err := s.cfg.Queue.List(r.Context(), org, job.ListFilter{Statuses: []job.Status{job.Pending, job.Running}}, "", 1000)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	users, tokens, err := s.cfg.Queue.UsageBy(r.Context(), org, live, s.price)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, client.Usage{
 		Organization: client.OrgUsage{Org: org, GPUSeconds: round3(st.GPUSeconds), Running: st.Running, RunningGPUs: st.RunningGPUs},
-		Jobs:         items, NextCursor: next,
+		Jobs:         items, NextCursor: next, ByUser: users, ByToken: tokens,
 	})
 }
 

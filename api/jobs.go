@@ -92,7 +92,8 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget}
+	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget,
+		CreatedBy: principal(r).Subject, TokenID: principal(r).TokenID, PricePerGPUHour: s.price(a.spec.Model)}
 	if sub.EstimateGPUMs, err = s.estimateGPUMs(r.Context(), sub.Org, a.spec); err != nil {
 		s.internalError(w, r, err)
 		return

@@ -23,7 +23,8 @@ const restArg = "..."
 
 var funcArgs = map[string][]string{
 	"submit": {"id", "org", "kind", "name", "config", "max_attempts", "max_steps", "secrets", "priority", "class",
-		"gpus", "time_limit", "idem_key", "fingerprint", "idem_ttl", "rank", "budget_ms", "est_ms"},
+		"gpus", "time_limit", "idem_key", "fingerprint", "idem_ttl", "rank", "budget_ms", "est_ms",
+		"by", "token", "price_micro"},
 	"claim": {"lease_ttl", "agent", "token_rand", "free", "quantum", "lease_expires", "paid_until", "gpu_only",
 		"claim_id", "waiter", "wait_until", "filed"},
 	"unwait": {"waiter"},

@@ -1,11 +1,14 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 )
@@ -70,3 +73,66 @@ func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) 
 
 // usageEpoch is the origin of hold_anchor (prelude.lua's USAGE_EPOCH, 2025-01-01).
 const usageEpoch = 1735689600000
+
+// UsageBy is an organization's GPU time by the user and by the token that submitted its jobs,
+// each sorted by the most used first: what its ended holds used (kept in its usage hash as they
+// end, with their cost at the price each job was submitted with), and what its live jobs' holds
+// have used so far, at price (the operator's, $ per GPU-hour of a model; 0 for none). live are
+// the organization's live jobs. Figures are rounded to thousandths.
+func (c *Client) UsageBy(ctx context.Context, org string, live []*job.Job, price func(model string) float64) (users, tokens []job.UsageShare, err error) {
+	h, err := c.rdb.HGetAll(ctx, c.keys.orgUsage(org)).Result()
+	if err != nil {
+		return nil, nil, wrapErr("usage by user", err)
+	}
+	byUser, byToken := map[string]*job.UsageShare{}, map[string]*job.UsageShare{}
+	share := func(m map[string]*job.UsageShare, who string) *job.UsageShare {
+		if m[who] == nil {
+			m[who] = &job.UsageShare{Who: who}
+		}
+		return m[who]
+	}
+	for k, v := range h {
+		n, _ := strconv.ParseFloat(v, 64)
+		kind, who, _ := strings.Cut(k, ":")
+		switch kind {
+		case "u":
+			share(byUser, who).GPUSeconds += n / 1000
+		case "t":
+			share(byToken, who).GPUSeconds += n / 1000
+		case "uc":
+			share(byUser, who).CostUSD += n / 1e6
+		case "tc":
+			share(byToken, who).CostUSD += n / 1e6
+		}
+	}
+	for _, j := range live {
+		if j.HoldGPUSeconds <= 0 {
+			continue
+		}
+		cost := j.HoldGPUSeconds / 3600 * price(j.Config.Model)
+		add := func(m map[string]*job.UsageShare, who string) {
+			if who != "" {
+				s := share(m, who)
+				s.GPUSeconds += j.HoldGPUSeconds
+				s.CostUSD += cost
+			}
+		}
+		add(byUser, j.CreatedBy)
+		add(byToken, j.TokenID)
+	}
+	sorted := func(m map[string]*job.UsageShare) []job.UsageShare {
+		out := make([]job.UsageShare, 0, len(m))
+		for _, s := range m {
+			s.GPUSeconds, s.CostUSD = math.Round(s.GPUSeconds*1000)/1000, math.Round(s.CostUSD*1000)/1000
+			out = append(out, *s)
+		}
+		slices.SortFunc(out, func(a, b job.UsageShare) int {
+			if c := cmp.Compare(b.GPUSeconds, a.GPUSeconds); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Who, b.Who)
+		})
+		return out
+	}
+	return sorted(byUser), sorted(byToken), nil
+}

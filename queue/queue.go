@@ -233,7 +233,8 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 		"priority": sub.Spec.Priority, "class": sub.Spec.Class(), "gpus": sub.Spec.Resources.GPUs,
 		"time_limit": limit.Milliseconds(), "idem_key": idempotencyKey, "fingerprint": fingerprint,
 		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank, "budget_ms": sub.BudgetGPUMs,
-		"est_ms": sub.EstimateGPUMs,
+		"est_ms": sub.EstimateGPUMs, "by": sub.CreatedBy, "token": sub.TokenID,
+		"price_micro": int64(math.Round(sub.PricePerGPUHour * 1e6)),
 	}).StringSlice()
 	var refused redis.Error
 	if c.split && (errors.As(err, &refused) || (err == nil && res[0] != "created")) {
@@ -253,7 +254,7 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 		ID: sub.ID, Org: sub.Org, Kind: sub.Spec.Kind, Name: sub.Spec.Name, Status: job.Queued,
 		Config: sub.Spec, Attempt: 1, MaxAttempts: c.cfg.MaxAttempts, Progress: prog,
 		BudgetGPUSeconds: float64(sub.BudgetGPUMs) / 1000,
-		CreatedAt:        t, UpdatedAt: t,
+		CreatedAt:        t, UpdatedAt: t, CreatedBy: sub.CreatedBy, TokenID: sub.TokenID,
 	}, false, nil
 }
 
@@ -1118,9 +1119,12 @@ func jobFromMap(m map[string]string, config, progress string, now time.Time) (*j
 	}
 	used := num("gpu_ms")
 	if held := num("held_since"); held > 0 {
-		used += num("gpus") * max(0, now.UnixMilli()-held)
+		hold := num("gpus") * max(0, now.UnixMilli()-held)
+		used += hold
+		j.HoldGPUSeconds = float64(hold) / 1000
 	}
 	j.GPUSeconds = float64(used) / 1000
+	j.CreatedBy, j.TokenID = m["by"], m["token"]
 	j.BudgetGPUSeconds = float64(num("budget_ms")) / 1000
 	j.LogBytes = num("log_bytes")
 	if m["updated_at"] != "" {

@@ -1541,3 +1541,55 @@ func TestAJobOverItsOrganizationsBudgetIsHeld(t *testing.T) {
 		}
 	})
 }
+
+// An organization's GPU time by the user and the token that submitted its jobs: ended holds
+// from the counters (with their cost at each job's price), a live hold as it stands.
+func TestUsageByUserAndToken(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		submit := func(by, token string, price float64) *job.Job {
+			t.Helper()
+			j, _, err := b.q.Submit(b.ctx, job.Submission{Org: "acme", Spec: jobSpec(by, 2), CreatedBy: by, TokenID: token, PricePerGPUHour: price}, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.CreatedBy != by || j.TokenID != token {
+				t.Fatalf("submitted by %q with %q; the job says %q, %q", by, token, j.CreatedBy, j.TokenID)
+			}
+			return j
+		}
+		// ana runs 2 GPUs for 30 min at $2/GPU-hour with token t1; bo 2 GPUs for 15 min, unpriced,
+		// with t2, then again 2 GPUs with t1, still running after 6 min.
+		for _, r := range []struct {
+			by, token string
+			price     float64
+			run       time.Duration
+		}{{"ana", "t1", 2, 30 * time.Minute}, {"bo", "t2", 0, 15 * time.Minute}} {
+			j := submit(r.by, r.token, r.price)
+			cl := b.claimFor(t, "agent-1", h100x8)
+			b.running(t, j.ID, cl)
+			b.clock.Advance(r.run)
+			if _, err := b.q.Complete(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		live := submit("bo", "t1", 0)
+		cl := b.claimFor(t, "agent-1", h100x8)
+		b.running(t, live.ID, cl)
+		b.clock.Advance(6 * time.Minute)
+		running, _, err := b.q.List(b.ctx, "acme", job.ListFilter{Statuses: []job.Status{job.Running}}, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users, tokens, err := b.q.UsageBy(b.ctx, "acme", running, func(string) float64 { return 1 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The live hold is priced by the function given: 2 GPUs × 6 min = 0.2 GPU-hours, $0.20.
+		wantUsers := []job.UsageShare{{Who: "ana", GPUSeconds: 3600, CostUSD: 2}, {Who: "bo", GPUSeconds: 1800 + 720, CostUSD: 0.2}}
+		wantTokens := []job.UsageShare{{Who: "t1", GPUSeconds: 3600 + 720, CostUSD: 2.2}, {Who: "t2", GPUSeconds: 1800}}
+		if !slices.Equal(users, wantUsers) || !slices.Equal(tokens, wantTokens) {
+			t.Errorf("by user %+v\nwant %+v\nby token %+v\nwant %+v", users, wantUsers, tokens, wantTokens)
+		}
+	})
+}

@@ -135,6 +135,11 @@ func TestDevTakesTheOperatorsModels(t *testing.T) {
 		!regexp.MustCompile(`tokens\s+\d+ \(\d+ in, \d+ out\)`).MatchString(out) || !strings.Contains(out, "COMPLETED") {
 		t.Errorf("train usage ID --watch of a finished job (%d): %s", code, out)
 	}
+	// The organization's usage by user and by token: the dev admin's token ran it, priced.
+	if out, code = d.cli(t, "train", "usage"); code != 0 || !regexp.MustCompile(`(?m)^dev-admin\s+\S+ GPU-\S+\s+\$\d+\.\d\d$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^BY TOKEN\s+GPU TIME\s+COST\n\S{8,}\s+\S+ GPU-\S+\s+\$\d+\.\d\d$`).MatchString(out) {
+		t.Errorf("train usage by user and token (%d): %s", code, out)
+	}
 	if out, code = d.cli(t, "train", "usage", "--watch"); code == 0 || !strings.Contains(out, "give its ID") {
 		t.Errorf("train usage --watch without an ID (%d): %s", code, out)
 	}

@@ -484,6 +484,25 @@ func renderUsage(w io.Writer, u *client.Usage) {
 	if u.NextCursor != "" {
 		fmt.Fprintf(w, "more: --cursor %s\n", u.NextCursor)
 	}
+	for _, part := range []struct {
+		head   string
+		shares []job.UsageShare
+	}{{"BY USER", u.ByUser}, {"BY TOKEN", u.ByToken}} {
+		if len(part.shares) == 0 {
+			continue
+		}
+		fmt.Fprintln(w)
+		t := table(w)
+		fmt.Fprintf(t, "%s\tGPU TIME\tCOST\n", part.head)
+		for _, s := range part.shares {
+			cost := "-"
+			if s.CostUSD > 0 {
+				cost = fmt.Sprintf("$%.2f", s.CostUSD)
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\n", s.Who, gpuHours(s.GPUSeconds), cost)
+		}
+		t.Flush()
+	}
 }
 
 // progressLine is the live line of --wait: a bar, the step, the newest metrics.

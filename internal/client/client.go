@@ -1012,6 +1012,10 @@ type Usage struct {
 	Organization OrgUsage   `json:"organization"`
 	Jobs         []UsageJob `json:"jobs"`
 	NextCursor   string     `json:"next_cursor,omitempty"`
+	// ByUser and ByToken are the organization's GPU time (and its cost, where priced) by the
+	// user and by the token that submitted its jobs, the most used first.
+	ByUser  []job.UsageShare `json:"by_user"`
+	ByToken []job.UsageShare `json:"by_token"`
 }
 
 // OrgUsage is the organization's GPU time and what runs now.

@@ -156,6 +156,21 @@ type Job struct {
 	// LogBytes is how many bytes of log the current attempt's agent says it has stored: log
 	// followers read storage when it grows. Not part of the API's answer.
 	LogBytes int64 `json:"-"`
+	// CreatedBy is the subject of the token that submitted the job, TokenID that token's id
+	// (its jti, by which it is revoked): usage is reported by both.
+	CreatedBy string `json:"created_by,omitempty"`
+	TokenID   string `json:"token_id,omitempty"`
+	// HoldGPUSeconds is the GPU time of the hold the job has now (0 when none): the part of
+	// GPUSeconds not yet in its organization's usage counters. Not part of the API's answer.
+	HoldGPUSeconds float64 `json:"-"`
+}
+
+// UsageShare is what one user or one token of an organization has used: GPU time, and its cost
+// where the operator prices the models it ran.
+type UsageShare struct {
+	Who        string  `json:"who"`
+	GPUSeconds float64 `json:"gpu_seconds"`
+	CostUSD    float64 `json:"cost_usd,omitempty"`
 }
 
 // Progress is what the agent last reported of a running pipeline.
@@ -324,6 +339,11 @@ type Submission struct {
 	// BudgetGPUMs is the GPU time (GPU-milliseconds) the job may use over all its runs, from
 	// its max_gpu_hours and max_cost at the operator's price (the lower); 0 for none.
 	BudgetGPUMs int64
+	// CreatedBy and TokenID name who submitted the job (Job's); PricePerGPUHour is the
+	// operator's price for its model at submit (0: none), for its organization's usage by user
+	// and token.
+	CreatedBy, TokenID string
+	PricePerGPUHour    float64
 	// EstimateGPUMs is the GPU time the job is expected to take (the dry run's expected
 	// figure), where its organization has a monthly budget: a claim passes over a job whose
 	// estimate is more than what is left of it. 0 for none.

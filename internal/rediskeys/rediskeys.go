@@ -168,6 +168,7 @@ var Queue = Set{
 		{Lua: "oldseckey", Pre: "sec:", What: "a job's sealed secrets as stores before issue 15 kept them (moved likewise)"},
 		{Lua: "orgkey", Pre: "org:", What: "an organization's hash: counters, usage, weight, limits, ready classes"},
 		{Lua: "orgjobs", Pre: "org:", Post: ":jobs", What: "an organization's job ids (a lex-ordered set: UUIDv7 ids sort by creation)"},
+		{Lua: "orgusage", Pre: "org:", Post: ":usage", What: "an organization's GPU time by who used it: u:<user> and t:<token id> in GPU-ms, uc:/tc: their cost in micro-dollars"},
 		{Lua: "orgindex", Pre: "org:", Post: ":by", What: "an organization's job ids scored by kind, status and creation time (List's filters)"},
 		{Lua: "classq", Pre: "q:", Args: 2, What: "an organization's queue of ready jobs in a GPU class, by rank"},
 		{Lua: "fairkey", Pre: "fair:", What: "the organizations with ready jobs in a GPU class and room to run one, by usage / weight"},

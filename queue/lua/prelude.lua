@@ -480,6 +480,24 @@ local function requeue(id, j, delay_ms)
   end
 end
 
+-- account adds a hold's GPU time (used, GPU-ms) to its organization's usage by the user and the
+-- token that submitted the job, with its cost at the price the job was submitted with.
+local function account(id, org, used)
+  if used <= 0 then
+    return
+  end
+  local who = redis.call('HMGET', jobkey(id), 'by', 'token', 'price')
+  local cost = math.floor(used * (tonumber(who[3]) or 0) / 3600000 + 0.5)
+  for i, kind in ipairs({'u', 't'}) do
+    if who[i] then
+      redis.call('HINCRBY', orgusage(org), kind .. ':' .. who[i], int(used))
+      if cost > 0 then
+        redis.call('HINCRBY', orgusage(org), kind .. 'c:' .. who[i], int(cost))
+      end
+    end
+  end
+end
+
 -- USAGE_EPOCH (2025-01-01, ms) is the origin of an org's hold_anchor: the sum, over its jobs
 -- that hold GPUs now, of gpus * (held_since - USAGE_EPOCH). With it, the GPU time an org is
 -- using right now is running_gpus * (now - USAGE_EPOCH) - hold_anchor, without reading a job.
@@ -523,6 +541,7 @@ local function release(id, j, extra)
       upto = math.max(freed, held_since)
     end
     local used = gpus * (upto - held_since)
+    account(id, j.org, used)
     fields[#fields + 1], fields[#fields + 2] = 'gpu_ms', int((tonumber(j.gpu_ms) or 0) + used)
     org_fields[#org_fields + 1] = 'gpu_ms'
     org_fields[#org_fields + 1] = int((tonumber(o[7]) or 0) + used)

@@ -40,6 +40,15 @@ end
 if arg_budget_ms ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = 'budget_ms', arg_budget_ms -- heartbeat.lua stops the job at it
 end
+if arg_by ~= '' then
+  fields[#fields + 1], fields[#fields + 2] = 'by', arg_by -- usage by user
+end
+if arg_token ~= '' then
+  fields[#fields + 1], fields[#fields + 2] = 'token', arg_token -- usage by token
+end
+if arg_price_micro ~= '0' then
+  fields[#fields + 1], fields[#fields + 2] = 'price', arg_price_micro -- $ per GPU-hour × 1e6, for usage's cost
+end
 if arg_est_ms ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = 'est_ms', arg_est_ms -- a claim holds it past its org's monthly budget
 end
