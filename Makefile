@@ -28,7 +28,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic prime-client sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-cluster bench-agent bench-lambda load chaos
+.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic prime-client sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-cluster bench-agent bench-lambda bench-estimate load chaos
 
 all: build
 
@@ -176,6 +176,13 @@ chaos: build redis-server
 LOAD_ARGS ?= -n 10000 -c 64 -agents 200
 load: redis-server
 	$(GO) run ./scripts/loadtest $(LOAD_ARGS)
+
+## bench-estimate: the dry run's estimate against what the runs then took, over a simulated
+## mix of 240 jobs of three shapes in one organization (the queue's clock): relative error of
+## the expected duration (p50, p90), how often the run fell within low..high, and the floor
+## set by the runs' own variation (an oracle that knows each shape's start-up and median step)
+bench-estimate: redis-server
+	$(GO) test -run '^$$' -bench BenchmarkEstimateError -benchtime 1x ./api
 
 ## bench-jobs: decode + validate + normalize of every fixture, on one core
 bench-jobs:

@@ -63,7 +63,7 @@ func (r reply) refusal(t *testing.T, path string) {
 	}
 }
 
-func call(t *testing.T, method, url, token, ctype string, body []byte) reply {
+func call(t testing.TB, method, url, token, ctype string, body []byte) reply {
 	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {

@@ -29,7 +29,7 @@ func (s *Server) estimate(ctx context.Context, org string, spec jobspec.Spec) (*
 	if err != nil {
 		return nil, err
 	}
-	var per []float64
+	var runs []pastRun
 	for _, j := range past {
 		steps := j.Progress.Step - j.ResumeStep
 		if j.Config.Model != spec.Model || j.Config.Resources.GPUs != spec.Resources.GPUs || steps <= 0 ||
@@ -37,44 +37,86 @@ func (s *Server) estimate(ctx context.Context, org string, spec jobspec.Spec) (*
 			continue
 		}
 		if d := j.FinishedAt.Sub(*j.StartedAt).Seconds(); d > 0 {
-			per = append(per, d/float64(steps))
+			runs = append(runs, pastRun{steps: float64(steps), secs: d})
 		}
 	}
 	steps := spec.MaxSteps
 	if spec.WarmStart != nil {
 		steps = max(0, steps-spec.WarmStart.Step)
 	}
-	e := &client.Estimate{Runs: len(per), Steps: steps}
+	e := &client.Estimate{Runs: len(runs), Steps: steps}
 	shape := fmt.Sprintf("%s on %d×%s", spec.Model, spec.Resources.GPUs, spec.Resources.GPUType)
+	n := float64(steps)
+	var dur client.Range
 	switch {
-	case len(per) >= 3:
-		slices.Sort(per)
-		e.StepSeconds = client.Range{Low: percentile(per, 10), Expected: percentile(per, 50), High: percentile(per, 90)}
-		e.BasedOn = fmt.Sprintf("the step times of %d past runs of %s in your organization (10th, 50th and 90th percentiles)", len(per), shape)
-	case len(per) > 0:
-		mean := 0.0
-		for _, p := range per {
-			mean += p / float64(len(per))
+	case len(runs) >= 3:
+		// A line through the past runs' durations (a start-up, then a time a step), and their
+		// spread about it: the 10th and 90th percentiles of each run's duration over the line's.
+		startup, per := fitRuns(runs)
+		ratios := make([]float64, len(runs))
+		for i, r := range runs {
+			ratios[i] = r.secs / (startup + per*r.steps)
 		}
-		e.StepSeconds = client.Range{Low: 0.75 * mean, Expected: mean, High: 1.5 * mean}
-		e.BasedOn = fmt.Sprintf("the step time of %d past run(s) of %s in your organization (0.75× to 1.5× their mean)", len(per), shape)
+		slices.Sort(ratios)
+		expected := startup + per*n
+		dur = client.Range{Low: expected * percentile(ratios, 10), Expected: expected, High: expected * percentile(ratios, 90)}
+		e.BasedOn = fmt.Sprintf("%d past runs of %s in your organization: a start-up of %.0f s and %.1f s a step fitted to their durations, "+
+			"low and high from how far they fell from it (10th and 90th percentiles)", len(runs), shape, startup, per)
+	case len(runs) > 0:
+		mean := 0.0
+		for _, r := range runs {
+			mean += r.secs / r.steps / float64(len(runs))
+		}
+		dur = client.Range{Low: 0.75 * mean * n, Expected: mean * n, High: 1.5 * mean * n}
+		e.BasedOn = fmt.Sprintf("the step time of %d past run(s) of %s in your organization (0.75× to 1.5× their mean)", len(runs), shape)
 	default:
-		e.StepSeconds = defaultStep
+		dur = client.Range{Low: defaultStep.Low * n, Expected: defaultStep.Expected * n, High: defaultStep.High * n}
 		e.BasedOn = fmt.Sprintf("no past run of %s in your organization: the service's default of 20 to 180 seconds a step (60 expected)", shape)
 	}
 	gpus := float64(spec.Resources.GPUs)
-	step := e.StepSeconds
 	scale := func(f float64) client.Range {
-		return client.Range{Low: round3(step.Low * f), Expected: round3(step.Expected * f), High: round3(step.High * f)}
+		return client.Range{Low: round3(dur.Low * f), Expected: round3(dur.Expected * f), High: round3(dur.High * f)}
 	}
-	e.DurationSeconds = scale(float64(steps))
-	e.GPUHours = scale(float64(steps) * gpus / 3600)
-	e.StepSeconds = scale(1)
+	e.DurationSeconds = scale(1)
+	e.GPUHours = scale(gpus / 3600)
+	if steps > 0 {
+		e.StepSeconds = scale(1 / n)
+	}
 	if price := s.price(spec.Model); price > 0 {
-		c := scale(float64(steps) * gpus / 3600 * price)
+		c := scale(gpus / 3600 * price)
 		e.Cost, e.PricePerGPUHour = &c, price
 	}
 	return e, nil
+}
+
+// pastRun is one ended run an estimate learns from: the steps it took and its wall time.
+type pastRun struct{ steps, secs float64 }
+
+// fitRuns fits secs = startup + per × steps to runs by least squares, with a start-up of at
+// least zero; where the runs' step counts are (nearly) all alike, or the line would slope
+// down, it is the runs' median time a step and no start-up.
+func fitRuns(runs []pastRun) (startup, per float64) {
+	var sx, sy, sxx, sxy float64
+	for _, r := range runs {
+		sx, sy, sxx, sxy = sx+r.steps, sy+r.secs, sxx+r.steps*r.steps, sxy+r.steps*r.secs
+	}
+	k := float64(len(runs))
+	if d := k*sxx - sx*sx; d > 1e-9*k*sxx {
+		per = (k*sxy - sx*sy) / d
+		startup = (sy - per*sx) / k
+		if startup < 0 { // through the origin instead
+			startup, per = 0, sxy/sxx
+		}
+		if per > 0 {
+			return startup, per
+		}
+	}
+	each := make([]float64, len(runs))
+	for i, r := range runs {
+		each[i] = r.secs / r.steps
+	}
+	slices.Sort(each)
+	return 0, percentile(each, 50)
 }
 
 // percentile of sorted xs (nearest rank, interpolated).

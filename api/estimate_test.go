@@ -54,6 +54,28 @@ func TestADryRunEstimatesFromPastRuns(t *testing.T) {
 		e.DurationSeconds.Low != 450 || e.DurationSeconds.High != 900 || !strings.Contains(e.BasedOn, "2 past run(s) of Qwen/Qwen3-4B-Instruct-2507 on 2×H100") {
 		t.Errorf("estimate %+v (cost %+v)", e, e.Cost)
 	}
+	// A third run, of 40 steps in 220 s, and a fourth of 20 in 140: 60 s to start and 4 s a step
+	// (as the first two, 10 in 100 s, also fit) is the line through them, and each run is on it.
+	for _, run := range []struct {
+		steps int
+		secs  time.Duration
+	}{{40, 220 * time.Second}, {20, 140 * time.Second}} {
+		j := submitTOML(t, s, token, fmt.Sprintf(file, run.steps))
+		cl := claimJob(t, s, agent)
+		if _, err := s.Queue.Heartbeat(ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(run.secs)
+		if _, err := s.Queue.Complete(ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Progress: &job.Progress{Step: run.steps, MaxSteps: run.steps}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p = client.Preview{}
+	r = call(t, "POST", s.URL+"/v1/jobs/preview", token, "application/toml", []byte(fmt.Sprintf(file, 100)))
+	if r.decode(t, &p); r.status != http.StatusOK || p.Estimate == nil || p.Estimate.Runs != 4 || p.Estimate.DurationSeconds.Expected != 460 ||
+		p.Estimate.DurationSeconds.Low != 460 || p.Estimate.DurationSeconds.High != 460 || !strings.Contains(p.Estimate.BasedOn, "a start-up of 60 s and 4.0 s a step") {
+		t.Errorf("the fitted estimate: %d %s", r.status, r.body)
+	}
 	r = call(t, "POST", s.URL+"/v1/jobs/preview", token, "application/toml", []byte("model = \"Qwen/Qwen3-8B\"\nmax_steps = 50\n[[env]]\nid = \"acme/env\"\n"))
 	p = client.Preview{}
 	if r.decode(t, &p); r.status != http.StatusOK || p.Estimate == nil || p.Estimate.Runs != 0 || p.Estimate.StepSeconds.Expected != 60 ||
