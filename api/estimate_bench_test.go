@@ -109,7 +109,7 @@ func BenchmarkEstimateError(b *testing.B) {
 			oracle := sh.startup + float64(steps)*sh.median
 			results = append(results, result{runs: e.Runs, relErr: math.Abs(e.DurationSeconds.Expected-actual) / actual,
 				oracleErr: math.Abs(oracle-actual) / actual,
-				inRange: actual >= e.DurationSeconds.Low && actual <= e.DurationSeconds.High, expected: e.DurationSeconds.Expected, actualSec: actual})
+				inRange:   actual >= e.DurationSeconds.Low && actual <= e.DurationSeconds.High, expected: e.DurationSeconds.Expected, actualSec: actual})
 		}
 	}
 	report := func(name string, keep func(result) bool) {
