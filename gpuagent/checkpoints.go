@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,27 +247,40 @@ func (u *uploader) upload(ctx context.Context, step int) (int64, error) {
 	local := jobdata.StepDir(u.dir, step)
 	prefix := jobdata.CheckpointPrefix(u.jobID, step)
 	m := jobdata.Manifest{JobID: u.jobID, Step: step}
-	err := filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+	add := func(root, under string, skip func(rel string) bool) error {
+		return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, err := filepath.Rel(root, p)
+			if err != nil || skip(rel) {
+				return err
+			}
+			name := under + filepath.ToSlash(rel)
+			f, err := nolink.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			size, sum, err := u.put(ctx, prefix+name, f)
+			if err != nil {
+				return err
+			}
+			m.Files = append(m.Files, jobdata.ManifestFile{Path: name, Size: size, SHA256: sum})
+			m.Bytes += size
+			return nil
+		})
+	}
+	err := add(local, "", func(string) bool { return false })
+	// The step's weights as prime-rl broadcast them to inference (broadcasts/step_N, kept for
+	// checkpoint steps): a LoRA adapter with its config, or the model's safetensors — what a
+	// user loads elsewhere (the export, jobdata.WeightsDir). Taken once the trainer marked them
+	// STABLE; the mark itself is prime-rl's, not the user's.
+	if weights := filepath.Join(filepath.Dir(u.dir), "broadcasts", fmt.Sprintf("step_%d", step)); err == nil {
+		if _, serr := os.Stat(filepath.Join(weights, "STABLE")); serr == nil {
+			err = add(weights, jobdata.WeightsDir, func(rel string) bool { return rel == "STABLE" })
 		}
-		rel, err := filepath.Rel(local, p)
-		if err != nil {
-			return err
-		}
-		f, err := nolink.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		size, sum, err := u.put(ctx, prefix+filepath.ToSlash(rel), f)
-		if err != nil {
-			return err
-		}
-		m.Files = append(m.Files, jobdata.ManifestFile{Path: filepath.ToSlash(rel), Size: size, SHA256: sum})
-		m.Bytes += size
-		return nil
-	})
+	}
 	if err != nil {
 		return 0, fmt.Errorf("upload step %d: %w", step, err)
 	}
@@ -423,6 +437,9 @@ func restore(ctx context.Context, store blob.Store, jobID string, step int, dest
 	}
 	_ = os.RemoveAll(dest)
 	for _, f := range m.Files {
+		if strings.HasPrefix(f.Path, jobdata.WeightsDir) {
+			continue // the export's copy of the weights: prime-rl resumes from the trainer's state
+		}
 		if err := restoreFile(ctx, store, prefix+f.Path, dest, f); err != nil {
 			_ = os.RemoveAll(dest)
 			return err

@@ -96,6 +96,17 @@ func TestCLIFollowsARun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dl, "step_20", "trainer", ".metadata")); err != nil {
 		t.Errorf("the downloaded checkpoint: %v", err)
 	}
+	// The weights alone, as a folder to load elsewhere: the LoRA adapter prime-rl broadcast for
+	// the step, with its config naming the base model.
+	ex := t.TempDir()
+	check("checkpoints --export", []string{"train", "checkpoints", j.ID, "--export", "latest", "--to", ex}, "adapter_model.safetensors", "sha256 ok")
+	if cfg, err := os.ReadFile(filepath.Join(ex, "step_20", "adapter_config.json")); err != nil ||
+		!strings.Contains(string(cfg), `"base_model_name_or_path": "Qwen/Qwen3-4B-Instruct-2507"`) || !strings.Contains(string(cfg), `"r": 32`) {
+		t.Errorf("the exported adapter's config: %v %s", err, cfg)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(ex, "step_20")); len(entries) != 2 {
+		t.Errorf("the export holds %d files; want the adapter and its config", len(entries))
+	}
 	check("progress", []string{"train", "progress", j.ID}, "20/20 (100.0%)", "reward", "train/agg/all/agent/reward/mean", "20 steps have rollouts, 1 to 20")
 	check("rollouts", []string{"train", "rollouts", j.ID[:8], "--step", "3", "-n", "2"}, "step 3: ", "page 1 of ", "[user] Step 3, example 0", "apples", "── episode 0 · reward")
 	check("distributions", []string{"train", "distributions", j.ID, "--type", "advantages"}, "advantages at step 20 over ", "█")

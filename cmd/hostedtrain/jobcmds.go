@@ -194,7 +194,7 @@ func newMetricsCmd() *cobra.Command {
 }
 
 func newCheckpointsCmd() *cobra.Command {
-	var output, to, download string
+	var output, to, download, export string
 	var pin, unpin int
 	c := &cobra.Command{
 		Use:   "checkpoints ID",
@@ -203,6 +203,7 @@ func newCheckpointsCmd() *cobra.Command {
   hostedtrain train checkpoints JOB --download 200 --to ./ckpt
   hostedtrain train checkpoints JOB --download latest
   hostedtrain train checkpoints JOB --download best   # by the job's best_metric
+  hostedtrain train checkpoints JOB --export best --to ./adapter   # the weights alone, to load elsewhere
   hostedtrain train checkpoints JOB --pin 200     # keep it past keep_cloud`,
 		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -235,26 +236,41 @@ func newCheckpointsCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if cmd.Flags().Changed("download") {
-				step := 0 // latest (0 says it too)
-				switch download {
+			// pick is the step a --download or --export names: a number, latest (0) or best.
+			pick := func(flag, v string) (int, error) {
+				switch v {
 				case "latest":
+					return 0, nil
 				case "best":
-					found := false
 					for _, c := range cps {
 						if c.Best {
-							step, found = c.Step, true
+							return c.Step, nil
 						}
 					}
-					if !found {
-						return errors.New("--download best: no committed checkpoint has a value of the job's best_metric yet")
-					}
-				default:
-					if step, err = strconv.Atoi(download); err != nil || step < 0 {
-						return fmt.Errorf("--download %q: a step number, latest or best", download)
-					}
+					return 0, fmt.Errorf("%s best: no committed checkpoint has a value of the job's best_metric yet", flag)
 				}
-				return downloadCheckpoint(cmd, api, cps, step, to)
+				step, err := strconv.Atoi(v)
+				if err != nil || step < 0 {
+					return 0, fmt.Errorf("%s %q: a step number, latest or best", flag, v)
+				}
+				return step, nil
+			}
+			if cmd.Flags().Changed("download") && cmd.Flags().Changed("export") {
+				return errors.New("--download and --export: one or the other")
+			}
+			if cmd.Flags().Changed("download") {
+				step, err := pick("--download", download)
+				if err != nil {
+					return err
+				}
+				return downloadCheckpoint(cmd, api, cps, step, to, false)
+			}
+			if cmd.Flags().Changed("export") {
+				step, err := pick("--export", export)
+				if err != nil {
+					return err
+				}
+				return downloadCheckpoint(cmd, api, cps, step, to, true)
 			}
 			if output == "json" {
 				printJSON(out, map[string]any{"items": cps})
@@ -265,14 +281,18 @@ func newCheckpointsCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&download, "download", "", "download this step's checkpoint, the newest committed (latest, or 0), or the best (best_metric)")
-	c.Flags().StringVar(&to, "to", ".", "where --download writes step_N/")
+	c.Flags().StringVar(&export, "export", "", "download only this step's weights (a LoRA adapter with its config, or the model's safetensors) as a folder to load elsewhere: a step, latest or best")
+	c.Flags().StringVar(&to, "to", ".", "where --download and --export write step_N/")
 	c.Flags().IntVar(&pin, "pin", 0, "keep this committed step past keep_cloud")
 	c.Flags().IntVar(&unpin, "unpin", 0, "let this step go with the others again")
 	outputFlag(c, &output)
 	return c
 }
 
-func downloadCheckpoint(cmd *cobra.Command, api *client.Client, cps []client.Checkpoint, step int, to string) error {
+// downloadCheckpoint fetches a committed checkpoint's files into to/step_N, each checked
+// against its manifest's sha256; weights downloads only its weights (jobdata.WeightsDir), at
+// the folder's top: a LoRA adapter with adapter_config.json, or the model's safetensors.
+func downloadCheckpoint(cmd *cobra.Command, api *client.Client, cps []client.Checkpoint, step int, to string, weights bool) error {
 	var pick *client.Checkpoint
 	for i := range cps {
 		if cps[i].Status == "committed" && (step == 0 || cps[i].Step == step) {
@@ -283,7 +303,21 @@ func downloadCheckpoint(cmd *cobra.Command, api *client.Client, cps []client.Che
 		return fmt.Errorf("no committed checkpoint of step %d (see `hostedtrain train checkpoints`)", step)
 	}
 	dir := filepath.Join(to, fmt.Sprintf("step_%d", pick.Step))
-	for _, f := range pick.Download {
+	files := pick.Download
+	if weights {
+		files = nil
+		for _, f := range pick.Download {
+			if rel, ok := strings.CutPrefix(f.Path, jobdata.WeightsDir); ok {
+				f.Path = rel
+				files = append(files, f)
+			}
+		}
+		if len(files) == 0 {
+			return fmt.Errorf("step %d has no weights to export: prime-rl wrote none to disk for it (a run that sends its weights to inference over NCCL, "+
+				"full weights with inference on the node, writes none; a LoRA run writes its adapter); --download %d fetches the trainer's checkpoint", pick.Step, pick.Step)
+		}
+	}
+	for _, f := range files {
 		if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
 			return fmt.Errorf("the manifest names a path outside the checkpoint: %q", f.Path)
 		}

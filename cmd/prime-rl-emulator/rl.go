@@ -670,6 +670,11 @@ func (r *rlRun) run(ctx context.Context) int {
 				return code
 			}
 		}
+		if c.wbType == "filesystem" {
+			if err := r.broadcast(trained); err != nil {
+				return fail(r.out, 1, "error: %v", err)
+			}
+		}
 		drop := a.em.nanLossAt == trained
 		rows := r.curve.trainerRows(trained, c.train, drop)
 		if work != nil {
@@ -779,6 +784,50 @@ func (r *rlRun) trainerCheckpoint(ctx context.Context, step int) (int, bool) {
 	}
 	r.logs.log("trainer", "INFO", fmt.Sprintf("Saved checkpoint to %s", filepath.Dir(dir)))
 	return 0, false
+}
+
+// loraTargets are prime-rl's default LoRA target modules (LoRAConfig.target_modules).
+var loraTargets = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "experts", "fc1_latent_proj", "fc2_latent_proj"}
+
+// broadcast writes broadcasts/step_N as prime-rl's filesystem weight broadcast does (traces:
+// checkpoints-and-process.json, broadcasts): a LoRA run's adapter (adapter_model.safetensors,
+// adapter_config.json), else the model's weights (model.safetensors, then its index, written
+// last), then the STABLE mark; and deletes step N-2's folder unless N-2 is a checkpoint step.
+func (r *rlRun) broadcast(step int) error {
+	c := r.cfg
+	dir := filepath.Join(r.dir, "broadcasts", fmt.Sprintf("step_%d", step))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	weights := make([]byte, 4096)
+	for i := range weights {
+		weights[i] = byte(step*31 + i)
+	}
+	var files [][2]any
+	if c.lora {
+		rank := getInt(c.tree, "trainer.model.lora.rank", 16)
+		alpha, ok := get(c.tree, "trainer.model.lora.alpha")
+		if !ok {
+			alpha = 32.0
+		}
+		cfg, _ := json.MarshalIndent(map[string]any{"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": c.model,
+			"r": rank, "lora_alpha": alpha, "lora_dropout": 0.0, "target_modules": loraTargets, "emulated": true}, "", "  ")
+		files = [][2]any{{"adapter_model.safetensors", weights}, {"adapter_config.json", cfg}}
+	} else {
+		index, _ := json.MarshalIndent(map[string]any{"metadata": map[string]any{"total_size": len(weights)},
+			"weight_map": map[string]string{"model.embed_tokens.weight": "model.safetensors"}, "emulated": true}, "", "  ")
+		files = [][2]any{{"model.safetensors", weights}, {"model.safetensors.index.json", index}}
+	}
+	files = append(files, [2]any{"STABLE", []byte{}})
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f[0].(string)), f[1].([]byte), 0o644); err != nil {
+			return err
+		}
+	}
+	if old := step - 2; old > 0 && !(c.interval > 0 && old%c.interval == 0) {
+		_ = os.RemoveAll(filepath.Join(r.dir, "broadcasts", fmt.Sprintf("step_%d", old)))
+	}
+	return nil
 }
 
 // orchestratorCheckpoint writes checkpoints/step_N/orchestrator/progress.pt atomically (a

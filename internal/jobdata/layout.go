@@ -101,6 +101,11 @@ func CheckpointPrefix(jobID string, step int) string {
 // ManifestName is the file whose presence commits a checkpoint.
 const ManifestName = "manifest.json"
 
+// WeightsDir is where in a checkpoint the step's weights, as prime-rl broadcast them to
+// inference, are kept (a LoRA adapter with adapter_config.json, or the model's safetensors):
+// the folder a user exports and loads elsewhere. A resume does not read it.
+const WeightsDir = "weights/"
+
 // Manifest lists a committed checkpoint's files. A step folder without one is incomplete
 // and is never resumed from or offered for download.
 type Manifest struct {
