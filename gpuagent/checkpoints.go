@@ -325,7 +325,7 @@ func (u *uploader) prune(ctx context.Context) {
 	}
 	u.mu.Unlock()
 	for _, s := range drop {
-		if err := deleteCheckpoint(ctx, u.store, u.jobID, s); err != nil {
+		if err := jobdata.DeleteCheckpoint(ctx, u.store, u.jobID, s); err != nil {
 			u.logger.Warn("old checkpoint not deleted", "step", s, "err", err)
 		}
 	}
@@ -375,24 +375,6 @@ func (u *uploader) put(ctx context.Context, key string, f *os.File) (int64, stri
 		return 0, "", fmt.Errorf("%s changed size while it was uploaded (%d bytes, then %d)", key, size, got.n)
 	}
 	return size, hex.EncodeToString(got.sum), nil
-}
-
-// deleteCheckpoint uncommits a step (manifest first) and then removes its files.
-func deleteCheckpoint(ctx context.Context, store blob.Store, jobID string, step int) error {
-	prefix := jobdata.CheckpointPrefix(jobID, step)
-	if err := store.Delete(ctx, prefix+jobdata.ManifestName); err != nil {
-		return err
-	}
-	objs, err := store.List(ctx, prefix)
-	if err != nil {
-		return err
-	}
-	for _, o := range objs {
-		if err := store.Delete(ctx, o.Key); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 type countingReader struct {

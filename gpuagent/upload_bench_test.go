@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/s3test"
 )
 
@@ -140,7 +141,7 @@ func BenchmarkCheckpointUpload(b *testing.B) {
 			b.Fatal(err)
 		}
 		ours += time.Since(began)
-		if err := deleteCheckpoint(ctx, store, fmt.Sprintf("bench-%d", i), 1); err != nil {
+		if err := jobdata.DeleteCheckpoint(ctx, store, fmt.Sprintf("bench-%d", i), 1); err != nil {
 			b.Fatal(err)
 		}
 

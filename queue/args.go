@@ -39,7 +39,7 @@ var funcArgs = map[string][]string{
 		"quarantine_window", "fault_bucket"},
 	"position": {"id", "org", "class", "priority", "fresh_ms"},
 	"abandon":  {"claim_id", "agent", "mark_ttl"},
-	"set_org":  {"org", "weight", "org_max_running", "org_max_queued", "month_budget_ms"},
+	"set_org":  {"org", "weight", "org_max_running", "org_max_queued", "month_budget_ms", "ckpt_ttl_ms"},
 	"archive":  {"id", "finished_at", "org"},
 	"settle":   {"id", "finished_at", "events"},
 	"put_own":  {"id", "finished_at", "progress", "nfields", restArg},

@@ -34,6 +34,9 @@ func (k keys) org(org string) string       { return k.of("orgkey", org) }
 func (k keys) orgJobs(org string) string   { return k.of("orgjobs", org) }
 func (k keys) orgIndex(org string) string  { return k.of("orgindex", org) }
 func (k keys) orgUsage(org string) string  { return k.of("orgusage", org) }
+func (k keys) orgExpiring(org string) string {
+	return k.of("orgexpiring", org)
+}
 func (k keys) revoked(jti string) string   { return k.of("revokedkey", jti) }
 func (k keys) wake(proc string) string     { return k.of("wakechan", proc) }
 func (k keys) leases() string              { return k.fixed("LEASES") }

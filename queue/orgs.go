@@ -9,18 +9,20 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
 // SetOrg changes an organization's weight and limits; zero values restore the defaults.
 func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) error {
-	if s.Weight < 0 || s.MaxRunning < 0 || s.MaxQueued < 0 || s.MonthlyGPUHours < 0 {
+	if s.Weight < 0 || s.MaxRunning < 0 || s.MaxQueued < 0 || s.MonthlyGPUHours < 0 || s.CheckpointTTLDays < 0 {
 		return fmt.Errorf("queue: org settings must not be negative: %+v", s)
 	}
 	err := c.call(ctx, "set_org", c.keys.org(org), args{
 		"org": org, "weight": s.Weight, "org_max_running": s.MaxRunning, "org_max_queued": s.MaxQueued,
 		"month_budget_ms": int64(math.Round(s.MonthlyGPUHours * 3600e3)),
+		"ckpt_ttl_ms":     (time.Duration(s.CheckpointTTLDays) * 24 * time.Hour).Milliseconds(),
 	}).Err()
 	if err != nil {
 		return scriptErr("set org", err)
@@ -31,7 +33,7 @@ func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) erro
 // GetOrg reports an organization's settings in effect and its use of the queue now.
 func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) {
 	vals, err := c.rdb.HMGet(ctx, c.keys.org(org), "weight", "max_running", "max_queued", "queued", "running", "running_gpus", "usage",
-		"gpu_ms", "hold_anchor", "month", "month_ms", "month_budget_ms", "held").Result()
+		"gpu_ms", "hold_anchor", "month", "month_ms", "month_budget_ms", "held", "ckpt_ttl_ms").Result()
 	if err != nil {
 		return job.OrgStatus{}, fmt.Errorf("queue: org %s: %w", org, err)
 	}
@@ -68,6 +70,7 @@ func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) 
 		st.MonthGPUHours = f(10) / 3600e3
 	}
 	st.BudgetHeld = vals[12] == "1"
+	st.CheckpointTTLDays = int(f(13) / (24 * 3600e3))
 	return st, nil
 }
 

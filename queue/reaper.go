@@ -47,6 +47,9 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	if err := r.archive(ctx); err != nil {
 		return total, err
 	}
+	if err := r.expire(ctx); err != nil {
+		return total, err
+	}
 	return total, r.migrate(ctx)
 }
 
@@ -83,6 +86,24 @@ func (r *Reaper) archive(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// expireBatches bounds the checkpoint expiry's share of one pass (each job is a few storage
+// calls); the next passes go on.
+const expireBatches = 5
+
+// expire deletes the checkpoints whose organization's TTL has passed (ExpireCheckpoints).
+func (r *Reaper) expire(ctx context.Context) error {
+	for range expireBatches {
+		n, more, err := r.q.ExpireCheckpoints(ctx, reapBatch)
+		if n > 0 {
+			r.logger.Info("expired the checkpoints of jobs past their organization's TTL", "jobs", n)
+		}
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // Run runs RunOnce every interval until ctx ends (a lifecycle.Service).

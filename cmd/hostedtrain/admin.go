@@ -180,6 +180,9 @@ func newOrgCmd() *cobra.Command {
 		} else {
 			fmt.Fprintf(cmd.OutOrStdout(), "  monthly budget: none (%.2f GPU-hours used this month)\n", st.MonthGPUHours)
 		}
+		if st.CheckpointTTLDays > 0 {
+			fmt.Fprintf(cmd.OutOrStdout(), "  checkpoints: kept %d days after a job ends (pinned ones always)\n", st.CheckpointTTLDays)
+		}
 	}
 	get := &cobra.Command{
 		Use: "get ORG", Short: "Show an organization's settings and use", Args: needArgs(1),
@@ -210,7 +213,8 @@ func newOrgCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			keep := job.OrgSettings{Weight: cur.Weight, MaxRunning: cur.MaxRunning, MaxQueued: cur.MaxQueued, MonthlyGPUHours: cur.MonthlyGPUHours}
+			keep := job.OrgSettings{Weight: cur.Weight, MaxRunning: cur.MaxRunning, MaxQueued: cur.MaxQueued, MonthlyGPUHours: cur.MonthlyGPUHours,
+				CheckpointTTLDays: cur.CheckpointTTLDays}
 			f := cmd.Flags()
 			if !f.Changed("weight") {
 				s.Weight = keep.Weight
@@ -224,6 +228,9 @@ func newOrgCmd() *cobra.Command {
 			if !f.Changed("monthly-gpu-hours") {
 				s.MonthlyGPUHours = keep.MonthlyGPUHours
 			}
+			if !f.Changed("checkpoint-ttl-days") {
+				s.CheckpointTTLDays = keep.CheckpointTTLDays
+			}
 			st, err := api.SetOrg(cmd.Context(), args[0], s)
 			if err != nil {
 				return err
@@ -236,6 +243,7 @@ func newOrgCmd() *cobra.Command {
 	set.Flags().IntVar(&s.MaxRunning, "max-running", 0, "jobs that may run at once")
 	set.Flags().IntVar(&s.MaxQueued, "max-queued", 0, "jobs that may wait at once")
 	set.Flags().Float64Var(&s.MonthlyGPUHours, "monthly-gpu-hours", 0, "the organization's monthly budget of GPU time (0: none)")
+	set.Flags().IntVar(&s.CheckpointTTLDays, "checkpoint-ttl-days", 0, "delete a job's checkpoints this long after it ends, pinned ones kept (0: none)")
 	c.AddCommand(get, set)
 	return c
 }

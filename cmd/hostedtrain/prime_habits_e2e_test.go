@@ -140,6 +140,17 @@ func TestDevTakesTheOperatorsModels(t *testing.T) {
 		!regexp.MustCompile(`(?m)^BY TOKEN\s+GPU TIME\s+COST\n\S{8,}\s+\S+ GPU-\S+\s+\$\d+\.\d\d$`).MatchString(out) {
 		t.Errorf("train usage by user and token (%d): %s", code, out)
 	}
+	// An operator gives the organization a monthly budget and a checkpoint TTL; a later change of
+	// its weight keeps both (flags not given keep their values).
+	if out, code = d.cli(t, "admin", "org", "set", "dev", "--monthly-gpu-hours", "100", "--checkpoint-ttl-days", "30"); code != 0 ||
+		!regexp.MustCompile(`monthly budget: \d+\.\d\d of 100\.00 GPU-hours used this month \(\d+ %\)`).MatchString(out) ||
+		!strings.Contains(out, "checkpoints: kept 30 days after a job ends") {
+		t.Errorf("admin org set (%d): %s", code, out)
+	}
+	if out, code = d.cli(t, "admin", "org", "set", "dev", "--weight", "2"); code != 0 || !strings.Contains(out, "weight 2,") ||
+		!strings.Contains(out, "of 100.00 GPU-hours") || !strings.Contains(out, "kept 30 days") {
+		t.Errorf("admin org set --weight kept the rest? (%d): %s", code, out)
+	}
 	if out, code = d.cli(t, "train", "usage", "--watch"); code == 0 || !strings.Contains(out, "give its ID") {
 		t.Errorf("train usage --watch without an ID (%d): %s", code, out)
 	}

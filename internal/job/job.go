@@ -83,6 +83,9 @@ type OrgSettings struct {
 	MaxQueued  int     `json:"max_queued,omitempty"`
 	// MonthlyGPUHours is the organization's monthly budget of GPU time (UTC months); 0 for none.
 	MonthlyGPUHours float64 `json:"monthly_gpu_hours,omitempty"`
+	// CheckpointTTLDays is how long the checkpoints of its jobs are kept after the jobs end
+	// (pinned ones always); 0 for as long as the jobs are.
+	CheckpointTTLDays int `json:"checkpoint_ttl_days,omitempty"`
 }
 
 // OrgStatus is an organization's settings in effect and what it uses now.
@@ -105,6 +108,8 @@ type OrgStatus struct {
 	MonthlyGPUHours float64 `json:"monthly_gpu_hours,omitempty"`
 	MonthGPUHours   float64 `json:"month_gpu_hours"`
 	BudgetHeld      bool    `json:"budget_held,omitempty"`
+	// CheckpointTTLDays is its checkpoint TTL (OrgSettings'); 0 for none.
+	CheckpointTTLDays int `json:"checkpoint_ttl_days,omitempty"`
 }
 
 // ListFilter narrows a job listing; zero fields do not filter.

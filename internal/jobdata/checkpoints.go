@@ -122,6 +122,25 @@ func CommittedSteps(ctx context.Context, store blob.Store, jobID string) ([]int,
 	return steps, nil
 }
 
+// DeleteCheckpoint deletes step of a job from storage: its manifest first (so a half-deleted
+// checkpoint is never taken for a committed one), then every other object under its prefix.
+func DeleteCheckpoint(ctx context.Context, store blob.Store, jobID string, step int) error {
+	prefix := CheckpointPrefix(jobID, step)
+	if err := store.Delete(ctx, prefix+ManifestName); err != nil {
+		return err
+	}
+	objs, err := store.List(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := store.Delete(ctx, o.Key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // PinKey is the mark that keeps a job's committed checkpoint of step in storage past its
 // keep_cloud: the agent never prunes a pinned step.
 func PinKey(jobID string, step int) string {

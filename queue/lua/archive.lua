@@ -25,6 +25,6 @@ if not at or tonumber(at) ~= tonumber(arg_finished_at) then
 end
 redis.call('ZREM', orgjobs(arg_org), id)
 redis.call('ZREM', orgindex(arg_org), id)
-unmark_ended(id, arg_org)
+unmark_ended(id, arg_org, true)
 redis.call('ZADD', DROPPING, T, id)
 return 1

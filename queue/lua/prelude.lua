@@ -600,13 +600,21 @@ local function mark_ended(id, org)
   if redis.call('ZADD', ENDED, T, id) == 1 then
     redis.call('HINCRBY', orgkey(org), 'ended', 1)
   end
+  -- An organization with a checkpoint TTL: its checkpoints go when the TTL has passed.
+  if redis.call('HEXISTS', orgkey(org), 'ckpt_ttl_ms') == 1 then
+    redis.call('ZADD', orgexpiring(org), T, id)
+  end
   TO_SETTLE[id] = true
 end
 
--- unmark_ended takes a job out of the index of ended jobs (restarted, or archived).
-local function unmark_ended(id, org)
+-- unmark_ended takes a job out of the index of ended jobs (restarted, or archived: an archived
+-- job's checkpoints still expire with its organization's TTL).
+local function unmark_ended(id, org, archived)
   if redis.call('ZREM', ENDED, id) == 1 then
     redis.call('HINCRBY', orgkey(org), 'ended', -1)
+  end
+  if not archived then
+    redis.call('ZREM', orgexpiring(org), id) -- live again: its checkpoints stay
   end
   TO_SETTLE[id] = nil
 end

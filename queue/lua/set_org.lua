@@ -6,7 +6,7 @@
 -- Returns OK.
 local org = arg_org
 local fields = {{'weight', arg_weight}, {'max_running', arg_org_max_running}, {'max_queued', arg_org_max_queued},
-  {'month_budget_ms', arg_month_budget_ms}}
+  {'month_budget_ms', arg_month_budget_ms}, {'ckpt_ttl_ms', arg_ckpt_ttl_ms}}
 local before = redis.call('HMGET', orgkey(org), 'running', 'max_running', 'held', 'month_budget_ms')
 for _, f in ipairs(fields) do
   if tonumber(f[2]) > 0 then
@@ -16,6 +16,12 @@ for _, f in ipairs(fields) do
   end
 end
 redis.call('SADD', ORGS, org)
+if tonumber(arg_ckpt_ttl_ms) > 0 then
+  redis.call('SADD', TTL_ORGS, org)
+else
+  redis.call('SREM', TTL_ORGS, org)
+  redis.call('DEL', orgexpiring(org))
+end
 -- A monthly budget raised above what the month spent lets a held organization run again; one
 -- lowered to or below it holds the organization now.
 local b = redis.call('HMGET', orgkey(org), 'month', 'month_ms', 'month_budget_ms', 'classes')
