@@ -37,14 +37,14 @@ func (k keys) orgUsage(org string) string  { return k.of("orgusage", org) }
 func (k keys) orgExpiring(org string) string {
 	return k.of("orgexpiring", org)
 }
-func (k keys) revoked(jti string) string   { return k.of("revokedkey", jti) }
-func (k keys) wake(proc string) string     { return k.of("wakechan", proc) }
-func (k keys) leases() string              { return k.fixed("LEASES") }
-func (k keys) outbox() string              { return k.fixed("OUTBOX") }
-func (k keys) meta() string                { return k.fixed("META") }
-func (k keys) ended() string               { return k.fixed("ENDED") }
-func (k keys) settle() string              { return k.fixed("SETTLE") }
-func (k keys) dropping() string            { return k.fixed("DROPPING") }
+func (k keys) revoked(jti string) string { return k.of("revokedkey", jti) }
+func (k keys) wake(proc string) string   { return k.of("wakechan", proc) }
+func (k keys) leases() string            { return k.fixed("LEASES") }
+func (k keys) outbox() string            { return k.fixed("OUTBOX") }
+func (k keys) meta() string              { return k.fixed("META") }
+func (k keys) ended() string             { return k.fixed("ENDED") }
+func (k keys) settle() string            { return k.fixed("SETTLE") }
+func (k keys) dropping() string          { return k.fixed("DROPPING") }
 func (k keys) classQueue(org, class string) string {
 	return k.of("classq", org, class)
 }
