@@ -26,7 +26,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	if _, err := exec.LookPath("chromium"); err != nil {
 		t.Fatalf("chromium is not installed: run `make test` (or make chromium): %v", err)
 	}
-	d := startDev(t, "20ms")
+	// The operator prices the model the jobs run: the jobs table shows their cost.
+	models := filepath.Join(t.TempDir(), "models.toml")
+	if err := os.WriteFile(models, []byte("[[model]]\nname = \"Qwen/Qwen3-4B-Instruct-2507\"\ngpus = 2\nprice_per_gpu_hour = 2.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDev(t, "20ms", "--models", models)
 	out, code := d.cli(t, "train", "submit", "../../examples/quickstart.toml", "--wait", "-o", "json")
 	if code != 0 {
 		t.Fatalf("submit: %s", out)

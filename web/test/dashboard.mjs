@@ -64,6 +64,17 @@ try {
   }
   const shown = await page.textContent(`#jobs tr[data-id="${jobID}"] a`);
   if (shown !== '…' + jobID.slice(-8)) fail('the job is not shown by a short id: ' + shown);
+  // Its cost at the operator's price, and its kind.
+  const row = await page.$$eval(`#jobs tr[data-id="${jobID}"] td`, (tds) => tds.map((td) => td.textContent));
+  const col = (name) => row[headers.indexOf(name)];
+  if (!/^\d+\.\d\d$/.test(col('Cost')) || col('Kind') !== 'rl' || col('GPUs') !== '2×H100') fail('the job row: ' + row.join(' | '));
+  // The kind filter asks the API for one kind.
+  await page.selectOption('#filter-status', '');
+  await page.selectOption('#filter-kind', 'eval');
+  await page.waitForFunction(() => [...document.querySelectorAll('#jobs tbody tr[data-id]')].length > 0 &&
+    [...document.querySelectorAll('#jobs tbody tr[data-id]')].every((tr) => tr.children[3].textContent === 'eval'), null, timeout);
+  await page.selectOption('#filter-kind', '');
+  await page.selectOption('#filter-status', 'COMPLETED');
   await page.selectOption('#filter-status', '');
   await page.waitForSelector(`#jobs tr[data-id="${failedID}"]`, timeout);
   await page.click('#jobs th[data-col="Status"]');
