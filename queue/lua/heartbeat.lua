@@ -79,44 +79,45 @@ end
 if cur[3] == '1' then
   return {'stop', exp}
 end
--- A budget: job.budget at 50, 80 and 100 % of it (each once), and at 100 % the job is told to
--- stop, as a user's stop (STOPPING, the grace), with the reason `budget`.
-local budget = tonumber(cur[13])
-if budget and budget > 0 then
-  local used = (tonumber(cur[14]) or 0) + (tonumber(cur[6]) or 0) * math.max(0, NOW - (tonumber(cur[15]) or NOW))
+-- marks emits job.budget for each of 50, 80 and 100 % of budget that used has reached and
+-- seen (the highest announced) has not, naming whose budget it is; it answers the new seen.
+local function marks(used, budget, seen, whose)
   local pct = math.floor(100 * used / budget)
-  local seen = tonumber(cur[16]) or 0
   for _, mark in ipairs({50, 80, 100}) do
     if pct >= mark and seen < mark then
       seen = mark
-      emit(id, org, 'job.budget', status, mark .. ' % of its budget used: ' ..
+      emit(id, org, 'job.budget', status, mark .. ' % of ' .. whose .. ' budget used: ' ..
         string.format('%.4f of %.4f GPU-hours', used / 3600000, budget / 3600000))
     end
   end
+  return seen
+end
+-- stop_for tells the job to stop as a user's stop is (STOPPING, the grace), for reason.
+local function stop_for(reason, detail)
+  local deadline = NOW + tonumber(arg_grace)
+  redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', reason, 'stop_deadline', deadline)
+  redis.call('ZADD', STOPPING, deadline, id)
+  emit(id, org, 'job.stopping', status, detail)
+  return {'stop', exp}
+end
+-- A budget: job.budget at 50, 80 and 100 % of it (each once), and at 100 % the job is told to
+-- stop, with the reason `budget`.
+local budget = tonumber(cur[13])
+if budget and budget > 0 then
+  local used = (tonumber(cur[14]) or 0) + (tonumber(cur[6]) or 0) * math.max(0, NOW - (tonumber(cur[15]) or NOW))
+  local seen = marks(used, budget, tonumber(cur[16]) or 0, 'its')
   if seen ~= (tonumber(cur[16]) or 0) then
     redis.call('HSET', key, 'budget_seen', seen)
   end
   if used >= budget then
-    local deadline = NOW + tonumber(arg_grace)
-    redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'budget', 'stop_deadline', deadline)
-    redis.call('ZADD', STOPPING, deadline, id)
-    emit(id, org, 'job.stopping', status, 'its budget is spent')
-    return {'stop', exp}
+    return stop_for('budget', 'its budget is spent')
   end
 end
 -- The organization's monthly budget: job.budget on the job whose charge crossed 50, 80 or
 -- 100 % of it (each once a month), and once it is spent the organization is held (nothing of it
 -- claimed) and each of its running jobs told to stop at its next charge, reason `org_budget`.
 if ob and ob.budget > 0 then
-  local pct = math.floor(100 * ob.spent / ob.budget)
-  local seen = ob.seen
-  for _, mark in ipairs({50, 80, 100}) do
-    if pct >= mark and seen < mark then
-      seen = mark
-      emit(id, org, 'job.budget', status, mark .. ' % of the organization\'s monthly budget used: ' ..
-        string.format('%.4f of %.4f GPU-hours', ob.spent / 3600000, ob.budget / 3600000))
-    end
-  end
+  local seen = marks(ob.spent, ob.budget, ob.seen, "the organization's monthly")
   if seen ~= ob.seen then
     redis.call('HSET', orgkey(org), 'month_seen', seen)
   end
@@ -124,11 +125,7 @@ if ob and ob.budget > 0 then
     if not ob.held then
       hold_org(org, ob.classes)
     end
-    local deadline = NOW + tonumber(arg_grace)
-    redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'org_budget', 'stop_deadline', deadline)
-    redis.call('ZADD', STOPPING, deadline, id)
-    emit(id, org, 'job.stopping', status, 'its organization\'s monthly budget is spent')
-    return {'stop', exp}
+    return stop_for('org_budget', "its organization's monthly budget is spent")
   end
 end
 -- A node being drained by its operator hands its jobs back (release), to resume elsewhere.
