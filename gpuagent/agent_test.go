@@ -396,8 +396,8 @@ func TestAgentRunsAJobToCompletionOnS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cps) != 2 || cps[0].Step != 4 || cps[1].Step != 6 || cps[1].Status != "committed" || cps[1].Files != 3 || cps[1].Bytes < 64<<10 {
-		t.Errorf("checkpoints %+v; want steps 4 and 6 committed, 3 files each", cps)
+	if len(cps) != 2 || cps[0].Step != 4 || cps[1].Step != 6 || cps[1].Status != "committed" || cps[1].Files != 5 || cps[1].Bytes < 64<<10 {
+		t.Errorf("checkpoints %+v; want steps 4 and 6 committed, 5 files each (the trainer's 2, the orchestrator's, the adapter and its config)", cps)
 	}
 	rc, err := b.store.Get(ctx, jobdata.CheckpointPrefix(j.ID, 6)+jobdata.ManifestName)
 	if err != nil {
@@ -413,7 +413,7 @@ func TestAgentRunsAJobToCompletionOnS3(t *testing.T) {
 		paths = append(paths, f.Path)
 	}
 	slices.Sort(paths)
-	if m.Step != 6 || strings.Join(paths, " ") != "orchestrator/progress.pt trainer/.metadata trainer/__0_0.distcp" || m.Bytes == 0 || len(m.Files[0].SHA256) != 64 {
+	if m.Step != 6 || strings.Join(paths, " ") != "orchestrator/progress.pt trainer/.metadata trainer/__0_0.distcp weights/adapter_config.json weights/adapter_model.safetensors" || m.Bytes == 0 || len(m.Files[0].SHA256) != 64 {
 		t.Errorf("manifest %+v", m)
 	}
 	page, err := b.user.JobMetrics(ctx, j.ID, 0, 0, []string{rewardKey, "loss/mean"}, 0)
