@@ -90,7 +90,19 @@ func TestAnOrganizationsMonthlyBudgetStopsItsJobsAndHoldsTheNext(t *testing.T) {
 	if _, err := admin.SetOrg(context.Background(), "acme", job.OrgSettings{MonthlyGPUHours: org.MonthGPUHours + 4.0/3600}); err != nil {
 		t.Fatal(err)
 	}
-	done := b.waitWithin(t, 3*time.Minute, j.ID, "stopped", terminal)
+	var done *job.Job
+	deadline := time.Now().Add(3 * time.Minute)
+	for done = b.waitWithin(t, time.Minute, j.ID, "anything", func(*job.Job) bool { return true }); !done.Status.Terminal(); done, _ = b.user.GetJob(context.Background(), j.ID) {
+		if time.Now().After(deadline) {
+			st, _ := admin.GetOrg(context.Background(), "acme")
+			var evs []string
+			for _, e := range b.allEvents(t, j.ID) {
+				evs = append(evs, e.Type+" "+e.Detail)
+			}
+			t.Fatalf("not stopped after 3 min: %s, %.1f GPU-seconds, org %+v, events:\n%s", done.Status, done.GPUSeconds, st, strings.Join(evs, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if done.Status != job.Stopped || !strings.Contains(b.lastDetail(t, j.ID), "organization's monthly budget is spent") {
 		t.Fatalf("got %s (%q); want STOPPED for the organization's budget", done.Status, b.lastDetail(t, j.ID))
 	}
