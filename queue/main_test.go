@@ -188,6 +188,16 @@ func (b bundle) running(t *testing.T, id string, cl *job.Claim) {
 	}
 }
 
+// beat sends a running job's heartbeat and answers what the queue told the agent to do.
+func (b bundle) beat(t *testing.T, id string, cl *job.Claim) job.Action {
+	t.Helper()
+	rep, err := b.q.Heartbeat(b.ctx, id, job.Heartbeat{Token: cl.Lease.Token, Running: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep.Action
+}
+
 func (b bundle) reap(t *testing.T) int {
 	t.Helper()
 	n, _, err := b.q.Reap(b.ctx, 100)

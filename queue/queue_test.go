@@ -1358,14 +1358,7 @@ func TestABudgetOnTheQueuesClock(t *testing.T) {
 			t.Fatal(err)
 		}
 		cl := b.claim(t)
-		beat := func() job.Action {
-			t.Helper()
-			rep, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return rep.Action
-		}
+		beat := func() job.Action { t.Helper(); return b.beat(t, j.ID, cl) }
 		beat()
 		for _, step := range []struct {
 			after time.Duration
@@ -1422,14 +1415,7 @@ func TestAnOrganizationsMonthlyBudget(t *testing.T) {
 		if cl == nil || cl.Job.ID != j.ID {
 			t.Fatalf("claim: %+v", cl)
 		}
-		beat := func() job.Action {
-			t.Helper()
-			rep, err := b.q.Heartbeat(b.ctx, j.ID, job.Heartbeat{Token: cl.Lease.Token, Running: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return rep.Action
-		}
+		beat := func() job.Action { t.Helper(); return b.beat(t, j.ID, cl) }
 		beat()
 		// Charged from the quantum's end on: 180, 240, 300, 360 GPU-seconds.
 		b.clock.Advance(90 * time.Second)
