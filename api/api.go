@@ -51,6 +51,7 @@ type Queue interface {
 	Release(ctx context.Context, id string, o job.Outcome) (job.Status, error)
 	GetOrg(ctx context.Context, org string) (job.OrgStatus, error)
 	UsageBy(ctx context.Context, org string, live []*job.Job, price func(model string) float64) (users, tokens []job.UsageShare, err error)
+	StoredBytes(ctx context.Context, org string, ids []string) (map[string]int64, error)
 	RevokeToken(ctx context.Context, jti string, until time.Time) error
 	TokenRevoked(ctx context.Context, jti string) (bool, error)
 	SetOrg(ctx context.Context, org string, s job.OrgSettings) error

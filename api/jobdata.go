@@ -326,10 +326,19 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	stored, err := s.cfg.Queue.StoredBytes(r.Context(), org, ids)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
 	items := make([]client.UsageJob, 0, len(jobs))
 	for _, j := range jobs {
 		items = append(items, client.UsageJob{ID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, GPUs: j.Config.Resources.GPUs,
-			GPUType: j.Config.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), CreatedAt: j.CreatedAt})
+			GPUType: j.Config.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), StorageBytes: stored[j.ID], CreatedAt: j.CreatedAt})
 	}
 	// By user and token: the counters of ended holds, and the holds of the jobs live now.
 	live, _, err := s.cfg.Queue.List(r.Context(), org, job.ListFilter{Statuses: []job.Status{job.Pending, job.Running}}, "", 1000)
@@ -343,8 +352,9 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, client.Usage{
-		Organization: client.OrgUsage{Org: org, GPUSeconds: round3(st.GPUSeconds), Running: st.Running, RunningGPUs: st.RunningGPUs},
-		Jobs:         items, NextCursor: next, ByUser: users, ByToken: tokens,
+		Organization: client.OrgUsage{Org: org, GPUSeconds: round3(st.GPUSeconds), Running: st.Running, RunningGPUs: st.RunningGPUs,
+			StorageBytes: st.StorageBytes},
+		Jobs: items, NextCursor: next, ByUser: users, ByToken: tokens,
 	})
 }
 
@@ -364,6 +374,12 @@ func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
 	c := j.Config
 	u := client.JobUsage{JobID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, Model: c.Model, GPUs: c.Resources.GPUs,
 		GPUType: c.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps, UpdatedAt: j.UpdatedAt}
+	stored, err := s.cfg.Queue.StoredBytes(r.Context(), j.Org, []string{j.ID})
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	u.StorageBytes = stored[j.ID]
 	for _, m := range s.cfg.Models {
 		if m.Name == c.Model && m.PricePerGPUHour > 0 {
 			u.PricePerGPUHour = m.PricePerGPUHour

@@ -12,7 +12,7 @@ import (
 
 // Delete forgets a job that ended (COMPLETED, FAILED or STOPPED): its entries in its
 // organization's indices, its hash, config, secrets, progress and events, and its archived
-// record. A live job is job.ErrConflict (stop it first); one that is not there,
+// record, and its entry in the organization's stored bytes. A live job is job.ErrConflict (stop it first); one that is not there,
 // job.ErrNotFound. The organization's GPU time is not given back: usage counts what ran.
 //
 // The job's data in object storage (metrics, logs, checkpoints, rollouts) is the caller's to
@@ -46,16 +46,18 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("queue: delete %s: %w", id, err)
 	}
-	if len(rec.hash) == 0 {
-		// Not in Redis: an archived job, whose record is gone now.
-		return c.dropOwn(ctx, id)
-	}
-	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash["finished_at"], "org": rec.hash["org"]}).Int()
-	if err != nil {
-		return scriptErr("delete", err)
-	}
-	if n == 0 {
-		return fmt.Errorf("queue: delete %s: it was restarted meanwhile: %w", id, job.ErrConflict)
+	if len(rec.hash) > 0 {
+		n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash["finished_at"], "org": rec.hash["org"]}).Int()
+		if err != nil {
+			return scriptErr("delete", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("queue: delete %s: it was restarted meanwhile: %w", id, job.ErrConflict)
+		}
+	} // else not in Redis: an archived job, whose record is gone now
+	// Its data went first (the caller's), so it keeps nothing in storage now.
+	if err := c.fileStored(ctx, j.Org, id, "drop", 0); err != nil {
+		return err
 	}
 	return c.dropOwn(ctx, id)
 }

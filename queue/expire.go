@@ -67,6 +67,8 @@ func (c *Client) expireJob(ctx context.Context, org, id string) error {
 	if _, err := c.rdb.ZScore(ctx, c.keys.orgExpiring(org), id).Result(); err == redis.Nil {
 		return nil
 	}
+	// What is left is measured again, even if not all of it could be deleted.
+	defer func() { _ = c.remeasure(context.WithoutCancel(ctx), org, id) }()
 	for _, cp := range all {
 		if pinned[cp.Step] {
 			continue

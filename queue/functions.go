@@ -57,6 +57,8 @@ var (
 	settleLua string
 	//go:embed lua/put_own.lua
 	putOwnLua string
+	//go:embed lua/stored.lua
+	storedLua string
 )
 
 // library is the source to load and the name its functions carry.
@@ -64,7 +66,7 @@ var library = buildLibrary(map[string]string{
 	"submit": submitLua, "claim": claimLua, "heartbeat": heartbeatLua, "finish": finishLua,
 	"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
 	"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua, "archive": archiveLua,
-	"unwait": unwaitLua, "settle": settleLua, "put_own": putOwnLua,
+	"unwait": unwaitLua, "settle": settleLua, "put_own": putOwnLua, "stored": storedLua,
 })
 
 type lib struct {

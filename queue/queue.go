@@ -96,6 +96,9 @@ type Config struct {
 	// when a request is checked against it: a revocation reaches every API process within it.
 	// Default 1 s.
 	RevocationStaleness time.Duration
+	// StorageEvery is how often the storage meter measures each live job's objects (storage.go);
+	// a job that ended is measured once, soon after. Default 5 min.
+	StorageEvery time.Duration
 	// Now is the clock; tests replace it. Default time.Now.
 	Now func() time.Time
 }
@@ -135,6 +138,7 @@ func (c Config) withDefaults() Config {
 	def(&c.StopGrace, 5*time.Minute)
 	def(&c.IdempotencyTTL, 24*time.Hour)
 	def(&c.RevocationStaleness, time.Second)
+	def(&c.StorageEvery, 5*time.Minute)
 	if c.MaxQueued == 0 {
 		c.MaxQueued = DefaultMaxQueued
 	}

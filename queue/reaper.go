@@ -50,6 +50,9 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	if err := r.expire(ctx); err != nil {
 		return total, err
 	}
+	if err := r.meter(ctx); err != nil {
+		return total, err
+	}
 	return total, r.migrate(ctx)
 }
 
@@ -99,6 +102,21 @@ func (r *Reaper) expire(ctx context.Context) error {
 		if n > 0 {
 			r.logger.Info("expired the checkpoints of jobs past their organization's TTL", "jobs", n)
 		}
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// meterBatches bounds the storage meter's share of one pass (each job is a listing of its
+// objects); the next passes go on.
+const meterBatches = 5
+
+// meter measures what jobs keep in object storage (MeterStorage).
+func (r *Reaper) meter(ctx context.Context) error {
+	for range meterBatches {
+		_, more, err := r.q.MeterStorage(ctx, reapBatch)
 		if err != nil || !more {
 			return err
 		}

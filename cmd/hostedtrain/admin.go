@@ -183,6 +183,7 @@ func newOrgCmd() *cobra.Command {
 		if st.CheckpointTTLDays > 0 {
 			fmt.Fprintf(cmd.OutOrStdout(), "  checkpoints: kept %d days after a job ends (pinned ones always)\n", st.CheckpointTTLDays)
 		}
+		fmt.Fprintf(cmd.OutOrStdout(), "  storage: %s (as last measured)\n", size(st.StorageBytes))
 	}
 	get := &cobra.Command{
 		Use: "get ORG", Short: "Show an organization's settings and use", Args: needArgs(1),

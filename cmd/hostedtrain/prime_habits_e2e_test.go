@@ -140,11 +140,49 @@ func TestDevTakesTheOperatorsModels(t *testing.T) {
 		!regexp.MustCompile(`(?m)^BY TOKEN\s+GPU TIME\s+COST\n\S{8,}\s+\S+ GPU-\S+\s+\$\d+\.\d\d$`).MatchString(out) {
 		t.Errorf("train usage by user and token (%d): %s", code, out)
 	}
+	// What the job keeps in storage — every file under its folder of the dev stack's objects —
+	// is measured by the reaper soon after it ended, for the job and the organization.
+	var stored int64
+	err := filepath.WalkDir(filepath.Join(d.data, "objects", "jobs", done.ID), func(_ string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		info, err := e.Info()
+		stored += info.Size()
+		return err
+	})
+	if err != nil || stored == 0 {
+		t.Fatalf("the job's files: %d bytes, %v", stored, err)
+	}
+	var usage struct {
+		Organization struct {
+			StorageBytes int64 `json:"storage_bytes"`
+		}
+		Jobs []struct {
+			ID           string
+			StorageBytes int64 `json:"storage_bytes"`
+		}
+	}
+	testwait.Until(t, time.Minute, "the job's storage to be measured", func() bool {
+		out, _ = d.cli(t, "train", "usage", "-o", "json")
+		return json.Unmarshal([]byte(out), &usage) == nil && usage.Organization.StorageBytes == stored
+	})
+	if len(usage.Jobs) != 1 || usage.Jobs[0].ID != done.ID || usage.Jobs[0].StorageBytes != stored {
+		t.Errorf("usage by job: %+v; want %s keeping %d bytes", usage.Jobs, done.ID, stored)
+	}
+	if out, code = d.cli(t, "train", "usage", done.ID[:8]); code != 0 || !regexp.MustCompile(`storage\s+\d+\.\d [KM]iB \(checkpoints`).MatchString(out) {
+		t.Errorf("train usage ID shows its storage? (%d): %s", code, out)
+	}
+	if out, code = d.cli(t, "train", "usage"); code != 0 || !regexp.MustCompile(`; \d+\.\d [KM]iB in storage\n`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^`+done.ID+`\s+rl\s+COMPLETED\s+.*GPU-\S+\s+\d+\.\d [KM]iB$`).MatchString(out) {
+		t.Errorf("train usage shows the storage? (%d): %s", code, out)
+	}
 	// An operator gives the organization a monthly budget and a checkpoint TTL; a later change of
 	// its weight keeps both (flags not given keep their values).
 	if out, code = d.cli(t, "admin", "org", "set", "dev", "--monthly-gpu-hours", "100", "--checkpoint-ttl-days", "30"); code != 0 ||
 		!regexp.MustCompile(`monthly budget: \d+\.\d\d of 100\.00 GPU-hours used this month \(\d+ %\)`).MatchString(out) ||
-		!strings.Contains(out, "checkpoints: kept 30 days after a job ends") {
+		!strings.Contains(out, "checkpoints: kept 30 days after a job ends") ||
+		!regexp.MustCompile(`storage: \d+\.\d [KM]iB \(as last measured\)`).MatchString(out) {
 		t.Errorf("admin org set (%d): %s", code, out)
 	}
 	if out, code = d.cli(t, "admin", "org", "set", "dev", "--weight", "2"); code != 0 || !strings.Contains(out, "weight 2,") ||

@@ -464,21 +464,28 @@ func renderJobUsage(out io.Writer, u *client.JobUsage) {
 	if u.Tokens.Total > 0 {
 		fmt.Fprintf(w, "tokens\t%d (%d in, %d out)\n", u.Tokens.Total, u.Tokens.Input, u.Tokens.Output)
 	}
+	if u.StorageBytes > 0 {
+		fmt.Fprintf(w, "storage\t%s (checkpoints, metrics, logs, artifacts)\n", size(u.StorageBytes))
+	}
 	w.Flush()
 }
 
 // renderUsage is `train usage`.
 func renderUsage(w io.Writer, u *client.Usage) {
-	fmt.Fprintf(w, "organization %s: %s in all; %d job(s) running on %d GPU(s) now\n\n", u.Organization.Org,
-		gpuHours(u.Organization.GPUSeconds), u.Organization.Running, u.Organization.RunningGPUs)
+	fmt.Fprintf(w, "organization %s: %s in all; %d job(s) running on %d GPU(s) now; %s in storage\n\n", u.Organization.Org,
+		gpuHours(u.Organization.GPUSeconds), u.Organization.Running, u.Organization.RunningGPUs, size(u.Organization.StorageBytes))
 	t := table(w)
-	fmt.Fprintln(t, "ID\tKIND\tSTATUS\tGPUS\tGPU TIME")
+	fmt.Fprintln(t, "ID\tKIND\tSTATUS\tGPUS\tGPU TIME\tSTORAGE")
 	for _, j := range u.Jobs {
 		g := "-"
 		if j.GPUs > 0 {
 			g = fmt.Sprintf("%d×%s", j.GPUs, j.GPUType)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", j.ID, j.Kind, j.Status, g, gpuHours(j.GPUSeconds))
+		stored := "-"
+		if j.StorageBytes > 0 {
+			stored = size(j.StorageBytes)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Kind, j.Status, g, gpuHours(j.GPUSeconds), stored)
 	}
 	t.Flush()
 	if u.NextCursor != "" {

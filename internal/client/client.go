@@ -925,12 +925,14 @@ type JobUsage struct {
 	PricePerGPUHour float64    `json:"price_per_gpu_hour,omitempty"`
 	CostUSD         *float64   `json:"cost_usd,omitempty"`
 	// Projected* are what the whole run will use at its pace so far (a running rl job).
-	ProjectedGPUSeconds *float64    `json:"projected_gpu_seconds,omitempty"`
-	ProjectedCostUSD    *float64    `json:"projected_cost_usd,omitempty"`
-	Step                int         `json:"step"`
-	MaxSteps            int         `json:"max_steps,omitempty"`
-	Tokens              TokenCounts `json:"tokens"`
-	UpdatedAt           time.Time   `json:"updated_at"`
+	ProjectedGPUSeconds *float64 `json:"projected_gpu_seconds,omitempty"`
+	ProjectedCostUSD    *float64 `json:"projected_cost_usd,omitempty"`
+	Step                int      `json:"step"`
+	MaxSteps            int      `json:"max_steps,omitempty"`
+	// StorageBytes is what the job keeps in object storage as last measured; 0 before.
+	StorageBytes int64       `json:"storage_bytes,omitempty"`
+	Tokens       TokenCounts `json:"tokens"`
+	UpdatedAt    time.Time   `json:"updated_at"`
 }
 
 // TokenCounts are tokens of the run's rollouts: prompts (input) and completions (output).
@@ -1024,6 +1026,8 @@ type OrgUsage struct {
 	GPUSeconds  float64 `json:"gpu_seconds"`
 	Running     int     `json:"running"`
 	RunningGPUs int     `json:"running_gpus"`
+	// StorageBytes is what its jobs keep in object storage, as last measured.
+	StorageBytes int64 `json:"storage_bytes"`
 }
 
 // UsageJob is one job's line of the organization's usage.
@@ -1035,7 +1039,9 @@ type UsageJob struct {
 	GPUs       int        `json:"gpus"`
 	GPUType    string     `json:"gpu_type,omitempty"`
 	GPUSeconds float64    `json:"gpu_seconds"`
-	CreatedAt  time.Time  `json:"created_at"`
+	// StorageBytes is what the job keeps in object storage, as last measured; 0 before.
+	StorageBytes int64     `json:"storage_bytes,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
 }
 
 // Usage reads the organization's GPU time and its jobs', a page of jobs at a time.

@@ -110,6 +110,9 @@ type OrgStatus struct {
 	BudgetHeld      bool    `json:"budget_held,omitempty"`
 	// CheckpointTTLDays is its checkpoint TTL (OrgSettings'); 0 for none.
 	CheckpointTTLDays int `json:"checkpoint_ttl_days,omitempty"`
+	// StorageBytes is what its jobs keep in object storage (checkpoints, metrics, logs,
+	// artifacts, rollouts), as the storage meter last measured it (queue/storage.go).
+	StorageBytes int64 `json:"storage_bytes"`
 }
 
 // ListFilter narrows a job listing; zero fields do not filter.
