@@ -178,7 +178,7 @@ func TestGoldenCLIViews(t *testing.T) {
 	b.Reset()
 	renderJobUsage(&b, &client.JobUsage{JobID: jobs[0].ID, Kind: "rl", Status: job.Running, Model: "Qwen/Qwen3-4B-Instruct-2507", GPUs: 2, GPUType: "H100",
 		GPUSeconds: 4800, PricePerGPUHour: 2.5, CostUSD: &cost, ProjectedGPUSeconds: &pgs, ProjectedCostUSD: &pcost, Step: 120, MaxSteps: 300,
-		Tokens: client.TokenCounts{Total: 9_600_000, Input: 2_800_000, Output: 6_800_000}})
+		Tokens: client.TokenCounts{Total: 9_600_000, Input: 2_800_000, Output: 6_800_000}, StorageBytes: 17_716_740_096})
 	golden(t, "usage-job.txt", b.Bytes())
 	b.Reset()
 	renderJobUsage(&b, &client.JobUsage{JobID: jobs[1].ID, Kind: "eval", Status: job.Completed, Model: "openai/gpt-4.1-mini"})
@@ -216,8 +216,8 @@ func TestGoldenCLIViews(t *testing.T) {
 	golden(t, "distributions.txt", b.Bytes())
 
 	var u client.Usage
-	_ = json.Unmarshal([]byte(`{"organization":{"org":"acme","gpu_seconds":93600,"running":1,"running_gpus":2},
-		"jobs":[{"id":"j2","kind":"rl","status":"RUNNING","gpus":2,"gpu_type":"H100","gpu_seconds":4800},
+	_ = json.Unmarshal([]byte(`{"organization":{"org":"acme","gpu_seconds":93600,"running":1,"running_gpus":2,"storage_bytes":35433480192},
+		"jobs":[{"id":"j2","kind":"rl","status":"RUNNING","gpus":2,"gpu_type":"H100","gpu_seconds":4800,"storage_bytes":17716740096},
 		{"id":"j1","kind":"eval","status":"COMPLETED","gpus":0,"gpu_seconds":0}],"next_cursor":"j1"}`), &u)
 	b.Reset()
 	renderUsage(&b, &u)
