@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
@@ -32,6 +33,22 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDev(t, "20ms", "--models", models)
+	// More than a page of jobs (the table shows 50 a page), older than the rest and stopped at
+	// once: the table's More, and its refresh of every page shown.
+	quick, err := os.ReadFile("../../examples/quickstart.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := client.New(d.url, d.token)
+	for i := range 50 {
+		s, err := api.SubmitJob(t.Context(), quick, "application/toml", "")
+		if err != nil {
+			t.Fatalf("filler job %d: %v", i, err)
+		}
+		if _, err := api.CancelJob(t.Context(), s.ID); err != nil {
+			t.Fatalf("stop filler job %d: %v", i, err)
+		}
+	}
 	out, code := d.cli(t, "train", "submit", "../../examples/quickstart.toml", "--wait", "-o", "json")
 	if code != 0 {
 		t.Fatalf("submit: %s", out)
@@ -66,10 +83,6 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("the GEPA run (%d): %v %s", code, err, out)
 	}
 	// A run of two environments: its reward charted per environment.
-	quick, err := os.ReadFile("../../examples/quickstart.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	multiFile := filepath.Join(t.TempDir(), "multi.toml")
 	multi := strings.Replace(string(quick), "[checkpoints]", "[[env]]\nid = \"primeintellect/reverse-text\"\n\n[checkpoints]", 1)
 	if err := os.WriteFile(multiFile, []byte(multi), 0o644); err != nil {

@@ -52,6 +52,22 @@ try {
   const stored = await page.evaluate(() => ({ session: sessionStorage.getItem('hostedtrain.token'), local: localStorage.length }));
   if (stored.session !== token || stored.local !== 0) fail('the token is not in sessionStorage alone: ' + JSON.stringify(stored));
 
+  // More than a page of jobs: More adds the next page, and the table goes on refreshing every
+  // page shown (the running job's step moves on; the older page stays).
+  where = 'the jobs table\'s pages';
+  await page.waitForSelector('#more-jobs', timeout);
+  const rows = () => page.$$eval('#jobs tbody tr[data-id]', (trs) => trs.length);
+  if (await rows() !== 50) fail('the first page shows ' + (await rows()) + ' jobs; want 50');
+  await page.click('#more-jobs');
+  await page.waitForFunction(() => document.querySelectorAll('#jobs tbody tr[data-id]').length > 50 && !document.querySelector('#more-jobs'), null, timeout);
+  const stepCol = (await page.$$eval('#jobs th', (ths) => ths.map((t) => t.textContent))).indexOf('Step');
+  const liveStep = () => page.$eval(`#jobs tr[data-id="${liveID}"]`, (tr, i) => tr.children[i].textContent, stepCol);
+  const stepThen = await liveStep();
+  await page.waitForFunction(([id, i, then]) => document.querySelectorAll('#jobs tbody tr[data-id]').length > 50 &&
+    document.querySelector(`#jobs tr[data-id="${id}"]`)?.children[i].textContent !== then, [liveID, stepCol, stepThen], timeout);
+  if (await rows() <= 50) fail('a refresh dropped the second page');
+
+  where = 'the jobs table';
   // The table's filters: COMPLETED keeps the job; FAILED hides it.
   await page.selectOption('#filter-status', 'FAILED');
   await page.waitForFunction((id) => !document.querySelector(`#jobs tr[data-id="${id}"]`), jobID, timeout);

@@ -213,9 +213,9 @@ function jobsPage() {
   let jobs = [];
   const body = el('tbody');
   const more = el('p');
-  const status = el('select', { id: 'filter-status', onchange: () => { state.status = status.value; load(); } },
+  const status = el('select', { id: 'filter-status', onchange: () => { state.status = status.value; refilter(); } },
     ['', 'QUEUED', 'PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPPED'].map((s) => el('option', { value: s }, s || 'any status')));
-  const kind = el('select', { id: 'filter-kind', onchange: () => { state.kind = kind.value; load(); } },
+  const kind = el('select', { id: 'filter-kind', onchange: () => { state.kind = kind.value; refilter(); } },
     ['', 'rl', 'fft', 'gepa', 'eval'].map((k) => el('option', { value: k }, k || 'any kind')));
   const text = el('input', { id: 'filter-text', type: 'search', placeholder: 'name, model or id', oninput: () => { state.text = text.value.trim().toLowerCase(); draw(); } });
   const head = el('tr', {}, el('th', { class: 'pick', title: 'pick jobs to compare' }, '⇆'),
@@ -251,25 +251,44 @@ function jobsPage() {
     if (!shown.length) body.append(el('tr', {}, el('td', { colspan: COLUMNS.length + 1, class: 'muted' }, jobs.length ? 'no job matches' : 'no jobs')));
   }
   let loads = 0; // the newest load: an older answer (another filter's) arriving later is dropped
-  async function load(cursor) {
-    const mine = ++loads;
+  let pages = 1; // how many pages More has shown: a refresh reads them all again
+  const read = (cursor) => {
     const q = new URLSearchParams({ limit: '50' });
     if (state.status) q.set('status', state.status);
     if (state.kind) q.set('kind', state.kind);
     if (cursor) q.set('cursor', cursor);
+    return api('/v1/jobs?' + q);
+  };
+  // load reads the pages shown again (a filter's change first resets them to one); with a
+  // cursor (More) it adds the page after.
+  let inFlight = 0; // the timer's refresh waits for a load in flight (More's, a filter's)
+  async function load(cursor) {
+    const mine = ++loads;
+    inFlight++;
     try {
       await loadPrices();
-      const page = await api('/v1/jobs?' + q);
+      let items = cursor ? jobs : [];
+      let next = cursor;
+      for (let i = 0; i < (cursor ? 1 : pages); i++) {
+        const page = await read(next);
+        items = items.concat(page.items);
+        next = page.next_cursor;
+        if (!next) break;
+      }
       if (mine !== loads) return;
-      jobs = cursor ? jobs.concat(page.items) : page.items;
+      if (cursor) pages++;
+      jobs = items;
       draw();
-      more.replaceChildren(page.next_cursor ? el('button', { type: 'button', onclick: () => load(page.next_cursor) }, 'More') : '');
+      more.replaceChildren(next ? el('button', { type: 'button', id: 'more-jobs', onclick: () => load(next) }, 'More') : '');
     } catch (e) {
       showError(more, e);
+    } finally {
+      inFlight--;
     }
   }
+  const refilter = () => { pages = 1; load(); };
   load();
-  const timer = setInterval(() => { if (!more.querySelector('button')) load(); }, 5000);
+  const timer = setInterval(() => { if (!inFlight) load(); }, 5000);
   return () => clearInterval(timer);
 }
 
