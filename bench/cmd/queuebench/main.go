@@ -6,6 +6,8 @@
 //  3. complete latency with 100 and with 10,000 jobs running;
 //  4. submit → claim latency with an idle agent waiting on a claim.
 //
+// -only phases times the lifecycle's calls one at a time instead (phases.go).
+//
 // It prints a table, and last `queue lifecycle ratio hostedtrain/asynq: X.XX` (jobs per second,
 // ours over theirs). It lives in its own module so asynq is never a dependency of the service.
 // `make bench-queue` runs it.
@@ -43,7 +45,7 @@ func main() {
 	big := flag.Int("big", 1000000, "queued jobs for the large claim-latency case")
 	samples := flag.Int("samples", 2000, "operations timed for each latency figure")
 	redisArgs := flag.String("redis-args", "", "extra redis-server arguments, the same for both queues")
-	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison; "fleet": only the fleet cases; "cluster": only the cluster case`)
+	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison; "fleet": only the fleet cases; "cluster": only the cluster case; "phases": the lifecycle's calls one at a time`)
 	clusterJobs := flag.Int("cluster-jobs", 100000, "jobs for the cluster case (spread over the shards, memory per job)")
 	fleetSize := flag.String("fleet", "full", `the fleet cases' sizes: "full" (issue 16's) or "smoke"`)
 	fleetSubmits := flag.Int("fleet-submits", 0, "submits timed at each number of waiting agents (0: the size's)")
@@ -108,6 +110,11 @@ func main() {
 	}
 	if *only == "cluster" {
 		b.clusterCase(dir, *clusterJobs, *c)
+		b.out.Flush()
+		return
+	}
+	if *only == "phases" {
+		b.phases(*n, *c)
 		b.out.Flush()
 		return
 	}
