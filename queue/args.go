@@ -43,7 +43,7 @@ var funcArgs = map[string][]string{
 	"archive":  {"id", "finished_at", "org"},
 	"settle":   {"id", "finished_at", "events"},
 	"put_own":  {"id", "finished_at", "progress", "nfields", restArg},
-	"stored":   {"org", "id", "bytes", "how"},
+	"stored":   {"org", "id", "bytes", "how", "member", "taken", "every_ms"},
 }
 
 // args are a call's own arguments by name.

@@ -46,18 +46,21 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("queue: delete %s: %w", id, err)
 	}
-	if len(rec.hash) > 0 {
-		n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash["finished_at"], "org": rec.hash["org"]}).Int()
-		if err != nil {
-			return scriptErr("delete", err)
-		}
-		if n == 0 {
-			return fmt.Errorf("queue: delete %s: it was restarted meanwhile: %w", id, job.ErrConflict)
-		}
-	} // else not in Redis: an archived job, whose record is gone now
-	// Its data went first (the caller's), so it keeps nothing in storage now.
+	// Its data went first (the caller's), so it keeps nothing in storage now; this goes before
+	// the queue forgets it, so that a delete that fails after is finished by asking again.
 	if err := c.fileStored(ctx, j.Org, id, "drop", 0); err != nil {
 		return err
+	}
+	if len(rec.hash) == 0 {
+		// Not in Redis: an archived job, whose record is gone now.
+		return c.dropOwn(ctx, id)
+	}
+	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash["finished_at"], "org": rec.hash["org"]}).Int()
+	if err != nil {
+		return scriptErr("delete", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("queue: delete %s: it was restarted meanwhile: %w", id, job.ErrConflict)
 	}
 	return c.dropOwn(ctx, id)
 }

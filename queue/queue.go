@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -163,6 +164,8 @@ type Client struct {
 	revoked  revocations
 	split    bool // a cluster: a job's own keys are out of a queue function's reach (settle.go)
 	migrated migrated
+	// storedFiled: the jobs from before the storage meter were filed for it (storage.go).
+	storedFiled atomic.Bool
 }
 
 // New returns a Client. Close it to stop its pub/sub subscription. It marks the errors of

@@ -50,10 +50,10 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	if err := r.expire(ctx); err != nil {
 		return total, err
 	}
-	if err := r.meter(ctx); err != nil {
+	if err := r.migrate(ctx); err != nil {
 		return total, err
 	}
-	return total, r.migrate(ctx)
+	return total, r.meter(ctx)
 }
 
 // migrateBatches bounds the migration's share of one pass, so the reaper's own work never
@@ -109,19 +109,23 @@ func (r *Reaper) expire(ctx context.Context) error {
 	return nil
 }
 
-// meterBatches bounds the storage meter's share of one pass (each job is a listing of its
-// objects); the next passes go on.
-const meterBatches = 5
+// meterFor bounds the storage meter's share of one pass (each job is a listing of its
+// objects, a few at once): what is left is due on the next.
+const meterFor = 10 * time.Second
 
-// meter measures what jobs keep in object storage (MeterStorage).
+// meter measures what jobs keep in object storage (MeterStorage), batch by batch, for at most
+// meterFor. A job whose objects could not be listed is logged and tried again later.
 func (r *Reaper) meter(ctx context.Context) error {
-	for range meterBatches {
-		_, more, err := r.q.MeterStorage(ctx, reapBatch)
-		if err != nil || !more {
+	start := time.Now()
+	for {
+		m, err := r.q.MeterStorage(ctx, reapBatch)
+		if m.Failed > 0 {
+			r.logger.Warn("storage meter: jobs whose objects could not be listed, tried again in a minute", "jobs", m.Failed, "err", m.Err)
+		}
+		if err != nil || !m.More || time.Since(start) >= meterFor {
 			return err
 		}
 	}
-	return nil
 }
 
 // Run runs RunOnce every interval until ctx ends (a lifecycle.Service).

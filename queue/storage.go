@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,157 +19,150 @@ import (
 // stored-bytes hash (orgstored), whose total the organization's hash keeps (`stored`). The
 // uploads, the agent's own pruning and the writers that may come later need no part in it.
 //
-// A job is measured
-//   - once it has ended, storageLag after (ENDED, walked by a cursor in META), so the last of
-//     its uploads and a clock a little behind another process's are in;
-//   - while it is live, about every Config.StorageEvery (LEASES, walked by rank in cycles);
+// What is due to be measured is in STORED_DUE, by when:
+//   - a job is filed when it is claimed (claim.lua), measured at once, and while it is live
+//     again every Config.StorageEvery;
+//   - when it ends (mark_ended), storedAfterEnd after (its last uploads are in) and once more
+//     storedLate after, as "~<id>" (what an agent cut off by a lapsed lease may still write, and a
+//     clock behind another process's);
+//   - a job whose objects could not be listed is tried again a minute later;
 //   - again after the checkpoint TTL deleted some of it, archived or not (expire.go);
-//   - never again once deleted: a delete takes the job's entry out (delete.go), and a
+//   - never again once deleted: a delete takes out its entry and what was due (delete.go), and a
 //     measurement that finishes after it writes nothing back (stored.lua).
 //
-// The total lags the bytes by at most StorageEvery for a live job and storageLag plus a reaper
-// interval for one that ended. Jobs archived before the meter existed are not counted.
+// Jobs archived before the meter existed are not counted; the live and ended jobs still in
+// Redis are filed once by the first pass (fileExisting).
 
-// storageLag is how long after a job ended it is measured.
-const storageLag = 5 * time.Second
+// storedAfterEnd and storedLate are when after a job ended it is measured (prelude.lua's
+// STORED_AFTER_END and STORED_LATE).
+const (
+	storedAfterEnd = 5 * time.Second
+	storedLate     = 10 * time.Minute
+)
 
 // storageListers is how many jobs the meter lists at once.
 const storageListers = 8
 
-// MeterStorage measures up to batch jobs that ended since its last call, and up to batch live
-// ones when a cycle over them is due, and reports how many it measured and whether ended jobs
-// are left for the next call. Without a Store it does nothing.
-func (c *Client) MeterStorage(ctx context.Context, batch int) (measured int, more bool, err error) {
-	if c.cfg.Store == nil {
-		return 0, false, nil
-	}
-	n, more, err := c.meterEnded(ctx, batch)
-	if err != nil {
-		return n, false, err
-	}
-	m, err := c.meterLive(ctx, batch)
-	return n + m, more, err
+// Metered is what one MeterStorage call did.
+type Metered struct {
+	Measured int // jobs whose bytes were filed
+	// Failed jobs could not be listed (the newest such error in Err); each is tried again in a
+	// minute, and the rest of the batch is measured regardless.
+	Failed int
+	Err    error
+	More   bool // more were due than the batch took
 }
 
-// meterEnded measures the jobs that ended after the cursor (META stored_upto, ms) and at least
-// storageLag ago, up to batch, and moves the cursor to the last one measured. A batch cut in
-// the middle of one millisecond leaves that millisecond's jobs to the next call (unless every
-// job of the batch ended in it: then the rest of them are passed over).
-func (c *Client) meterEnded(ctx context.Context, batch int) (int, bool, error) {
-	from, err := c.rdb.HGet(ctx, c.keys.meta(), "stored_upto").Result()
-	if err == redis.Nil {
-		from = "-inf"
-	} else if err != nil {
-		return 0, false, wrapErr("meter storage", err)
-	} else {
-		from = "(" + from
+// MeterStorage measures up to batch of the jobs due for it (STORED_DUE). The error is the
+// job store's; a job whose objects could not be listed is counted in Failed instead. Without a
+// Store it does nothing.
+func (c *Client) MeterStorage(ctx context.Context, batch int) (Metered, error) {
+	if c.cfg.Store == nil {
+		return Metered{}, nil
+	}
+	if err := c.fileExisting(ctx); err != nil {
+		return Metered{}, err
 	}
 	zs, err := c.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-		Key: c.keys.ended(), Start: from, Stop: ms(c.cfg.Now().Add(-storageLag)), ByScore: true, Count: int64(batch),
+		Key: c.keys.fixed("STORED_DUE"), Start: "-inf", Stop: ms(c.cfg.Now()), ByScore: true, Count: int64(batch),
 	}).Result()
 	if err != nil || len(zs) == 0 {
-		return 0, false, wrapErr("meter storage", err)
+		return Metered{}, wrapErr("meter storage", err)
 	}
-	full := len(zs) == batch
-	if last := zs[len(zs)-1].Score; full && zs[0].Score != last {
-		for zs[len(zs)-1].Score == last {
-			zs = zs[:len(zs)-1]
-		}
-	}
-	ids := make([]string, len(zs))
-	for i, z := range zs {
-		ids[i] = z.Member.(string)
-	}
-	if err := c.measure(ctx, ids); err != nil {
-		return 0, false, err
-	}
-	if err := c.rdb.HSet(ctx, c.keys.meta(), "stored_upto", int64(zs[len(zs)-1].Score)).Err(); err != nil {
-		return len(ids), false, wrapErr("meter storage", err)
-	}
-	return len(ids), full, nil
-}
-
-// meterLive measures the next batch of live jobs in LEASES by rank (META stored_live_rank),
-// starting a cycle over them no sooner than StorageEvery after the last one began
-// (stored_live_at). Leases move in LEASES as they are renewed, so a cycle may measure a job
-// twice or miss one, which the next cycle makes up.
-func (c *Client) meterLive(ctx context.Context, batch int) (int, error) {
-	v, err := c.rdb.HMGet(ctx, c.keys.meta(), "stored_live_rank", "stored_live_at").Result()
-	if err != nil {
-		return 0, wrapErr("meter storage", err)
-	}
-	num := func(x any) int64 {
-		s, _ := x.(string)
-		n, _ := strconv.ParseInt(s, 10, 64)
-		return n
-	}
-	rank, began, now := num(v[0]), num(v[1]), ms(c.cfg.Now())
-	if rank == 0 {
-		if now-began < c.cfg.StorageEvery.Milliseconds() {
-			return 0, nil
-		}
-		began = now
-	}
-	ids, err := c.rdb.ZRange(ctx, c.keys.leases(), rank, rank+int64(batch)-1).Result()
-	if err != nil {
-		return 0, wrapErr("meter storage", err)
-	}
-	if err := c.measure(ctx, ids); err != nil {
-		return 0, err
-	}
-	next := rank + int64(len(ids))
-	if len(ids) < batch {
-		next = 0
-	}
-	if err := c.rdb.HSet(ctx, c.keys.meta(), "stored_live_rank", next, "stored_live_at", began).Err(); err != nil {
-		return len(ids), wrapErr("meter storage", err)
-	}
-	return len(ids), nil
-}
-
-// measure lists each job's objects, storageListers at a time, and files the sums.
-func (c *Client) measure(ctx context.Context, ids []string) error {
-	work := make(chan string)
-	errs := make(chan error, storageListers)
+	var mu sync.Mutex
+	out := Metered{More: len(zs) == batch}
+	var redisErr error
+	work := make(chan redis.Z)
 	var wg sync.WaitGroup
-	for range min(storageListers, len(ids)) {
+	for range min(storageListers, len(zs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for id := range work {
-				if err := c.measureJob(ctx, id); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
+			for z := range work {
+				measured, listErr, err := c.measureDue(ctx, z)
+				mu.Lock()
+				switch {
+				case err != nil:
+					redisErr = err
+				case listErr != nil:
+					out.Failed++
+					out.Err = listErr
+				case measured:
+					out.Measured++
 				}
+				mu.Unlock()
 			}
 		}()
 	}
-	for _, id := range ids {
-		work <- id
+	for _, z := range zs {
+		work <- z
 	}
 	close(work)
 	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
+	return out, redisErr
 }
 
-// measureJob lists one job's objects and files their sum for its organization.
-func (c *Client) measureJob(ctx context.Context, id string) error {
+// measureDue measures the job of one entry of STORED_DUE and files what it found, and the
+// entry's next time. listErr is the object store's, err Redis's.
+func (c *Client) measureDue(ctx context.Context, z redis.Z) (measured bool, listErr, err error) {
+	member := z.Member.(string)
+	id := strings.TrimPrefix(member, "~")
+	due := func(org, how string, bytes int64) error {
+		return c.callStored(ctx, org, id, how, bytes, member, strconv.FormatInt(int64(z.Score), 10))
+	}
 	org, err := c.orgOf(ctx, id)
-	if err != nil || org == "" {
-		return err // a job gone meanwhile: nothing to file
-	}
-	bytes, err := c.storedNow(ctx, id)
 	if err != nil {
-		return err
+		return false, nil, err
 	}
-	return c.fileStored(ctx, org, id, "set", bytes)
+	if org == "" {
+		// Gone from Redis (archived, or deleted): nothing more to measure of it here.
+		return false, nil, due("", "set", 0)
+	}
+	bytes, listErr := c.storedNow(ctx, id)
+	if listErr != nil {
+		return false, listErr, due(org, "retry", 0)
+	}
+	return true, nil, due(org, "set", bytes)
+}
+
+// fileExisting files the live and ended jobs of a store from before the storage meter, once
+// (META stored_filed): what claim and mark_ended file from then on.
+func (c *Client) fileExisting(ctx context.Context) error {
+	if c.storedFiled.Load() {
+		return nil
+	}
+	done, err := c.rdb.HGet(ctx, c.keys.meta(), "stored_filed").Result()
+	if err != nil && err != redis.Nil {
+		return wrapErr("meter storage", err)
+	}
+	if done != "1" {
+		now := float64(ms(c.cfg.Now()))
+		for _, index := range []string{c.keys.leases(), c.keys.ended()} {
+			for start := int64(0); ; start += 1000 {
+				ids, err := c.rdb.ZRange(ctx, index, start, start+999).Result()
+				if err != nil {
+					return wrapErr("meter storage", err)
+				}
+				if len(ids) > 0 {
+					zs := make([]redis.Z, len(ids))
+					for i, id := range ids {
+						zs[i] = redis.Z{Score: now, Member: id}
+					}
+					if err := c.rdb.ZAddNX(ctx, c.keys.fixed("STORED_DUE"), zs...).Err(); err != nil {
+						return wrapErr("meter storage", err)
+					}
+				}
+				if len(ids) < 1000 {
+					break
+				}
+			}
+		}
+		if err := c.rdb.HSet(ctx, c.keys.meta(), "stored_filed", "1").Err(); err != nil {
+			return wrapErr("meter storage", err)
+		}
+	}
+	c.storedFiled.Store(true)
+	return nil
 }
 
 // remeasure measures a job of org again after some of its objects were deleted; archived or
@@ -210,7 +204,14 @@ func (c *Client) orgOf(ctx context.Context, id string) (string, error) {
 
 // fileStored changes job id's entry in org's stored bytes (stored.lua says how).
 func (c *Client) fileStored(ctx context.Context, org, id, how string, bytes int64) error {
-	err := c.call(ctx, "stored", c.keys.of("orgstored", org), args{"org": org, "id": id, "bytes": bytes, "how": how}).Err()
+	return c.callStored(ctx, org, id, how, bytes, "", "")
+}
+
+// callStored is stored.lua, for a measurement of the STORED_DUE entry member taken at score
+// taken ("" for none).
+func (c *Client) callStored(ctx context.Context, org, id, how string, bytes int64, member, taken string) error {
+	err := c.call(ctx, "stored", c.keys.of("orgstored", org), args{"org": org, "id": id, "bytes": bytes, "how": how,
+		"member": member, "taken": taken, "every_ms": c.cfg.StorageEvery.Milliseconds()}).Err()
 	if err != nil {
 		return scriptErr("meter storage", err)
 	}

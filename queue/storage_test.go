@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,20 +30,95 @@ func manifestSize(id string, step int) int64 {
 	return int64(len(m))
 }
 
+// flakyStore is a real store whose listings of one job fail while told to: an object store
+// that refuses one job's folder.
+type flakyStore struct {
+	blob.Store
+	mu   sync.Mutex
+	fail string // a job id
+}
+
+func (f *flakyStore) failing(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = id
+}
+
+func (f *flakyStore) List(ctx context.Context, prefix string) ([]blob.Object, error) {
+	f.mu.Lock()
+	fail := f.fail != "" && strings.HasPrefix(prefix, jobdata.JobPrefix(f.fail))
+	f.mu.Unlock()
+	if fail {
+		return nil, errors.New("AccessDenied")
+	}
+	return f.Store.List(ctx, prefix)
+}
+
+// storageCheck meters a bundle's storage and checks its figures.
+type storageCheck struct {
+	t *testing.T
+	b bundle
+}
+
+// meter runs the meter until nothing due is left, in small batches, and reports how many
+// jobs could not be listed.
+func (s storageCheck) meter() (failed int) {
+	s.t.Helper()
+	for {
+		m, err := s.b.q.MeterStorage(s.b.ctx, 2)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		failed += m.Failed
+		if !m.More {
+			return failed
+		}
+	}
+}
+
+// want checks each job's bytes as measured, and that the organization's total is their sum
+// (jobs lists all the organization's measured jobs).
+func (s storageCheck) want(org string, jobs map[string]int64) {
+	s.t.Helper()
+	st, err := s.b.q.GetOrg(s.b.ctx, org)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ids := make([]string, 0, len(jobs))
+	var sum int64
+	for id, n := range jobs {
+		ids = append(ids, id)
+		sum += n
+	}
+	got, err := s.b.q.StoredBytes(s.b.ctx, org, ids)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for id, n := range jobs {
+		if got[id] != n {
+			s.t.Errorf("%s: job %s keeps %d bytes as measured; want %d", org, id, got[id], n)
+		}
+	}
+	if st.StorageBytes != sum {
+		s.t.Errorf("%s keeps %d bytes as measured; want %d", org, st.StorageBytes, sum)
+	}
+}
+
 // What each organization keeps in object storage is measured by the reaper's storage meter: a
-// live job every StorageEvery, a job that ended once, soon after; the checkpoint TTL's
-// deletions are measured again, archived job or not; a deleted job counts no more, and a
-// measurement that finishes after the delete writes nothing back. The organization's total is
-// always the sum of its jobs'.
+// live job at once and every StorageEvery, a job that ended soon after and once more later
+// (what a cut-off agent wrote late); the checkpoint TTL's deletions are measured again,
+// archived job or not; a deleted job counts no more, and a measurement that finishes after the
+// delete writes nothing back. The organization's total is always the sum of its jobs'.
 func TestStorageIsMeasuredPerOrganization(t *testing.T) {
 	t.Parallel()
 	store, _ := s3test.Store(t)
 	each(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
+		s := storageCheck{t, b}
 		if err := b.q.SetOrg(ctx, "acme", job.OrgSettings{CheckpointTTLDays: 30}); err != nil {
 			t.Fatal(err)
 		}
-		// acme: one job running, one ended with checkpoints, one cancelled before it ran;
+		// acme: one job running, one ended with a checkpoint, one cancelled before it ran;
 		// zeta: one ended.
 		ended := func(org, name string) string {
 			t.Helper()
@@ -68,63 +145,36 @@ func TestStorageIsMeasuredPerOrganization(t *testing.T) {
 		}
 		putBytes(t, store, live.ID, "logs/attempt_1/trainer/000000000000.log", 1000)
 		doneBytes := 300 + 1 + manifestSize(done, 5)
+		otherBytes := 300 + 1 + manifestSize(other, 5)
 
-		meter := func() {
-			t.Helper()
-			for {
-				_, more, err := b.q.MeterStorage(ctx, 2) // small batches: the cursor moves between them
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !more {
-					return
-				}
-			}
-		}
-		want := func(org string, jobs map[string]int64) {
-			t.Helper()
-			st, err := b.q.GetOrg(ctx, org)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids := make([]string, 0, len(jobs))
-			var sum int64
-			for id, n := range jobs {
-				ids = append(ids, id)
-				sum += n
-			}
-			got, err := b.q.StoredBytes(ctx, org, ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for id, n := range jobs {
-				if got[id] != n {
-					t.Errorf("%s: job %s keeps %d bytes as measured; want %d", org, id, got[id], n)
-				}
-			}
-			if st.StorageBytes != sum {
-				t.Errorf("%s keeps %d bytes as measured; want %d", org, st.StorageBytes, sum)
-			}
-		}
-
-		// At once: the live job is measured (a cycle over live jobs is due), the ended ones are
-		// not yet (their last uploads may still be landing).
-		meter()
-		want("acme", map[string]int64{live.ID: 1000, done: 0})
-		want("zeta", map[string]int64{other: 0})
-		b.clock.Advance(storageLag + time.Millisecond)
-		meter()
-		want("acme", map[string]int64{live.ID: 1000, done: doneBytes, queued.ID: 0})
-		want("zeta", map[string]int64{other: 300 + 1 + manifestSize(other, 5)})
+		// At once: the live job is measured, the ended ones are not yet (their last uploads
+		// may still be landing).
+		s.meter()
+		s.want("acme", map[string]int64{live.ID: 1000, done: 0})
+		s.want("zeta", map[string]int64{other: 0})
+		b.clock.Advance(storedAfterEnd)
+		s.meter()
+		s.want("acme", map[string]int64{live.ID: 1000, done: doneBytes, queued.ID: 0})
+		s.want("zeta", map[string]int64{other: otherBytes})
 
 		// The live job writes more: measured again once StorageEvery has passed, not before.
+		// An agent cut off from the ended job writes to it late: measured once more, later.
 		putBytes(t, store, live.ID, "logs/attempt_1/trainer/000000001000.log", 500)
+		putBytes(t, store, done, "logs/attempt_1/trainer/000000000000.log", 40)
 		b.clock.Advance(b.cfg.StorageEvery / 2)
-		meter()
-		want("acme", map[string]int64{live.ID: 1000, done: doneBytes})
+		s.meter()
+		s.want("acme", map[string]int64{live.ID: 1000, done: doneBytes})
 		b.clock.Advance(b.cfg.StorageEvery / 2)
-		meter()
-		want("acme", map[string]int64{live.ID: 1500, done: doneBytes})
+		s.meter()
+		s.want("acme", map[string]int64{live.ID: 1500, done: doneBytes})
+		b.clock.Advance(storedLate)
+		s.meter()
+		doneBytes += 40
+		s.want("acme", map[string]int64{live.ID: 1500, done: doneBytes})
+		// Nothing is due for the ended jobs any more; the live job stays filed.
+		if n, err := b.rdb.ZCard(ctx, b.q.keys.fixed("STORED_DUE")).Result(); err != nil || n != 1 {
+			t.Errorf("due to be measured: %d entries, %v; want the live job's alone", n, err)
+		}
 
 		// Past the retention the ended job is archived, and past the TTL its checkpoint goes:
 		// measured again, what is left of it counts.
@@ -136,7 +186,7 @@ func TestStorageIsMeasuredPerOrganization(t *testing.T) {
 		if n, _, err := b.q.ExpireCheckpoints(ctx, 100); err != nil || n != 2 {
 			t.Fatalf("expire: %d, %v; want acme's two ended jobs", n, err)
 		}
-		want("acme", map[string]int64{live.ID: 1500, done: 300})
+		s.want("acme", map[string]int64{live.ID: 1500, done: 340})
 
 		// Deleted with its data, the job counts no more, and a measurement that lands after the
 		// delete writes nothing back.
@@ -146,16 +196,77 @@ func TestStorageIsMeasuredPerOrganization(t *testing.T) {
 		if err := b.q.Delete(ctx, done); err != nil {
 			t.Fatal(err)
 		}
-		want("acme", map[string]int64{live.ID: 1500, done: 0})
+		s.want("acme", map[string]int64{live.ID: 1500, done: 0})
 		if err := b.q.fileStored(ctx, "acme", done, "set", 300); err != nil {
 			t.Fatal(err)
 		}
-		want("acme", map[string]int64{live.ID: 1500, done: 0})
+		s.want("acme", map[string]int64{live.ID: 1500, done: 0})
 		putBytes(t, store, done, "metrics/000001-00000003-00000004-0000.jsonl", 10) // a late writer
 		if err := b.q.remeasure(ctx, "acme", done); err != nil {
 			t.Fatal(err)
 		}
-		want("acme", map[string]int64{live.ID: 1500, done: 0})
-		want("zeta", map[string]int64{other: 300 + 1 + manifestSize(other, 5)})
+		s.want("acme", map[string]int64{live.ID: 1500, done: 0})
+		s.want("zeta", map[string]int64{other: otherBytes})
 	}, func(c *Config) { c.Store = store; c.StorageEvery = time.Minute })
+}
+
+// The meter does not stall: many jobs that end in the same millisecond are all measured, a
+// job whose objects cannot be listed holds up none of the others and is measured once it can
+// be, and the jobs of a store from before the meter are filed for it once.
+func TestStorageMeterKeepsGoing(t *testing.T) {
+	t.Parallel()
+	s3, _ := s3test.Store(t)
+	store := &flakyStore{Store: s3}
+	each(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		s := storageCheck{t, b}
+		// Five jobs end in one millisecond (the clock stands still): more than a batch.
+		var ids []string
+		var tokens []string
+		for i := range 5 {
+			j := b.submitSpec(t, "acme", jobSpec("same-ms", 8))
+			cl := b.claimFor(t, "agent-1", h100x8)
+			if cl == nil || cl.Job.ID != j.ID {
+				t.Fatalf("claim: %+v", cl)
+			}
+			putBytes(t, store, j.ID, "metrics/000001-00000001-00000002-0000.jsonl", 100*(i+1))
+			ids, tokens = append(ids, j.ID), append(tokens, cl.Lease.Token)
+		}
+		for i, id := range ids {
+			if _, err := b.q.Complete(ctx, id, job.Outcome{Token: tokens[i]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		store.failing(ids[2])
+		b.clock.Advance(storedAfterEnd)
+		if failed := s.meter(); failed != 1 {
+			t.Errorf("%d jobs failed to be listed; want the one refused", failed)
+		}
+		want := map[string]int64{ids[0]: 100, ids[1]: 200, ids[2]: 0, ids[3]: 400, ids[4]: 500}
+		s.want("acme", want)
+		// Listed again a minute later, once the store lets it.
+		store.failing("")
+		s.meter()
+		s.want("acme", want)
+		b.clock.Advance(time.Minute)
+		s.meter()
+		want[ids[2]] = 300
+		s.want("acme", want)
+
+		// A store from before the meter: nothing of its jobs was filed, nor their bytes.
+		for _, k := range []string{b.q.keys.fixed("STORED_DUE"), b.q.keys.of("orgstored", "acme")} {
+			if err := b.rdb.Del(ctx, k).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.rdb.HDel(ctx, b.q.keys.org("acme"), "stored").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.rdb.HDel(ctx, b.q.keys.meta(), "stored_filed").Err(); err != nil {
+			t.Fatal(err)
+		}
+		b.q.storedFiled.Store(false)
+		s.meter()
+		s.want("acme", want)
+	}, func(c *Config) { c.Store = store })
 }

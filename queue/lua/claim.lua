@@ -188,6 +188,7 @@ if org then
   j[CLAIMED_AT.status], j[CLAIMED_AT.updated_at], j[CLAIMED_AT.agent_id] = 'PENDING', T, agent
   index_job(id, org, j[CLAIMED_AT.kind], 'PENDING')
   redis.call('ZADD', LEASES, exp, id)
+  redis.call('ZADD', STORED_DUE, 'NX', T, id) -- its storage is measured from now on (storage.go)
   if arg_claim_id ~= '' then
     redis.call('SET', claimkey(arg_claim_id), id .. ' ' .. token .. ' ' .. agent, 'PX', arg_lease_ttl)
   end

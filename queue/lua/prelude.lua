@@ -593,6 +593,10 @@ local function is_ended(status)
   return status == 'COMPLETED' or status == 'FAILED' or status == 'STOPPED'
 end
 
+-- STORED_AFTER_END and STORED_LATE are when after a job ended its storage is measured (ms;
+-- storage.go).
+local STORED_AFTER_END, STORED_LATE = 5000, 600000
+
 -- mark_ended files a job that just reached a terminal state in the index of ended jobs, from
 -- which the archiver takes it once the retention has passed, and counts it in its org's
 -- `ended`, which the archiver keeps below a cap.
@@ -603,6 +607,12 @@ local function mark_ended(id, org)
   -- An organization with a checkpoint TTL: its checkpoints go when the TTL has passed.
   if redis.call('HEXISTS', orgkey(org), 'ckpt_ttl_ms') == 1 then
     redis.call('ZADD', orgexpiring(org), T, id)
+  end
+  -- A job that ran is measured twice more (storage.go): once its last uploads are in, and once
+  -- more after what a cut-off agent may still write.
+  if redis.call('ZSCORE', STORED_DUE, id) then
+    redis.call('ZADD', STORED_DUE, int(NOW + STORED_AFTER_END), id)
+    redis.call('ZADD', STORED_DUE, int(NOW + STORED_LATE), '~' .. id)
   end
   TO_SETTLE[id] = true
 end
