@@ -30,23 +30,30 @@ func manifestSize(id string, step int) int64 {
 	return int64(len(m))
 }
 
-// flakyStore is a real store whose listings of one job fail while told to: an object store
-// that refuses one job's folder.
+// flakyStore is a real store whose listings of some jobs fail while told to: an object store
+// that refuses a job's folder. (One store serves both backends' subtests at once, so each
+// refuses its own job.)
 type flakyStore struct {
 	blob.Store
 	mu   sync.Mutex
-	fail string // a job id
+	fail map[string]bool // job ids
 }
 
-func (f *flakyStore) failing(id string) {
+func (f *flakyStore) refuse(id string, on bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.fail = id
+	if f.fail == nil {
+		f.fail = map[string]bool{}
+	}
+	f.fail[id] = on
 }
 
 func (f *flakyStore) List(ctx context.Context, prefix string) ([]blob.Object, error) {
 	f.mu.Lock()
-	fail := f.fail != "" && strings.HasPrefix(prefix, jobdata.JobPrefix(f.fail))
+	fail := false
+	for id, on := range f.fail {
+		fail = fail || (on && strings.HasPrefix(prefix, jobdata.JobPrefix(id)))
+	}
 	f.mu.Unlock()
 	if fail {
 		return nil, errors.New("AccessDenied")
@@ -237,7 +244,7 @@ func TestStorageMeterKeepsGoing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		store.failing(ids[2])
+		store.refuse(ids[2], true)
 		b.clock.Advance(storedAfterEnd)
 		if failed := s.meter(); failed != 1 {
 			t.Errorf("%d jobs failed to be listed; want the one refused", failed)
@@ -245,7 +252,7 @@ func TestStorageMeterKeepsGoing(t *testing.T) {
 		want := map[string]int64{ids[0]: 100, ids[1]: 200, ids[2]: 0, ids[3]: 400, ids[4]: 500}
 		s.want("acme", want)
 		// Listed again a minute later, once the store lets it.
-		store.failing("")
+		store.refuse(ids[2], false)
 		s.meter()
 		s.want("acme", want)
 		b.clock.Advance(time.Minute)
