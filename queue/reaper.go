@@ -27,7 +27,9 @@ func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
 }
 
 // RunOnce does every piece of timed work that is due, batch by batch until none is left, and
-// reports how many jobs it changed; then it archives the jobs due for it. Healthy leases never
+// reports how many jobs it changed; then it archives the jobs due for it, expires checkpoints
+// past their organization's TTL, moves part of an old store's jobs to their own slots, and
+// measures what jobs keep in object storage (the last, bounded in time). Healthy leases never
 // come due (see heartbeat.lua), so a pass costs what is due, not what is running.
 func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	total := 0
