@@ -80,6 +80,7 @@ func buildLibrary(funcs map[string]string) lib {
 	body.WriteString(rediskeys.OwnLua("PFX"))
 	body.WriteString(luaIndexCodes())
 	body.WriteString(luaClaimed())
+	body.WriteString(luaStored())
 	body.WriteString(prelude)
 	// A stable order, so the hash (and the name) depends on the code alone.
 	names := slices.Sorted(maps.Keys(funcs))

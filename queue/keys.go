@@ -34,6 +34,7 @@ func (k keys) org(org string) string       { return k.of("orgkey", org) }
 func (k keys) orgJobs(org string) string   { return k.of("orgjobs", org) }
 func (k keys) orgIndex(org string) string  { return k.of("orgindex", org) }
 func (k keys) orgUsage(org string) string  { return k.of("orgusage", org) }
+func (k keys) orgStored(org string) string { return k.of("orgstored", org) }
 func (k keys) orgExpiring(org string) string {
 	return k.of("orgexpiring", org)
 }
@@ -45,6 +46,7 @@ func (k keys) meta() string              { return k.fixed("META") }
 func (k keys) ended() string             { return k.fixed("ENDED") }
 func (k keys) settle() string            { return k.fixed("SETTLE") }
 func (k keys) dropping() string          { return k.fixed("DROPPING") }
+func (k keys) storedDue() string         { return k.fixed("STORED_DUE") }
 func (k keys) classQueue(org, class string) string {
 	return k.of("classq", org, class)
 }

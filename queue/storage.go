@@ -33,19 +33,24 @@ import (
 // Jobs archived before the meter existed are not counted; the live and ended jobs still in
 // Redis are filed once by the first pass (fileExisting).
 
-// storedAfterEnd and storedLate are when after a job ended it is measured (prelude.lua's
-// STORED_AFTER_END and STORED_LATE).
+// storedAfterEnd and storedLate are when after a job ended it is measured (mark_ended, in
+// prelude.lua, reads them as STORED_AFTER_END and STORED_LATE).
 const (
 	storedAfterEnd = 5 * time.Second
 	storedLate     = 10 * time.Minute
 )
+
+// luaStored is storedAfterEnd and storedLate for the Lua library, in ms.
+func luaStored() string {
+	return fmt.Sprintf("-- Generated from queue/storage.go: when after a job ended its storage is measured (ms).\n"+
+		"local STORED_AFTER_END, STORED_LATE = %d, %d\n", storedAfterEnd.Milliseconds(), storedLate.Milliseconds())
+}
 
 // storageListers is how many jobs the meter lists at once.
 const storageListers = 8
 
 // Metered is what one MeterStorage call did.
 type Metered struct {
-	Measured int // jobs whose bytes were filed
 	// Failed jobs could not be listed (the newest such error in Err); each is tried again in a
 	// minute, and the rest of the batch is measured regardless.
 	Failed int
@@ -64,7 +69,7 @@ func (c *Client) MeterStorage(ctx context.Context, batch int) (Metered, error) {
 		return Metered{}, err
 	}
 	zs, err := c.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-		Key: c.keys.fixed("STORED_DUE"), Start: "-inf", Stop: ms(c.cfg.Now()), ByScore: true, Count: int64(batch),
+		Key: c.keys.storedDue(), Start: "-inf", Stop: ms(c.cfg.Now()), ByScore: true, Count: int64(batch),
 	}).Result()
 	if err != nil || len(zs) == 0 {
 		return Metered{}, wrapErr("meter storage", err)
@@ -79,7 +84,7 @@ func (c *Client) MeterStorage(ctx context.Context, batch int) (Metered, error) {
 		go func() {
 			defer wg.Done()
 			for z := range work {
-				measured, listErr, err := c.measureDue(ctx, z)
+				listErr, err := c.measureDue(ctx, z)
 				mu.Lock()
 				switch {
 				case err != nil:
@@ -87,8 +92,6 @@ func (c *Client) MeterStorage(ctx context.Context, batch int) (Metered, error) {
 				case listErr != nil:
 					out.Failed++
 					out.Err = listErr
-				case measured:
-					out.Measured++
 				}
 				mu.Unlock()
 			}
@@ -104,7 +107,7 @@ func (c *Client) MeterStorage(ctx context.Context, batch int) (Metered, error) {
 
 // measureDue measures the job of one entry of STORED_DUE and files what it found, and the
 // entry's next time. listErr is the object store's, err Redis's.
-func (c *Client) measureDue(ctx context.Context, z redis.Z) (measured bool, listErr, err error) {
+func (c *Client) measureDue(ctx context.Context, z redis.Z) (listErr, err error) {
 	member := z.Member.(string)
 	id := strings.TrimPrefix(member, "~")
 	due := func(org, how string, bytes int64) error {
@@ -112,17 +115,17 @@ func (c *Client) measureDue(ctx context.Context, z redis.Z) (measured bool, list
 	}
 	org, err := c.orgOf(ctx, id)
 	if err != nil {
-		return false, nil, err
+		return nil, err
 	}
 	if org == "" {
 		// Gone from Redis (archived, or deleted): nothing more to measure of it here.
-		return false, nil, due("", "set", 0)
+		return nil, due("", "set", 0)
 	}
 	bytes, listErr := c.storedNow(ctx, id)
 	if listErr != nil {
-		return false, listErr, due(org, "retry", 0)
+		return listErr, due(org, "retry", 0)
 	}
-	return true, nil, due(org, "set", bytes)
+	return nil, due(org, "set", bytes)
 }
 
 // fileExisting files the live and ended jobs of a store from before the storage meter, once
@@ -148,7 +151,7 @@ func (c *Client) fileExisting(ctx context.Context) error {
 					for i, id := range ids {
 						zs[i] = redis.Z{Score: now, Member: id}
 					}
-					if err := c.rdb.ZAddNX(ctx, c.keys.fixed("STORED_DUE"), zs...).Err(); err != nil {
+					if err := c.rdb.ZAddNX(ctx, c.keys.storedDue(), zs...).Err(); err != nil {
 						return wrapErr("meter storage", err)
 					}
 				}
@@ -210,7 +213,7 @@ func (c *Client) fileStored(ctx context.Context, org, id, how string, bytes int6
 // callStored is stored.lua, for a measurement of the STORED_DUE entry member taken at score
 // taken ("" for none).
 func (c *Client) callStored(ctx context.Context, org, id, how string, bytes int64, member, taken string) error {
-	err := c.call(ctx, "stored", c.keys.of("orgstored", org), args{"org": org, "id": id, "bytes": bytes, "how": how,
+	err := c.call(ctx, "stored", c.keys.orgStored(org), args{"org": org, "id": id, "bytes": bytes, "how": how,
 		"member": member, "taken": taken, "every_ms": c.cfg.StorageEvery.Milliseconds()}).Err()
 	if err != nil {
 		return scriptErr("meter storage", err)
@@ -225,7 +228,7 @@ func (c *Client) StoredBytes(ctx context.Context, org string, ids []string) (map
 	if len(ids) == 0 {
 		return out, nil
 	}
-	vals, err := c.rdb.HMGet(ctx, c.keys.of("orgstored", org), ids...).Result()
+	vals, err := c.rdb.HMGet(ctx, c.keys.orgStored(org), ids...).Result()
 	if err != nil {
 		return nil, wrapErr("stored bytes", err)
 	}

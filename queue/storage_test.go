@@ -179,7 +179,7 @@ func TestStorageIsMeasuredPerOrganization(t *testing.T) {
 		doneBytes += 40
 		s.want("acme", map[string]int64{live.ID: 1500, done: doneBytes})
 		// Nothing is due for the ended jobs any more; the live job stays filed.
-		if n, err := b.rdb.ZCard(ctx, b.q.keys.fixed("STORED_DUE")).Result(); err != nil || n != 1 {
+		if n, err := b.rdb.ZCard(ctx, b.q.keys.storedDue()).Result(); err != nil || n != 1 {
 			t.Errorf("due to be measured: %d entries, %v; want the live job's alone", n, err)
 		}
 
@@ -261,7 +261,7 @@ func TestStorageMeterKeepsGoing(t *testing.T) {
 		s.want("acme", want)
 
 		// A store from before the meter: nothing of its jobs was filed, nor their bytes.
-		for _, k := range []string{b.q.keys.fixed("STORED_DUE"), b.q.keys.of("orgstored", "acme")} {
+		for _, k := range []string{b.q.keys.storedDue(), b.q.keys.orgStored("acme")} {
 			if err := b.rdb.Del(ctx, k).Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -593,10 +593,6 @@ local function is_ended(status)
   return status == 'COMPLETED' or status == 'FAILED' or status == 'STOPPED'
 end
 
--- STORED_AFTER_END and STORED_LATE are when after a job ended its storage is measured (ms;
--- storage.go).
-local STORED_AFTER_END, STORED_LATE = 5000, 600000
-
 -- mark_ended files a job that just reached a terminal state in the index of ended jobs, from
 -- which the archiver takes it once the retention has passed, and counts it in its org's
 -- `ended`, which the archiver keeps below a cap.
@@ -609,7 +605,7 @@ local function mark_ended(id, org)
     redis.call('ZADD', orgexpiring(org), T, id)
   end
   -- A job that ran is measured twice more (storage.go): once its last uploads are in, and once
-  -- more after what a cut-off agent may still write.
+  -- more after what a cut-off agent may still write (STORED_AFTER_END, STORED_LATE: luaStored).
   if redis.call('ZSCORE', STORED_DUE, id) then
     redis.call('ZADD', STORED_DUE, int(NOW + STORED_AFTER_END), id)
     redis.call('ZADD', STORED_DUE, int(NOW + STORED_LATE), '~' .. id)
