@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -140,7 +141,43 @@ func (b bundle) agentConfig(t testing.TB, name string, emulatorFlags ...string) 
 		// A test that fails with the API out must not wait the default 15 minutes in its
 		// cleanup for the final report.
 		ReportTimeout: 30 * time.Second,
+		Logger:        agentLogger(t, name),
 	}
+}
+
+// agentLogger keeps an in-process agent's newest log lines and prints them if the test fails:
+// what the agent did is what a failure on a loaded CI machine needs explained.
+func agentLogger(t testing.TB, name string) *slog.Logger {
+	tail := &logTail{max: 300}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent %s, its newest log lines:\n%s", name, tail.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(tail, nil))
+}
+
+// logTail keeps the newest max records written to it (slog writes a record at a time).
+type logTail struct {
+	mu    sync.Mutex
+	max   int
+	lines []string
+}
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) == l.max {
+		l.lines = l.lines[1:]
+	}
+	l.lines = append(l.lines, string(p))
+	return len(p), nil
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "")
 }
 
 // fakeProvider stands in for a model provider's API (OpenAI's, Google's): it serves the
@@ -507,6 +544,63 @@ func TestStopReachesTheRunningPipeline(t *testing.T) {
 		t.Errorf("newest committed checkpoint %d, want %d (the last one the trainer wrote before it stopped at step %d)",
 			done.Progress.CheckpointStep, newest, done.Progress.Step)
 	}
+}
+
+// A stop is acted on while the job's data cannot be stored: with every log write held until
+// its request is given up, the stop still ends the pipeline, and only then is the held write
+// given up (the run's data is stored beside the watch of the pipeline, never in its way). The
+// job ends STOPPED with its checkpoint. (A CI run once saw a stop wait minutes behind a backlog
+// of rollouts on a loaded machine.)
+func TestAStopIsNotHeldBehindTheJobsStorage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	store := &stallingStore{Store: b.store, held: make(chan struct{}), freed: make(chan struct{})}
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "50ms")
+	cfg.Store = store
+	b.run(t, cfg)
+	j := b.submit(t, withSteps(100000))
+	running := b.waitFor(t, j.ID, "a checkpoint", func(x *job.Job) bool { return x.Status == job.Running && x.Progress.CheckpointStep >= 2 })
+	store.armed.Store(true)
+	select {
+	case <-store.held:
+	case <-time.After(time.Minute):
+		t.Fatal("no log write within a minute of arming the store")
+	}
+	if _, err := b.user.CancelJob(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-store.freed:
+	case <-time.After(time.Minute):
+		t.Fatal("the held log write was not given up within a minute of the stop: the stop waits behind it")
+	}
+	done := b.waitFor(t, j.ID, "ended", terminal)
+	if done.Status != job.Stopped || done.Progress.CheckpointStep < running.Progress.CheckpointStep {
+		t.Fatalf("status %s, checkpoint %d; want STOPPED with at least checkpoint %d", done.Status, done.Progress.CheckpointStep, running.Progress.CheckpointStep)
+	}
+}
+
+// stallingStore, once armed, holds the first write of a log chunk until its request is given
+// up (held closes when it starts, freed when it ends); later writes go through.
+type stallingStore struct {
+	blob.Store
+	armed       atomic.Bool
+	once        sync.Once
+	held, freed chan struct{}
+}
+
+func (s *stallingStore) Put(ctx context.Context, key string, r io.Reader) error {
+	if s.armed.Load() && strings.Contains(key, "/logs/") {
+		hold := false
+		s.once.Do(func() { hold = true })
+		if hold {
+			close(s.held)
+			<-ctx.Done()
+			close(s.freed)
+			return ctx.Err()
+		}
+	}
+	return s.Store.Put(ctx, key, r)
 }
 
 // Two jobs of two GPUs each run side by side on a four-GPU node, each on its own GPUs; a job

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
@@ -35,14 +36,24 @@ func (s *rolloutShipper) tracesFile(step int) string {
 	return filepath.Join(s.dir, "step_"+strconv.Itoa(step), "train", "effective", "traces.jsonl")
 }
 
+// shipPass is about the longest a pass of a running job stores rollouts: the rest wait for
+// the next flush, so that a backlog (a run stepping faster than its rollouts are stored) never
+// holds up the metrics and logs stored after them.
+const shipPass = time.Second
+
 // ship stores the steps from next up to upTo. A step whose traces file is not there yet stops
 // the pass (the file monitor may write it after the trainer's row), unless the run is over
-// (final): then it has none and is passed over. A step that fails to be stored stops the pass,
-// to be tried again; notes are what the job's log should say.
+// (final): then it has none and is passed over, and the pass stores every step left; otherwise
+// it ends after about shipPass. A step that fails to be stored stops the pass, to be tried
+// again; notes are what the job's log should say.
 func (s *rolloutShipper) ship(ctx context.Context, upTo int, final bool) (stored int, notes []string, err error) {
+	began := time.Now()
 	for ; s.next <= upTo; s.next++ {
 		if ctx.Err() != nil {
 			return stored, notes, ctx.Err()
+		}
+		if !final && time.Since(began) > shipPass {
+			return stored, notes, nil
 		}
 		f, err := nolink.Open(s.tracesFile(s.next))
 		if errors.Is(err, fs.ErrNotExist) {

@@ -3,10 +3,12 @@ package gpuagent
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
@@ -70,5 +72,50 @@ func TestRolloutShipperStoresStepsTheTrainerTook(t *testing.T) {
 	got, err := jobdata.GetRollouts(ctx, store, "j", 3)
 	if err != nil || got.Episodes != 2 || got.Distributions["rewards"].Mean != 0 {
 		t.Fatalf("step 3 after the resume: %+v %v", got.Distributions["rewards"], err)
+	}
+}
+
+// slowStore takes at least delay over each write: a store that cannot keep up.
+type slowStore struct {
+	blob.Store
+	delay time.Duration
+}
+
+func (s slowStore) Put(ctx context.Context, key string, r io.Reader) error {
+	time.Sleep(s.delay)
+	return s.Store.Put(ctx, key, r)
+}
+
+// A running job's pass stores rollouts for about shipPass and leaves the rest for the next
+// flush, so a backlog never holds up the metrics and logs stored after it; the run's last pass
+// stores them all.
+func TestRolloutShipperLeavesABacklogForTheNextPass(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir, err := blob.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDir := t.TempDir()
+	for step := 1; step <= 6; step++ {
+		p := filepath.Join(runDir, fmt.Sprintf("step_%d", step), "train", "effective", "traces.jsonl")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		line := `{"id":"t","task":{"data":{"prompt":"q"},"key":"k"},"nodes":[{"message":{"role":"user","content":"q"}}],"rewards":{"r":{"score":1.0,"weight":1.0}},"ok":true}` + "\n"
+		if err := os.WriteFile(p, []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each write takes at least 2/5 of a pass: a pass stores 3 at most (the third starts
+	// under shipPass, the fourth would not).
+	s := &rolloutShipper{store: slowStore{Store: dir, delay: shipPass * 2 / 5}, jobID: "j", dir: runDir, next: 1}
+	n, _, err := s.ship(ctx, 6, false)
+	if err != nil || n < 1 || n > 3 {
+		t.Fatalf("a running job's pass over 6 slow steps stored %d (%v); want 1 to 3", n, err)
+	}
+	rest, _, err := s.ship(ctx, 6, true)
+	if err != nil || n+rest != 6 {
+		t.Fatalf("the last pass stored %d after %d (%v); want all 6", rest, n, err)
 	}
 }

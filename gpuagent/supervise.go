@@ -60,7 +60,7 @@ type ran struct {
 // supervise runs the pipeline: the inference server it needs first (waiting until it
 // answers), then the pipeline in its own process group, watched until it exits or the agent
 // ends it (a stop, the time limit, a drain: SIGTERM, the grace, SIGKILL; a lost lease: at
-// once). Metrics are polled and streams flushed meanwhile.
+// once). Meanwhile its metrics and checkpoints are read and its streams stored (pump).
 func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 	cfg, tel := r.deps.cfg, r.deps.tel
 	// The wait for the inference server ends with a stop, a lost lease or a drain.
@@ -91,10 +91,20 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 	r.note("pipeline started", "argv", fmt.Sprint(argv), "resume_step", p.resume)
 	r.lease.setRunning()
 
-	pollT := time.NewTicker(cfg.PollInterval)
-	defer pollT.Stop()
-	flushT := time.NewTicker(cfg.FlushInterval)
-	defer flushT.Stop()
+	// The run's data is read and stored on a goroutine of its own (pump), so that a stop, the
+	// pipeline's exit or a lost lease is acted on at once: never behind a slow store or a
+	// backlog of rollouts, which a run stepping faster than its data is stored builds up.
+	stalls := make(chan struct{}, 1)
+	pumpCtx, endPump := context.WithCancel(ctx)
+	pumped := make(chan struct{})
+	go func() {
+		defer close(pumped)
+		r.pump(pumpCtx, stalls)
+	}()
+	defer func() {
+		endPump()
+		<-pumped
+	}()
 	var limit <-chan time.Time
 	if d := r.timeLimit(); d > 0 {
 		t := time.NewTimer(d)
@@ -120,20 +130,8 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 		select {
 		case <-proc.done:
 			running = false
-		case <-pollT.C:
-			r.poll(ctx)
-			if r.watch == nil {
-				break
-			}
-			if a, stalled := r.watch.stall(time.Now()); stalled {
-				r.alert(a)
-				r.stalled = a.Detail
-				if r.claim.Job.Config.OnStall == "restart" {
-					terminate(causeStall, "the run stalled; the job asks for a restart")
-				}
-			}
-		case <-flushT.C:
-			r.flush(ctx)
+		case <-stalls:
+			terminate(causeStall, "the run stalled; the job asks for a restart")
 		case <-stopCh:
 			stopCh = nil
 			terminate(causeStop, "stop requested")
@@ -190,4 +188,38 @@ func describeStart(err error) string {
 		return "stopped before the pipeline started"
 	}
 	return err.Error()
+}
+
+// pump reads the run's metrics and checkpoints every poll interval and stores its streams
+// every flush interval, until ctx ends. A stall the watch sees is alerted; where the job asks
+// for a restart on a stall, stalls is told. It alone touches the run's data while it runs.
+func (r *jobRun) pump(ctx context.Context, stalls chan<- struct{}) {
+	cfg := r.deps.cfg
+	pollT := time.NewTicker(cfg.PollInterval)
+	defer pollT.Stop()
+	flushT := time.NewTicker(cfg.FlushInterval)
+	defer flushT.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-pollT.C:
+			r.poll(ctx)
+			if r.watch == nil {
+				break
+			}
+			if a, stalled := r.watch.stall(time.Now()); stalled {
+				r.alert(a)
+				r.stalled = a.Detail
+				if r.claim.Job.Config.OnStall == "restart" {
+					select {
+					case stalls <- struct{}{}:
+					default:
+					}
+				}
+			}
+		case <-flushT.C:
+			r.flush(ctx)
+		}
+	}
 }
