@@ -47,7 +47,7 @@ func TestAStopDuringACheckpointCommitsTheNewestWholeOne(t *testing.T) {
 	b.waitFor(t, j.ID, "step 2 committed", func(j *job.Job) bool { return j.Progress.CheckpointStep == 2 })
 	runDir := gpuagent.RunDir(filepath.Join(cfg.WorkDir, "jobs", j.ID), j.ID)
 	shard := filepath.Join(jobdata.CheckpointsDir(runDir), "step_4", "trainer", "__0_0.distcp")
-	testwait.Until(t, time.Minute, "the trainer writing step 4's checkpoint", func() bool {
+	testwait.Until(t, 3*time.Minute, "the trainer writing step 4's checkpoint", func() bool {
 		_, err := os.Stat(shard)
 		return err == nil
 	})
@@ -275,7 +275,7 @@ func TestAnAgentRefusesAnUnpinnedPrimeRL(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	testwait.Until(t, time.Minute, "the agent to start unpinned", func() bool {
+	testwait.Until(t, 3*time.Minute, "the agent to start unpinned", func() bool {
 		return strings.Contains(buf.String(), `"msg":"agent started"`) && strings.Contains(buf.String(), `"pinned":false`)
 	})
 }
