@@ -24,22 +24,8 @@ func TestRolloutShipperStoresStepsTheTrainerTook(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	write := func(step int, reward string, n int) {
-		p := filepath.Join(dir, fmt.Sprintf("step_%d", step), "train", "effective", "traces.jsonl")
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		line := `{"id":"t%d","task":{"data":{"prompt":"q"},"key":"k"},"nodes":[{"message":{"role":"user","content":"q"}}],"rewards":{"r":{"score":%s,"weight":1.0}},"ok":true}` + "\n"
-		var b strings.Builder
-		for i := 0; i < n; i++ {
-			fmt.Fprintf(&b, line, i, reward)
-		}
-		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, step := range []int{1, 2, 3, 5} {
-		write(step, "1.0", 4)
+		writeTraces(t, dir, step, "1.0", 4)
 	}
 	s := &rolloutShipper{store: store, jobID: "j", dir: dir, next: 1}
 	stored := func() string {
@@ -64,7 +50,7 @@ func TestRolloutShipperStoresStepsTheTrainerTook(t *testing.T) {
 		t.Fatalf("up to step 5 once the run is over: %d stored, err %v; stored %s (step 4 has no traces)", n, err, stored())
 	}
 	// A resume from step 2 writes step 3 again; its episodes replace the first attempt's.
-	write(3, "0.0", 2)
+	writeTraces(t, dir, 3, "0.0", 2)
 	r := &rolloutShipper{store: store, jobID: "j", dir: dir, next: 3}
 	if _, _, err := r.ship(ctx, 3, false); err != nil {
 		t.Fatal(err)
@@ -98,14 +84,7 @@ func TestRolloutShipperLeavesABacklogForTheNextPass(t *testing.T) {
 	}
 	runDir := t.TempDir()
 	for step := 1; step <= 6; step++ {
-		p := filepath.Join(runDir, fmt.Sprintf("step_%d", step), "train", "effective", "traces.jsonl")
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		line := `{"id":"t","task":{"data":{"prompt":"q"},"key":"k"},"nodes":[{"message":{"role":"user","content":"q"}}],"rewards":{"r":{"score":1.0,"weight":1.0}},"ok":true}` + "\n"
-		if err := os.WriteFile(p, []byte(line), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeTraces(t, runDir, step, "1.0", 1)
 	}
 	// Each write takes at least 2/5 of a pass: a pass stores 3 at most (the third starts
 	// under shipPass, the fourth would not).
@@ -117,5 +96,23 @@ func TestRolloutShipperLeavesABacklogForTheNextPass(t *testing.T) {
 	rest, _, err := s.ship(ctx, 6, true)
 	if err != nil || n+rest != 6 {
 		t.Fatalf("the last pass stored %d after %d (%v); want all 6", rest, n, err)
+	}
+}
+
+// writeTraces writes step's traces file under dir as prime-rl's file monitor does: n episodes of
+// one prompt, each rewarded reward.
+func writeTraces(t *testing.T, dir string, step int, reward string, n int) {
+	t.Helper()
+	p := filepath.Join(dir, fmt.Sprintf("step_%d", step), "train", "effective", "traces.jsonl")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	line := `{"id":"t%d","task":{"data":{"prompt":"q"},"key":"k"},"nodes":[{"message":{"role":"user","content":"q"}}],"rewards":{"r":{"score":%s,"weight":1.0}},"ok":true}` + "\n"
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, line, i, reward)
+	}
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
