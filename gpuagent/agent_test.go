@@ -580,6 +580,51 @@ func TestAStopIsNotHeldBehindTheJobsStorage(t *testing.T) {
 	}
 }
 
+// A stopped job whose store never answers does not hold its agent for good: the pipeline ends
+// at once, and once the stop's grace has passed the reaper ends the job (STOPPED); its lease
+// lost, the agent gives up the writes it was waiting on and lets the job go.
+func TestAHungStoreDoesNotHoldAStoppedJobsAgent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{StopGrace: 2 * time.Second})
+	store := &hangingStore{Store: b.store}
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "50ms")
+	cfg.Store = store
+	a, _ := b.run(t, cfg)
+	j := b.submit(t, withSteps(100000))
+	b.waitFor(t, j.ID, "a checkpoint", func(x *job.Job) bool { return x.Status == job.Running && x.Progress.CheckpointStep >= 2 })
+	store.armed.Store(true)
+	if _, err := b.user.CancelJob(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	var done *job.Job
+	testwait.Until(t, 3*time.Minute, "the reaper to end the job after the stop's grace", func() bool {
+		if _, _, err := b.stack.Queue.Reap(context.Background(), 10); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		done, err = b.user.GetJob(context.Background(), j.ID)
+		return err == nil && done.Status.Terminal()
+	})
+	if done.Status != job.Stopped {
+		t.Fatalf("the reaper ended the job %s; want STOPPED", done.Status)
+	}
+	testwait.Until(t, 3*time.Minute, "the agent to let the job go", func() bool { return len(a.Running()) == 0 })
+}
+
+// hangingStore, once armed, holds every write until its request is given up.
+type hangingStore struct {
+	blob.Store
+	armed atomic.Bool
+}
+
+func (s *hangingStore) Put(ctx context.Context, key string, r io.Reader) error {
+	if s.armed.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Store.Put(ctx, key, r)
+}
+
 // stallingStore, once armed, holds the first write of a log chunk until its request is given
 // up (held closes when it starts, freed when it ends); later writes go through.
 type stallingStore struct {

@@ -31,6 +31,18 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 		o, _ := run.cause.outcome(r.claim.Job.Config)
 		return o
 	}
+	// A lease lost meanwhile (the service ended the job: a stop's grace passed while a write
+	// hung, say) ends what is left: the service takes no more of this run, and a store that
+	// never answers must not hold the job here for good.
+	final, giveUp := context.WithCancel(final)
+	defer giveUp()
+	go func() {
+		select {
+		case <-r.lease.lost:
+			giveUp()
+		case <-final.Done():
+		}
+	}()
 	r.poll(final)
 	for r.data.tail.behind && final.Err() == nil { // much written at the end: a read at a time
 		_ = r.flushMetrics(final)
