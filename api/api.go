@@ -40,6 +40,7 @@ type Queue interface {
 	Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error)
 	Cancel(ctx context.Context, id string) (*job.Job, error)
 	Restart(ctx context.Context, id string) (*job.Job, error)
+	BeginDelete(ctx context.Context, id string) error
 	Delete(ctx context.Context, id string) error
 	IdleCapacity(ctx context.Context, model string, counts []int) ([]int, error)
 	SealedSecrets(ctx context.Context, id string) (string, error)

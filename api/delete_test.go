@@ -1,11 +1,16 @@
 package api_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/hostedtrain/hostedtrain/api/apitest"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
 
@@ -61,5 +66,64 @@ func TestDeleteJob(t *testing.T) {
 	}
 	if r := call(t, "GET", d.s.URL+"/api/v1/rft/runs/"+j.ID, d.token, "", nil); r.status != http.StatusNotFound {
 		t.Fatalf("prime get after the delete: %d %s", r.status, r.body)
+	}
+}
+
+// holdingStore holds every Delete until release closes, telling held when the first arrives.
+type holdingStore struct {
+	blob.Store
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *holdingStore) Delete(ctx context.Context, key string) error {
+	s.once.Do(func() { close(s.held) })
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Store.Delete(ctx, key)
+}
+
+// A delete decides before it deletes anything (red team, issue 29: a restart that landed while
+// the checkpoints were being deleted made the delete answer 409 with the checkpoints gone): a
+// restart sent while the job's data is being deleted is refused, and the delete finishes.
+func TestARestartDuringADeleteIsRefused(t *testing.T) {
+	t.Parallel()
+	dir, err := blob.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := &holdingStore{Store: dir, held: make(chan struct{}), release: make(chan struct{})}
+	d := setupData(t, func(o *apitest.Options) { o.Store = hold })
+	d.store = dir
+	if r := call(t, "POST", d.s.URL+"/v1/jobs/"+d.jobID+"/cancel", d.token, "", nil); r.status != 200 {
+		t.Fatalf("stop: %d %s", r.status, r.body)
+	}
+	d.put(t, "checkpoints/step_1/trainer/.metadata", "m")
+	deleted := make(chan reply, 1)
+	go func() { deleted <- call(t, "DELETE", d.s.URL+"/v1/jobs/"+d.jobID, d.token, "", nil) }()
+	select {
+	case <-hold.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the delete never reached the job's data")
+	}
+	r := call(t, "POST", d.s.URL+"/v1/jobs/"+d.jobID+"/restart", d.token, "", nil)
+	if r.status != http.StatusConflict || !strings.Contains(string(r.body), "being deleted") {
+		t.Errorf("a restart during the delete: %d %s; want 409 saying it is being deleted", r.status, r.body)
+	}
+	close(hold.release)
+	select {
+	case r := <-deleted:
+		if r.status != http.StatusNoContent {
+			t.Fatalf("the delete: %d %s", r.status, r.body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the delete did not finish")
+	}
+	if r := d.get(t, "", nil); r.status != http.StatusNotFound {
+		t.Fatalf("get after the delete: %d %s", r.status, r.body)
 	}
 }

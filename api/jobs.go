@@ -277,35 +277,49 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// deleteJob deletes a job that ended: its data in object storage first, then the job, so that
-// a delete that fails part way leaves the job to be deleted again.
+// deleteJob deletes a job that ended. It decides before it deletes anything: the job is marked
+// as being deleted (a restart is refused from then on), then its data in object storage goes,
+// then the job; a delete that fails part way leaves the mark and is finished by asking again.
 func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
 	if !ok {
 		return
 	}
-	if !j.Status.Terminal() {
+	live := func() {
 		writeProblem(w, r, newProblem(http.StatusConflict, "job-live",
 			"job "+j.ID+" is "+string(j.Status)+": stop it first (hostedtrain train stop "+j.ID+"), then delete it"))
+	}
+	if !j.Status.Terminal() {
+		live()
+		return
+	}
+	switch err := s.cfg.Queue.BeginDelete(r.Context(), j.ID); {
+	case errors.Is(err, job.ErrNotFound):
+		w.WriteHeader(http.StatusNoContent) // deleted meanwhile by another request
+		return
+	case errors.Is(err, job.ErrConflict):
+		if cur, gerr := s.cfg.Queue.Get(r.Context(), j.ID); gerr == nil {
+			j = cur
+		}
+		live() // restarted since it was read: nothing was deleted
+		return
+	case err != nil:
+		s.internalError(w, r, err)
 		return
 	}
 	if s.cfg.Store != nil {
 		if _, err := jobdata.DeleteJob(r.Context(), s.cfg.Store, j.ID); err != nil {
 			s.cfg.Logger.Warn("delete a job's data", "job", j.ID, "err", err)
 			p := newProblem(http.StatusServiceUnavailable, "storage-unavailable",
-				"object storage failed part way through deleting job "+j.ID+"'s data; the job is still there: send the delete again to finish it")
+				"object storage failed part way through deleting job "+j.ID+"'s data; the job is still there (it cannot be restarted): send the delete again to finish it")
 			p.retryAfter = RetryAfterSeconds
 			writeProblem(w, r, p)
 			return
 		}
 	}
-	err := s.cfg.Queue.Delete(r.Context(), j.ID)
-	switch {
+	switch err := s.cfg.Queue.Delete(r.Context(), j.ID); {
 	case errors.Is(err, job.ErrNotFound):
 		w.WriteHeader(http.StatusNoContent) // deleted meanwhile by another request
-	case errors.Is(err, job.ErrConflict):
-		writeProblem(w, r, newProblem(http.StatusConflict, "job-live",
-			"job "+j.ID+" was restarted while it was being deleted: stop it, then delete it"))
 	case err != nil:
 		s.internalError(w, r, err)
 	default:
@@ -334,6 +348,9 @@ func (s *Server) restartJob(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, queue.ErrArchived):
 		writeProblem(w, r, newProblem(http.StatusConflict, "cannot-restart",
 			"job "+j.ID+" ended ("+string(j.Status)+") longer ago than jobs are kept ready to run, and only its record remains: submit it again"))
+	case errors.Is(err, queue.ErrDeleting):
+		writeProblem(w, r, newProblem(http.StatusConflict, "cannot-restart",
+			"job "+j.ID+" is being deleted (a delete began, and its checkpoints may be gone): send the delete again to finish it"))
 	case errors.Is(err, job.ErrConflict):
 		why := "it is waiting in the queue already"
 		if j.Status == job.Completed {

@@ -32,3 +32,22 @@ func TestTheEgressProxyRefusesTheNodesOwnAddresses(t *testing.T) {
 		t.Fatalf("got %v, want a refusal naming the node's own address", err)
 	}
 }
+
+// The egress proxy refuses every range the guard's table holds (the table is the one list),
+// whatever port is asked for.
+func TestTheEgressProxyRefusesEveryBlockedRange(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startEgressProxy(ln, nil, nil)
+	defer p.close()
+	for _, pfx := range webhook.BlockedPrefixes() {
+		addr := netip.AddrPortFrom(pfx.Masked().Addr(), 443).String()
+		var te *webhook.TargetError
+		if _, err := p.dial(context.Background(), "tcp", addr); !errors.As(err, &te) {
+			t.Errorf("%s (in %s): %v; want the guard's refusal", addr, pfx, err)
+		}
+	}
+}

@@ -3,11 +3,13 @@ package gpuagent
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -295,8 +297,8 @@ func TestSandboxLimits(t *testing.T) {
 }
 
 // The seccomp filter: no user namespace of the job's own (where it would hold every
-// capability), no kernel keyring (shared with the next job of its slot's user id); threads and
-// processes as usual (red team, issue 14).
+// capability), no kernel keyring (shared with the next job of its slot's user id), no io_uring
+// (issue 29); threads and processes as usual (red team, issue 14).
 func TestSandboxSeccomp(t *testing.T) {
 	sb := needSandbox(t)
 	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
@@ -308,6 +310,9 @@ libc = ctypes.CDLL(None, use_errno=True)
 nr = {"x86_64": 248, "aarch64": 217}[os.uname().machine]  # add_key
 r = libc.syscall(nr, b"user", b"left-behind", b"tenant-data", 11, -4)
 print("add_key", r, os.strerror(ctypes.get_errno()))
+params = ctypes.create_string_buffer(120)
+r = libc.syscall(425, 8, params)  # io_uring_setup, the same number on both
+print("io_uring_setup", r, os.strerror(ctypes.get_errno()))
 t = threading.Thread(target=lambda: None); t.start(); t.join()
 pid = os.fork()
 if pid == 0: os._exit(0)
@@ -321,7 +326,101 @@ print("threads and fork: ok")
 	if !strings.Contains(out, "add_key -1 Operation not permitted") {
 		t.Errorf("the kernel keyring is open to the job:\n%s", out)
 	}
+	if !strings.Contains(out, "io_uring_setup -1 Function not implemented") {
+		t.Errorf("io_uring is open to the job:\n%s", out)
+	}
 	if !strings.Contains(out, "threads and fork: ok") {
 		t.Errorf("the filter stopped ordinary work:\n%s", out)
 	}
+}
+
+// The agent's calls to a job's servers stay in the job's network (red team, issue 29): a job's
+// inference server that answers /health with a redirect to the node's loopback, and names that
+// resolve there, reach nothing on the node — the redirect is not followed, and only a literal
+// loopback address is dialled, from inside the job's network namespace.
+func TestTheAgentsCallsToAJobStayInItsNetwork(t *testing.T) {
+	sb := needSandbox(t)
+	// A canary on the node's loopback, IPv4 and IPv6, at one port.
+	var canary atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	canaryPort := ln.Addr().(*net.TCPAddr).Port
+	listeners := []net.Listener{ln}
+	if ln6, err := net.Listen("tcp", fmt.Sprintf("[::1]:%d", canaryPort)); err == nil {
+		defer ln6.Close()
+		listeners = append(listeners, ln6)
+	}
+	for _, l := range listeners {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				canary.Add(1)
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+				c.Close()
+			}
+		}()
+	}
+	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
+	// The job's "inference server": every answer is a redirect to the node's canary.
+	jobPort := freePort(t)
+	server := fmt.Sprintf(`
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(302)
+        self.send_header("Location", "http://localhost:%[1]d/pwned" if self.path == "/health" else "http://[::1]:%[1]d/pwned")
+        self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", %[2]d), H).serve_forever()
+`, canaryPort, jobPort)
+	log := filepath.Join(t.TempDir(), "server.log")
+	p, err := startProcess(b, []string{"/usr/bin/python3", "-c", server}, b.dir, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.terminate(time.Second)
+	hc := jobClient(b, 2*time.Second)
+	url := fmt.Sprintf("http://127.0.0.1:%d/", jobPort)
+	testwait.Until(t, 20*time.Second, "the job's server listens", func() bool {
+		return b.ns.do(func() error {
+			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", jobPort))
+			if err == nil {
+				c.Close()
+			}
+			return err
+		}) == nil
+	})
+	for _, u := range []string{url + "health", url + "other", fmt.Sprintf("http://localhost:%d/health", canaryPort),
+		fmt.Sprintf("http://[::1]:%d/health", canaryPort)} {
+		resp, err := hc.Get(u)
+		switch {
+		case err == nil:
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusFound {
+				t.Errorf("%s: %d, want the redirect itself, not followed", u, resp.StatusCode)
+			}
+		case strings.HasPrefix(u, url):
+			t.Errorf("%s: %v, want the job's own answer", u, err)
+		}
+	}
+	if n := canary.Load(); n != 0 {
+		t.Fatalf("the node's loopback was reached %d times through the agent", n)
+	}
+}
+
+// freePort is a port free on the node's loopback now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

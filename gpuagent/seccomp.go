@@ -18,6 +18,9 @@ import (
 //   - the kernel keyrings (keyctl, add_key, request_key): they belong to the user id, which
 //     the next job of the same slot has too — a channel between tenants;
 //   - bpf, perf_event_open and userfaultfd: kernel surfaces no training job needs;
+//   - io_uring (io_uring_setup, io_uring_enter, io_uring_register), with ENOSYS so that a
+//     runtime that tries it falls back to ordinary calls: a large, often-patched kernel
+//     surface whose work is done by kernel threads outside the job's accounting;
 //   - on x86-64, the x32 system call numbers, which would get around the rest.
 //
 // Everything else is allowed: CUDA, NCCL, vLLM and PyTorch need the rest of the kernel.
@@ -35,14 +38,15 @@ type seccompArch struct {
 	audit                                                   uint32
 	keyctl, addKey, requestKey, bpf, userfaultfd, perfEvent int
 	clone, clone3, unshare                                  int
+	ioUring                                                 [3]int // setup, enter, register
 	x32                                                     bool
 }
 
 var seccompArches = map[string]seccompArch{
 	"amd64": {audit: 0xc000003e, keyctl: 250, addKey: 248, requestKey: 249, bpf: 321, userfaultfd: 323, perfEvent: 298,
-		clone: 56, clone3: 435, unshare: 272, x32: true},
+		clone: 56, clone3: 435, unshare: 272, ioUring: [3]int{425, 426, 427}, x32: true},
 	"arm64": {audit: 0xc00000b7, keyctl: 219, addKey: 217, requestKey: 218, bpf: 280, userfaultfd: 282, perfEvent: 241,
-		clone: 220, clone3: 435, unshare: 97},
+		clone: 220, clone3: 435, unshare: 97, ioUring: [3]int{425, 426, 427}},
 }
 
 // seccompFilter is the filter for goarch as bwrap reads it: struct sock_filter entries, in the
@@ -69,6 +73,9 @@ func seccompFilter(goarch string) ([]byte, error) {
 	}
 	for _, nr := range denied {
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipTrue: 0xff})
+	}
+	for _, nr := range a.ioUring {
+		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipTrue: 0xfe})
 	}
 	prog = append(prog,
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(a.clone3), SkipTrue: 0xfe},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"time"
 )
@@ -33,7 +34,7 @@ func (r *jobRun) startServer(ctx context.Context, s *Serve, key string, timeout 
 	defer deadline.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: r.localTransport()}
+	hc := jobClient(r.box, 2*time.Second)
 	url := fmt.Sprintf("http://127.0.0.1:%d/health", s.Port)
 	for {
 		select {
@@ -61,21 +62,37 @@ func (r *jobRun) startServer(ctx context.Context, s *Serve, key string, timeout 
 	}
 }
 
-// localTransport reaches the job's own ports: in its network namespace when it has a sandbox.
-func (r *jobRun) localTransport() http.RoundTripper {
-	if r.box == nil {
-		return http.DefaultTransport
-	}
-	ns := r.box.ns
-	return &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := ns.do(func() (err error) {
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
+// jobClient is how the agent calls a job's own servers (its inference server's /health): only
+// at a literal loopback address, dialled from a thread inside the job's network namespace when
+// it has a sandbox, with no redirect followed. The server is the job's code (any Environments
+// Hub package can run at Python's start), and the agent runs as root in the node's network: a
+// redirect to http://localhost:… followed from here, or a name resolved and dialled from the
+// resolver's threads, would send the agent's request to the node's own ports.
+func jobClient(b *box, timeout time.Duration) *http.Client {
+	return &http.Client{
+		Timeout:       timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			Proxy:             nil,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				ap, err := netip.ParseAddrPort(addr)
+				if err != nil || !ap.Addr().IsLoopback() {
+					return nil, fmt.Errorf("the agent calls a job's servers only at a loopback address, not %q", addr)
+				}
+				// One literal address: the dial makes its socket on this goroutine's thread,
+				// never on another thread of the resolver's or a second family's.
+				d := &net.Dialer{}
+				if b == nil {
+					return d.DialContext(ctx, network, addr)
+				}
+				var c net.Conn
+				err = b.ns.do(func() (err error) {
+					c, err = d.DialContext(ctx, network, ap.String())
+					return err
+				})
+				return c, err
+			},
 		},
 	}
 }

@@ -10,6 +10,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// BeginDelete marks a job that ended as being deleted, before the caller deletes anything of
+// it: from then on the job cannot be restarted or forked (ErrDeleting), so a delete never finds
+// it live after its data is gone. A live job is job.ErrConflict (stop it first) and nothing is
+// marked; one that is not there, job.ErrNotFound. The mark goes with the job (Delete).
+func (c *Client) BeginDelete(ctx context.Context, id string) error {
+	j, err := c.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !j.Status.Terminal() {
+		return fmt.Errorf("queue: delete: job is %s: %w", j.Status, job.ErrConflict)
+	}
+	if err := c.call(ctx, "delete_begin", c.keys.job(id), args{"id": id}).Err(); err != nil {
+		return scriptErr("delete", err)
+	}
+	return nil
+}
+
 // Delete forgets a job that ended (COMPLETED, FAILED or STOPPED): its entries in its
 // organization's indices, its hash, config, secrets, progress and events, and its archived
 // record, and its entry in the organization's stored bytes. A live job is job.ErrConflict (stop it first); one that is not there,
@@ -53,7 +71,7 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	}
 	if len(rec.hash) == 0 {
 		// Not in Redis: an archived job, whose record is gone now.
-		return c.dropOwn(ctx, id)
+		return c.finishDelete(ctx, id)
 	}
 	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash["finished_at"], "org": rec.hash["org"]}).Int()
 	if err != nil {
@@ -62,7 +80,19 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	if n == 0 {
 		return fmt.Errorf("queue: delete %s: it was restarted meanwhile: %w", id, job.ErrConflict)
 	}
-	return c.dropOwn(ctx, id)
+	return c.finishDelete(ctx, id)
+}
+
+// finishDelete deletes what is left of a job the queue forgot: its own keys, then its delete's
+// mark.
+func (c *Client) finishDelete(ctx context.Context, id string) error {
+	if err := c.dropOwn(ctx, id); err != nil {
+		return err
+	}
+	if err := c.rdb.Del(ctx, c.keys.of("deletingkey", id)).Err(); err != nil {
+		return fmt.Errorf("queue: delete %s: %w", id, err)
+	}
+	return nil
 }
 
 // SealedSecrets are a job's secrets as its submit sealed them ("" if it had none, or they went

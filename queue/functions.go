@@ -59,6 +59,8 @@ var (
 	putOwnLua string
 	//go:embed lua/stored.lua
 	storedLua string
+	//go:embed lua/delete_begin.lua
+	deleteBeginLua string
 )
 
 // library is the source to load and the name its functions carry.
@@ -67,6 +69,7 @@ var library = buildLibrary(map[string]string{
 	"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
 	"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua, "archive": archiveLua,
 	"unwait": unwaitLua, "settle": settleLua, "put_own": putOwnLua, "stored": storedLua,
+	"delete_begin": deleteBeginLua,
 })
 
 type lib struct {

@@ -568,6 +568,10 @@ func (c *Client) Cancel(ctx context.Context, id string) (*job.Job, error) {
 	return c.Get(ctx, id)
 }
 
+// ErrDeleting is a change asked of a job whose delete has begun (BeginDelete): its data may be
+// gone already. It is a job.ErrConflict.
+var ErrDeleting = fmt.Errorf("a delete of the job has begun (its data may be gone): send the delete again to finish it: %w", job.ErrConflict)
+
 // ErrArchived is a change asked of a job that was moved out of Redis to its record in object
 // storage: it ended more than the retention ago and can only be read. It is a job.ErrConflict.
 var ErrArchived = fmt.Errorf("the job ended more than the retention ago and is archived: %w", job.ErrConflict)
@@ -1089,6 +1093,8 @@ func scriptErr(op string, err error) error {
 	case strings.HasPrefix(msg, "CONFLICT"):
 		state := strings.TrimSpace(strings.TrimPrefix(msg, "CONFLICT"))
 		return fmt.Errorf("queue: %s: job is %s: %w", op, state, job.ErrConflict)
+	case strings.HasPrefix(msg, "DELETING"):
+		return fmt.Errorf("queue: %s: %w", op, ErrDeleting)
 	}
 	return fmt.Errorf("queue: %s: %w", op, err)
 }

@@ -57,7 +57,7 @@ func (ls lines) at(offset int) Position {
 // hoisting as DecodeTOML, so pointers match the decoded value. A document that does not parse
 // yields what was read before the error.
 func TOMLPositions(data []byte) Positions {
-	if checkTOMLDepth(data) != nil {
+	if checkTOMLShape(data) != nil {
 		return Positions{} // refused before any walk: DecodeTOML says why
 	}
 	w := tomlWalker{pos: Positions{}, lines: newLines(data), arrays: map[string]int{}}

@@ -29,7 +29,7 @@ func (e *SyntaxError) Error() string {
 // float64/int64, bools) that the OpenAPI schema validates, so TOML and JSON bodies meet the
 // same schema. TOML dates and times become RFC 3339 strings.
 func DecodeTOML(data []byte) (map[string]any, error) {
-	if err := checkTOMLDepth(data); err != nil {
+	if err := checkTOMLShape(data); err != nil {
 		return nil, err
 	}
 	var doc map[string]any

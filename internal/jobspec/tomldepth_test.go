@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,6 +72,60 @@ func TestFixturesAreWellUnderTheTOMLDepthLimit(t *testing.T) {
 		}
 		if d, line := tomlDepth(data, MaxTOMLDepth); d > 16 {
 			t.Errorf("%s: counted %d levels (line %d)", f, d, line)
+		}
+	}
+}
+
+// A TOML job file with more than MaxTOMLKeys keys is refused from its bytes, before the parser
+// (quadratic in the keys of one table) sees it, however the keys are written; the limit itself
+// is read, and every job file users and upstream write is far under it.
+func TestTOMLWithTooManyKeysIsRefusedBeforeParsing(t *testing.T) {
+	t.Parallel()
+	many := func(n int, line func(i int) string) string {
+		var b strings.Builder
+		for i := range n {
+			b.WriteString(line(i))
+		}
+		return b.String()
+	}
+	n := MaxTOMLKeys + 1
+	over := map[string]string{
+		"one table":       "[env.args]\n" + many(n, func(i int) string { return fmt.Sprintf("k%d = %d\n", i, i) }),
+		"dotted keys":     many(n, func(i int) string { return fmt.Sprintf("a.k%d.x = 1\n", i) }),
+		"table headers":   many(n, func(i int) string { return fmt.Sprintf("[a.t%d]\n", i) }),
+		"an inline table": "a = {" + many(n, func(i int) string { return fmt.Sprintf("k%d = 1, ", i) }) + "z = 1}",
+		"quoted keys":     many(n, func(i int) string { return fmt.Sprintf("\"k = %d\" = 1\n", i) }),
+	}
+	for name, doc := range over {
+		_, err := DecodeTOML([]byte(doc))
+		var se *SyntaxError
+		if !errors.As(err, &se) || !strings.Contains(se.Msg, fmt.Sprintf("more than %d keys", MaxTOMLKeys)) || se.Line == 0 {
+			t.Errorf("%s: %v, want the key-count refusal with a line", name, err)
+		}
+	}
+	// '=' inside strings and comments is no key.
+	atLimit := many(MaxTOMLKeys-1, func(i int) string { return fmt.Sprintf("k%d = \"a = b\" # c = d\n", i) }) + "s = '''\n" + strings.Repeat("x = 1\n", 100) + "'''\n"
+	if s := scanTOML([]byte(atLimit), MaxTOMLDepth, MaxTOMLKeys); s.keys != MaxTOMLKeys {
+		t.Errorf("counted %d keys, want %d", s.keys, MaxTOMLKeys)
+	}
+	if _, err := DecodeTOML([]byte(atLimit)); err != nil {
+		t.Errorf("a file at the limit: %v", err)
+	}
+}
+
+// BenchmarkDecodeLargestTOML decodes the costliest TOML job file the API accepts: MaxTOMLKeys
+// keys in one table (make bench-jobs; docs/performance.md).
+func BenchmarkDecodeLargestTOML(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("model = \"Qwen/Qwen3-0.6B\"\n[[env]]\nid = \"reverse-text\"\n[env.args]\n")
+	for i := range MaxTOMLKeys - 4 {
+		fmt.Fprintf(&sb, "key_number_%d = %d\n", i, i)
+	}
+	data := []byte(sb.String())
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := DecodeTOML(data); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

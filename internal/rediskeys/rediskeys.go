@@ -181,6 +181,7 @@ var Queue = Set{
 		{Lua: "nodefaults", Pre: "nodefaults:", What: "an agent's recent platform faults (\"<job>@<ms>\") by when (node health)"},
 		{Lua: "claimkey", Pre: "claim:", What: "a claim an agent names: \"<job> <token> <agent>\" once made, \"-\" once abandoned"},
 		{Lua: "revokedkey", Pre: "revoked:", What: "a revoked token's id (jti), until the token expires"},
+		{Lua: "deletingkey", Pre: "deleting:", What: "a job whose delete has begun (its data in storage is going): restart refuses it; gone with the job"},
 		{Lua: "idemkey", Pre: "idem:", What: "an idempotency key (counted org name, then the key): \"<fingerprint> <job>\""},
 		{Lua: "wakechan", Pre: "wake:", What: "the pub/sub channel of one API process's waiting claims"},
 	},

@@ -41,6 +41,21 @@ var blocked = []struct {
 	{netip.MustParsePrefix("ff00::/8"), "a multicast address"},
 	{netip.MustParsePrefix("2001:db8::/32"), "a documentation address"},
 	{netip.MustParsePrefix("100::/64"), "a discard-only address"},
+	// Public in form, but a cloud host's own: Azure's wire server (the platform endpoint its
+	// guest agent and instance metadata use) answers every VM at this address.
+	{netip.MustParsePrefix("168.63.129.16/32"), "a cloud host's wire-server address"},
+	{netip.MustParsePrefix("192.88.99.0/24"), "a 6to4 relay anycast address"},
+	{netip.MustParsePrefix("fec0::/10"), "an IPv6 site-local address"},
+}
+
+// BlockedPrefixes are the ranges the guard refuses, in its own order: for tests of what is built
+// on the guard (the agent's egress proxy), which must refuse each of them too.
+func BlockedPrefixes() []netip.Prefix {
+	out := make([]netip.Prefix, len(blocked))
+	for i, b := range blocked {
+		out[i] = b.prefix
+	}
+	return out
 }
 
 // embedded are IPv6 forms that carry an IPv4 address in their last 32 bits; the IPv4 address

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -166,6 +167,44 @@ func TestTargetsInsideOurNetworkAreRefused(t *testing.T) {
 	if err := loopbackOK.CheckURL(ctx, "http://10.0.0.1/"); err == nil {
 		t.Error("allowing loopback allowed a private address")
 	}
+}
+
+// Every range of the guard's table is refused, from its first address to its last, with what
+// the table says it is: the table is the one place a range is added (red team, issue 29: the
+// wire-server and site-local addresses were missing).
+func TestEveryBlockedRangeIsRefusedEndToEnd(t *testing.T) {
+	t.Parallel()
+	g := &Guard{}
+	for _, b := range blocked {
+		for _, a := range []netip.Addr{b.prefix.Masked().Addr(), lastOf(b.prefix)} {
+			err := g.CheckAddr(a)
+			if err == nil || !strings.Contains(err.Error(), b.what) {
+				t.Errorf("%s (in %s): %v; want a refusal saying it is %s", a, b.prefix, err, b.what)
+			}
+		}
+	}
+	for _, a := range []string{"168.63.129.16", "168.63.129.15", "fec0::1", "feff::1", "192.88.99.1"} {
+		err := g.CheckAddr(netip.MustParseAddr(a))
+		if a == "168.63.129.15" { // beside it: public
+			if err != nil {
+				t.Errorf("%s: %v", a, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s was let through", a)
+		}
+	}
+}
+
+// lastOf is the last address of p.
+func lastOf(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 // A name that passed when it was registered but resolves inside our network when the delivery

@@ -11,8 +11,12 @@
 -- KEYS[1] the job's hash (routes the call)
 -- arg_grace ms; the org's queued limit is its own, else DEF_QUEUED; arg_revive "1" with a moved
 -- job's record: arg_progress, arg_nfields hash fields and values from ARGV[REST], then its events.
--- Returns the job's status; errors NOT_FOUND, CONFLICT <status>, LIMIT_QUEUED <queued> <limit>.
+-- Returns the job's status; errors NOT_FOUND, CONFLICT <status>, LIMIT_QUEUED <queued> <limit>,
+-- DELETING for a job whose delete has begun (delete_begin).
 local id = arg_id
+if redis.call('EXISTS', deletingkey(id)) == 1 then
+  return redis.error_reply('DELETING')
+end
 local key = jobkey(id)
 local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org')
 if not cur[1] and arg_revive == '1' then
