@@ -37,14 +37,14 @@ var funcArgs = map[string][]string{
 	"restart": {"id", "grace", "revive", "progress", "nfields", restArg},
 	"reap": {"batch", "backoff_base", "backoff_cap", "jitter", "grace", "agent_ttl", "avoid_ms", "quarantine_after",
 		"quarantine_window", "fault_bucket"},
-	"position": {"id", "org", "class", "priority", "fresh_ms"},
-	"abandon":  {"claim_id", "agent", "mark_ttl"},
-	"set_org":  {"org", "weight", "org_max_running", "org_max_queued", "month_budget_ms", "ckpt_ttl_ms"},
-	"archive":  {"id", "finished_at", "org"},
+	"position":     {"id", "org", "class", "priority", "fresh_ms"},
+	"abandon":      {"claim_id", "agent", "mark_ttl"},
+	"set_org":      {"org", "weight", "org_max_running", "org_max_queued", "month_budget_ms", "ckpt_ttl_ms"},
+	"archive":      {"id", "finished_at", "org"},
 	"delete_begin": {"id"},
-	"settle":   {"id", "finished_at", "events"},
-	"put_own":  {"id", "finished_at", "progress", "nfields", restArg},
-	"stored":   {"org", "id", "bytes", "how", "member", "taken", "every_ms"},
+	"settle":       {"id", "finished_at", "events"},
+	"put_own":      {"id", "finished_at", "progress", "nfields", restArg},
+	"stored":       {"org", "id", "bytes", "how", "member", "taken", "every_ms"},
 }
 
 // args are a call's own arguments by name.
