@@ -40,8 +40,10 @@ type uploader struct {
 	jobID  string
 	dir    string // <output>/<run>/checkpoints
 	keep   int
-	logger *slog.Logger
-	tel    *telemetry
+	// maxStep is the job's max_steps: a step folder past it is not the run's (0: no bound).
+	maxStep int
+	logger  *slog.Logger
+	tel     *telemetry
 	// onCommit hears of every step committed, including ones pruned right after.
 	onCommit func(step int)
 	// onSkip, when set, hears of a complete checkpoint skipped to keep the backlog short.
@@ -159,6 +161,9 @@ func (u *uploader) scan() bool {
 	found := false
 	u.mu.Lock()
 	for _, s := range jobdata.LocalSteps(u.dir) {
+		if u.maxStep > 0 && s > u.maxStep {
+			break // the job's own folder: a step past max_steps is none of the run's
+		}
 		if !u.seen[s] && jobdata.Complete(jobdata.StepDir(u.dir, s)) {
 			u.seen[s] = true
 			u.queue = append(u.queue, s)

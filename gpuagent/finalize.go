@@ -43,10 +43,24 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 		case <-final.Done():
 		}
 	}()
+	// A stop asked for while the run's data is read and stored (the run ended by itself first)
+	// ends the loops over what the job wrote — metrics read a few MiB at a time, rollouts a step
+	// at a time — whose length is the job's to choose: the user asked for the end.
+	loops, endLoops := context.WithCancel(final)
+	defer endLoops()
+	if run.cause != causeStop {
+		go func() {
+			select {
+			case <-r.lease.stopped:
+				endLoops()
+			case <-loops.Done():
+			}
+		}()
+	}
 	r.poll(final)
-	for r.data.tail.behind && final.Err() == nil { // much written at the end: a read at a time
-		_ = r.flushMetrics(final)
-		r.poll(final)
+	for r.data.tail.behind && loops.Err() == nil { // much written at the end: a read at a time
+		_ = r.flushMetrics(loops)
+		r.poll(loops)
 	}
 	kind := r.claim.Job.Config.Kind
 	evalFailed := ""
@@ -70,6 +84,10 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 		// the run is over: every step it wrote episodes for is whole (or as whole as it gets)
 		r.data.trained = max(r.data.trained, r.data.rollouts.lastStep())
 		r.data.ended = true
+		if err := r.shipRollouts(loops); err != nil && loops.Err() != nil && final.Err() == nil {
+			r.warn("the rollouts of the steps left were not stored: the job was stopped while they were")
+			r.data.rollouts = nil
+		}
 	}
 	r.flush(final)
 	if err := r.storage.get(); err != nil {

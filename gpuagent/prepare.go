@@ -68,7 +68,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 			r.note("checkpoint committed", "step", step)
 			r.lease.committedStep(step)
 		}, r.deps.tel)
-		up.tries, up.fault = cfg.StorageTries, r.storage
+		up.tries, up.fault, up.maxStep = cfg.StorageTries, r.storage, spec.MaxSteps
 		up.onSkip = func(step int) {
 			r.warn(fmt.Sprintf("checkpoint of step %d skipped: the trainer completes checkpoints faster than they can be stored", step))
 		}
@@ -140,7 +140,8 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	}
 	if rendered.RunDir != "" {
 		r.data.tail.path = filepath.Join(rendered.RunDir, "metrics.jsonl")
-		r.data.rollouts = &rolloutShipper{store: r.store, jobID: r.claim.Job.ID, dir: filepath.Join(rendered.RunDir, "rollouts"), next: p.resume + 1}
+		r.data.rollouts = &rolloutShipper{store: r.store, jobID: r.claim.Job.ID, dir: filepath.Join(rendered.RunDir, "rollouts"),
+			next: p.resume + 1, maxStep: spec.MaxSteps}
 		r.data.logs.Dir(filepath.Join(rendered.RunDir, "logs", "latest"))
 	}
 	if o, stop := r.interrupted(drain); stop {

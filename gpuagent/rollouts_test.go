@@ -116,3 +116,44 @@ func writeTraces(t *testing.T, dir string, step int, reward string, n int) {
 		t.Fatal(err)
 	}
 }
+
+// The run's folders are the job's to write: a step folder with a huge number (red team, issue
+// 29: step_9000000000000000000 made the final pass count towards it, the job RUNNING and billed
+// with the agent at full CPU) is none of the run's. The final pass visits only the folders
+// there are, up to the job's max_steps, and ends at once.
+func TestRolloutShipperReadsOnlyTheRunsSteps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := blob.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, step := range []int{1, 3, 10, 11} {
+		writeTraces(t, dir, step, "1.0", 2)
+	}
+	for _, name := range []string{"step_9000000000000000000", "step_99999999999999999999999", "step_-1", "step_05"} {
+		if err := os.MkdirAll(filepath.Join(dir, name, "train", "effective"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &rolloutShipper{store: store, jobID: "j", dir: dir, next: 1, maxStep: 10}
+	if last := s.lastStep(); last != 10 {
+		t.Fatalf("last step %d, want 10 (the job's max_steps)", last)
+	}
+	done := make(chan struct{})
+	var n int
+	go func() {
+		defer close(done)
+		n, _, err = s.ship(ctx, 9000000000000000000, true)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the final pass did not end")
+	}
+	steps, _ := jobdata.RolloutSteps(ctx, store, "j")
+	if err != nil || n != 3 || fmt.Sprint(steps) != "[1 3 10]" {
+		t.Fatalf("%d stored (%v), err %v; want steps 1, 3 and 10", n, steps, err)
+	}
+}
