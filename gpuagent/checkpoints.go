@@ -36,10 +36,10 @@ import (
 // waiting ones are skipped (the newest matters for resuming) rather than letting the disk
 // fill.
 type uploader struct {
-	store  blob.Store
-	jobID  string
-	dir    string // <output>/<run>/checkpoints
-	keep   int
+	store blob.Store
+	jobID string
+	dir   string // <output>/<run>/checkpoints
+	keep  int
 	// maxStep is the job's max_steps: a step folder past it is not the run's (0: no bound).
 	maxStep int
 	logger  *slog.Logger
