@@ -7,6 +7,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -41,6 +42,9 @@ type Queue interface {
 	Cancel(ctx context.Context, id string) (*job.Job, error)
 	Restart(ctx context.Context, id string) (*job.Job, error)
 	BeginDelete(ctx context.Context, id string) error
+	OpenStream(ctx context.Context, org, stream string, max int, lease time.Duration) (bool, error)
+	RenewStream(ctx context.Context, org, stream string, lease time.Duration) (bool, error)
+	CloseStream(ctx context.Context, org, stream string) error
 	Delete(ctx context.Context, id string) error
 	IdleCapacity(ctx context.Context, model string, counts []int) ([]int, error)
 	SealedSecrets(ctx context.Context, id string) (string, error)
@@ -90,6 +94,10 @@ type Config struct {
 	// RevocationCheck is how often an open stream looks whether its token was revoked
 	// (default 5 s); a stream also ends when its token expires.
 	RevocationCheck time.Duration
+	// MaxStreams bounds the event and log streams one organization holds open at once, over
+	// every API process (default DefaultMaxStreams; negative: no bound): each holds a
+	// connection (under Lambda an invocation) and polls Redis while it lasts.
+	MaxStreams int
 	// LogRecheck bounds how long a log follower goes without reading storage when the agent
 	// says it wrote nothing new (the heartbeat's log_bytes): default 15 s.
 	LogRecheck time.Duration
@@ -117,6 +125,7 @@ func (c *Config) validate() error {
 	if c.RevocationCheck <= 0 {
 		c.RevocationCheck = 5 * time.Second
 	}
+	c.MaxStreams = cmp.Or(c.MaxStreams, DefaultMaxStreams)
 	if c.LogRecheck <= 0 {
 		c.LogRecheck = 15 * time.Second
 	}

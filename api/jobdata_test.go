@@ -521,3 +521,50 @@ func TestPinAndUnpinACheckpoint(t *testing.T) {
 		t.Fatalf("still pinned after the unpin: %+v", list.Items)
 	}
 }
+
+// One organization holds at most MaxStreams event and log streams open (red team, issue 29:
+// 500 follow streams were taken, each holding a connection and polling Redis): the next is 429
+// with Retry-After, another organization's are untouched, and a closed stream's place is free
+// again.
+func TestAnOrganizationsStreamsAreCapped(t *testing.T) {
+	t.Parallel()
+	d := setupData(t, func(o *apitest.Options) { o.MaxStreams = 2 })
+	_, close1 := d.stream(t, "/events", "")
+	_, close2 := d.stream(t, "/logs?follow=true", "")
+	defer close2()
+	for _, path := range []string{"/events", "/logs?follow=true"} {
+		req, _ := http.NewRequest("GET", d.s.URL+"/v1/jobs/"+d.jobID+path, nil)
+		req.Header.Set("Authorization", "Bearer "+d.token)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "streams open") {
+			t.Fatalf("a third stream (%s): %d Retry-After %q %s; want 429 with Retry-After", path, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	// Another organization's streams are its own.
+	other := d.s.Token("umbrella", auth.ScopeJobsRead, auth.ScopeJobsWrite)
+	r := call(t, "POST", d.s.URL+"/v1/jobs", other, "application/toml", []byte("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = 10\n[[env]]\nid = \"acme/env\"\n"))
+	var j job.Job
+	r.decode(t, &j)
+	o := &dataBundle{s: d.s, store: d.store, token: other, ctx: d.ctx, jobID: j.ID}
+	_, closeOther := o.stream(t, "/events", "")
+	closeOther()
+	// A stream closed gives its place back.
+	close1()
+	testwait.Until(t, 30*time.Second, "a place is free again", func() bool {
+		req, _ := http.NewRequest("GET", d.s.URL+"/v1/jobs/"+d.jobID+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+d.token)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}

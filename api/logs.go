@@ -121,7 +121,10 @@ func decodeLogPosition(id string) (logPosition, bool) {
 // followLogs streams the tail, then each new line while the job runs. A newer attempt (the
 // job resumed elsewhere) is followed from its start, announced by an `attempt` event.
 func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id string, q jobdata.LogQuery, pos logPosition, fresh bool, tail ...jobdata.LogLine) {
-	ctx, cancel := s.streamContext(r)
+	ctx, cancel, ok := s.openStream(w, r)
+	if !ok {
+		return
+	}
 	defer cancel()
 	out := startSSE(w)
 	for _, l := range tail {

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -74,21 +76,57 @@ func (s *sse) keepAlive() {
 	}
 }
 
-// streamContext bounds a stream by the deployment's StreamLimit and by its token: it ends
-// when the token expires (with the verifier's leeway) or is revoked, looked at every
-// RevocationCheck. A stream opened with a token must not outlive it.
-func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
+// DefaultMaxStreams is how many event and log streams one organization may hold open at once.
+const DefaultMaxStreams = 20
+
+// openStream takes a place for a stream among the organization's (Config.MaxStreams) and bounds
+// it by the deployment's StreamLimit and by its token: it ends when the token expires (with the
+// verifier's leeway) or is revoked, looked at every RevocationCheck, when it loses its place,
+// and when the request ends. A stream opened with a token must not outlive it. Without a place
+// it answers 429 with Retry-After and reports false.
+func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (context.Context, context.CancelFunc, bool) {
+	p := principal(r)
 	base, cancel := context.WithCancel(r.Context())
 	ctx, stops := base, []context.CancelFunc{cancel}
 	bound := func(c context.Context, stop context.CancelFunc) { ctx, stops = c, append(stops, stop) }
+	stop := func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+	lease := max(3*s.cfg.RevocationCheck, 15*time.Second)
+	name := ""
+	if s.cfg.MaxStreams > 0 {
+		b := make([]byte, 12)
+		_, _ = rand.Read(b)
+		name = hex.EncodeToString(b)
+		ok, err := s.cfg.Queue.OpenStream(r.Context(), p.Org, name, s.cfg.MaxStreams, lease)
+		if err != nil {
+			stop()
+			s.internalError(w, r, err)
+			return nil, nil, false
+		}
+		if !ok {
+			stop()
+			prob := newProblem(http.StatusTooManyRequests, "limit-streams", fmt.Sprintf(
+				"organization %s has %d event and log streams open, its limit: close one (or read without follow) and try again", p.Org, s.cfg.MaxStreams))
+			prob.retryAfter = int(lease.Seconds())
+			writeProblem(w, r, prob)
+			return nil, nil, false
+		}
+		stops = append(stops, func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+			defer cancel()
+			_ = s.cfg.Queue.CloseStream(cctx, p.Org, name)
+		})
+	}
 	if s.cfg.StreamLimit > 0 {
 		bound(context.WithTimeout(ctx, s.cfg.StreamLimit))
 	}
-	p := principal(r)
 	if !p.ExpiresAt.IsZero() {
 		bound(context.WithDeadline(ctx, p.ExpiresAt.Add(auth.Leeway)))
 	}
-	if p.TokenID != "" {
+	if p.TokenID != "" || name != "" {
 		go func() {
 			t := time.NewTicker(s.cfg.RevocationCheck)
 			defer t.Stop()
@@ -97,26 +135,34 @@ func (s *Server) streamContext(r *http.Request) (context.Context, context.Cancel
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					if revoked, err := s.cfg.Queue.TokenRevoked(ctx, p.TokenID); err == nil && revoked {
-						s.cfg.Logger.Info("stream ended: its token was revoked", "jti", p.TokenID)
-						cancel() // ends ctx, derived from base
-						return
+					if p.TokenID != "" {
+						if revoked, err := s.cfg.Queue.TokenRevoked(ctx, p.TokenID); err == nil && revoked {
+							s.cfg.Logger.Info("stream ended: its token was revoked", "jti", p.TokenID)
+							cancel() // ends ctx, derived from base
+							return
+						}
+					}
+					if name != "" {
+						if kept, err := s.cfg.Queue.RenewStream(ctx, p.Org, name, lease); err == nil && !kept {
+							s.cfg.Logger.Info("stream ended: it lost its place among its organization's", "org", p.Org)
+							cancel()
+							return
+						}
 					}
 				}
 			}
 		}()
 	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-	}
+	return ctx, stop, true
 }
 
 // streamEvents sends a job's events after `after`, then new ones as they come, until the job
 // has ended and every event is sent.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, id string, after int64) {
-	ctx, cancel := s.streamContext(r)
+	ctx, cancel, ok := s.openStream(w, r)
+	if !ok {
+		return
+	}
 	defer cancel()
 	out := startSSE(w)
 	tick := time.NewTicker(500 * time.Millisecond)

@@ -42,6 +42,7 @@ var funcArgs = map[string][]string{
 	"set_org":      {"org", "weight", "org_max_running", "org_max_queued", "month_budget_ms", "ckpt_ttl_ms"},
 	"archive":      {"id", "finished_at", "org"},
 	"delete_begin": {"id"},
+	"stream":       {"org", "stream", "until", "max", "how"},
 	"settle":       {"id", "finished_at", "events"},
 	"put_own":      {"id", "finished_at", "progress", "nfields", restArg},
 	"stored":       {"org", "id", "bytes", "how", "member", "taken", "every_ms"},

@@ -61,6 +61,8 @@ var (
 	storedLua string
 	//go:embed lua/delete_begin.lua
 	deleteBeginLua string
+	//go:embed lua/stream.lua
+	streamLua string
 )
 
 // library is the source to load and the name its functions carry.
@@ -69,7 +71,7 @@ var library = buildLibrary(map[string]string{
 	"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
 	"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua, "archive": archiveLua,
 	"unwait": unwaitLua, "settle": settleLua, "put_own": putOwnLua, "stored": storedLua,
-	"delete_begin": deleteBeginLua,
+	"delete_begin": deleteBeginLua, "stream": streamLua,
 })
 
 type lib struct {

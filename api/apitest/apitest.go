@@ -56,6 +56,8 @@ type Options struct {
 	Wrap func(http.Handler) http.Handler
 	// LogRecheck is the API's (0: its default).
 	LogRecheck time.Duration
+	// MaxStreams is the API's (0: its default).
+	MaxStreams int
 	// Models is the operator's list of models (nil: none).
 	Models []api.Model
 }
@@ -107,7 +109,7 @@ func Start(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store, Storage: o.Storage, Logger: o.Logger,
-		RevocationCheck: 100 * time.Millisecond, LogRecheck: o.LogRecheck, Models: o.Models}
+		RevocationCheck: 100 * time.Millisecond, LogRecheck: o.LogRecheck, Models: o.Models, MaxStreams: o.MaxStreams}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
