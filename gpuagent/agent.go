@@ -191,6 +191,13 @@ func New(cfg Config) (*Agent, error) {
 // running pipelines, commits their complete checkpoints and hands their jobs back to the
 // queue. It returns once every job is handed back or reported.
 func (a *Agent) Run(ctx context.Context) error {
+	if sb := a.cfg.Sandbox; sb != nil {
+		// What an agent of this work folder left running when it died ends before any claim.
+		if err := sb.start(a.cfg.WorkDir, len(a.cfg.Devices), a.cfg.MaxCPUJobs); err != nil {
+			return fmt.Errorf("gpuagent: %w", err)
+		}
+		defer sb.stop() // after every job has ended (deferred calls run last first)
+	}
 	var jobs sync.WaitGroup
 	defer jobs.Wait()
 	backoff := time.Second
@@ -290,7 +297,15 @@ func (a *Agent) admit(ctx context.Context, cl *job.Claim) (*jobRun, error) {
 		a.ports.give(cl.Job.ID)
 		return nil, fmt.Errorf("no %d×%s free for the job", res.GPUs, res.GPUType)
 	}
-	r := a.newJobRun(cl, devs, ports, store, creds)
+	var disk *jobDisk
+	if sb := a.cfg.Sandbox; sb != nil && sb.DiskQuota >= 0 {
+		if disk, err = sb.openDisk(a.cfg.WorkDir, a.jobDir(cl.Job.ID), len(devs)); err != nil {
+			a.pool.give(cl.Job.ID)
+			a.ports.give(cl.Job.ID)
+			return nil, err
+		}
+	}
+	r := a.newJobRun(cl, devs, ports, store, creds, disk)
 	a.mu.Lock()
 	a.running[cl.Job.ID] = r
 	if len(devs) == 0 {

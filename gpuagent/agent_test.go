@@ -31,6 +31,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
+	"github.com/hostedtrain/hostedtrain/internal/mountns"
 	"github.com/hostedtrain/hostedtrain/internal/s3test"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
@@ -46,6 +47,8 @@ var emulator, agentBin string
 var checkCmd string
 
 func TestMain(m *testing.M) {
+	// As an agent does: what the tests' sandboxed jobs mount goes with the test process.
+	mountns.Private()
 	dir, err := os.MkdirTemp("", "gpuagent-bins")
 	if err != nil {
 		panic(err)
@@ -264,6 +267,12 @@ func (b bundle) run(t testing.TB, cfg gpuagent.Config) (*gpuagent.Agent, func())
 // startAgentProcess runs cmd/gpuagent as its own process, as a node does.
 func (b bundle) startAgentProcess(t testing.TB, name string, args ...string) *exec.Cmd {
 	t.Helper()
+	return b.startAgentProcessIn(t, name, t.TempDir(), args...)
+}
+
+// startAgentProcessIn is startAgentProcess with the agent's work folder work.
+func (b bundle) startAgentProcessIn(t testing.TB, name, work string, args ...string) *exec.Cmd {
+	t.Helper()
 	store := ""
 	if b.s3 != nil {
 		s := b.store.(*blob.S3)
@@ -273,7 +282,7 @@ func (b bundle) startAgentProcess(t testing.TB, name string, args ...string) *ex
 	}
 	ports := portRange()
 	cmd := exec.Command(agentBin, append([]string{"--api", b.stack.URL, "--store", store, "--gpus", "H100:2",
-		"--work-dir", t.TempDir(), "--emulated", "--emulator", emulator, "--metrics-addr", "",
+		"--work-dir", work, "--emulated", "--emulator", emulator, "--metrics-addr", "",
 		"--claim-wait", "2s", "--stop-grace", "5s", "--poll-interval", "50ms", "--flush-interval", "100ms",
 		"--port-range", fmt.Sprintf("%d-%d", ports[0], ports[1]), "--prime-rl", t.TempDir(), "--emulate-check", checkCmd}, append(upstreamtest.SandboxFlags(t), args...)...)...)
 	cmd.Env = append(os.Environ(), "HOSTEDTRAIN_AGENT_TOKEN="+b.stack.AgentToken(name))
@@ -288,6 +297,11 @@ func (b bundle) startAgentProcess(t testing.TB, name string, args ...string) *ex
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		// What a killed agent leaves (its jobs' groups and file systems) its next start would
+		// end; the test ends it here.
+		if err := gpuagent.Reclaim(work); err != nil {
+			t.Errorf("reclaim what agent %s left: %v", name, err)
+		}
 		if t.Failed() {
 			t.Logf("agent %s output:\n%s", name, out.String())
 		}

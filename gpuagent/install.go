@@ -46,18 +46,21 @@ func (r *jobRun) installEnvironments(ctx context.Context) error {
 	}
 	venv := filepath.Join(r.deps.cfg.Pipeline.PrimeRL, ".venv")
 	if r.box != nil {
-		// The node's prime-rl is read-only in the sandbox: the job installs into its own
-		// copy of the Python environment (hard links to the node's files), seen in its place.
+		// The node's prime-rl is read-only in the sandbox: the job installs into its own view
+		// of the Python environment, seen in its place — an overlay on its own disk (nothing
+		// copied), or where it has none, a copy of hard links to the node's files.
 		own := filepath.Join(r.dir, "venv")
-		// A checkout without one gets an empty one: the job's copy is seen in its place.
+		// A checkout without one gets an empty one: the job's view is seen in its place.
 		err := os.MkdirAll(venv, 0o755)
-		if err == nil {
+		if err == nil && r.disk != nil {
+			err = r.disk.overlay(venv, own)
+		} else if err == nil {
 			err = linkTree(venv, own)
 		}
 		if err != nil {
-			return fmt.Errorf("a copy of prime-rl's Python for the job's environments: %v", err)
+			return fmt.Errorf("prime-rl's Python for the job's environments: %v", err)
 		}
-		if err := r.box.bind(own, venv); err != nil {
+		if err := r.box.bind(own, venv, r.disk != nil); err != nil {
 			return err
 		}
 	}

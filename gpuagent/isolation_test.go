@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,5 +204,100 @@ func TestSandboxedJobsReachTheModelsTheOperatorAllows(t *testing.T) {
 	}
 	if gemini.calls.Load() < 4 || endpoint.calls.Load() < 1 {
 		t.Errorf("calls: %d to the provider, %d to the endpoint", gemini.calls.Load(), endpoint.calls.Load())
+	}
+}
+
+// A killed agent leaves nothing running (red team, issue 29: after make chaos six sandboxes
+// were left, each pid 1 of its namespace): SIGKILL of the agent process ends every process of
+// its jobs — a pipeline that left a process in the background, one that ignores SIGTERM and
+// hangs up — and leaves no mount of theirs on the node. What could still outlive it (here a
+// process the test puts in the job's control group, as one that got away from the agent would
+// be) is ended by the agent's next start on the node, before it claims anything.
+func TestAKilledAgentLeavesNothingRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{LeaseTTL: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond})
+	work := t.TempDir()
+	bins := t.TempDir()
+	if err := os.Chmod(bins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	emu := filepath.Join(bins, "prime-rl-emulator")
+	if data, err := os.ReadFile(emulator); err != nil || os.WriteFile(emu, data, 0o755) != nil {
+		t.Fatalf("copy the emulator: %v", err)
+	}
+	wrapper := filepath.Join(bins, "lingering")
+	script := "#!/bin/sh\nif [ \"$1\" != versions ]; then (setsid sh -c 'trap \"\" TERM HUP; exec sleep 1000' </dev/null >/dev/null 2>&1 &); fi\nexec " + emu + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	node := b.startAgentProcessIn(t, "agent-k", work, "--emulator", wrapper, "--sandbox-ro", bins, "--emulate-flags", "--emulate.step-time 100ms")
+	j := b.submit(t, withSteps(100000))
+	if got := b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status.Terminal() || j.Progress.Step >= 2 }); got.Status.Terminal() {
+		t.Fatalf("the job ended: %s %s", got.Status, got.Error)
+	}
+	pids, err := gpuagent.Running(work)
+	if err != nil || len(pids) < 3 {
+		t.Fatalf("the job's processes: %v, %v; want its sandbox, pipeline and the process it left behind", pids, err)
+	}
+	stray := exec.Command("sleep", "1000")
+	if err := stray.Start(); err != nil {
+		t.Fatal(err)
+	}
+	strayDone := make(chan struct{})
+	go func() { _ = stray.Wait(); close(strayDone) }()
+	defer func() { _ = stray.Process.Kill() }()
+	joinV2Group(t, pids[0], stray.Process.Pid)
+
+	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = node.Wait()
+	testwait.Until(t, 30*time.Second, "the job's processes to end with their agent", func() bool {
+		left, err := gpuagent.Running(work)
+		return err == nil && len(left) == 1 && left[0] == stray.Process.Pid
+	})
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), work) {
+		t.Errorf("a mount of the killed agent's jobs is left on the node:\n%s", mi)
+	}
+	b.startAgentProcessIn(t, "agent-k", work)
+	select {
+	case <-strayDone:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the next agent on the node did not end the process the last one left in its job's group")
+	}
+	if left, err := gpuagent.Running(work); err != nil || len(left) != 0 {
+		t.Fatalf("after the next agent started: %v, %v", left, err)
+	}
+}
+
+// joinV2Group moves pid into the unified-hierarchy control group of other.
+func joinV2Group(t *testing.T, other, pid int) {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path string
+	for _, line := range strings.Split(string(data), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			path = p
+		}
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root string
+	for _, line := range strings.Split(string(mi), "\n") {
+		if pre, post, ok := strings.Cut(line, " - "); ok && strings.HasPrefix(post, "cgroup2 ") {
+			root = strings.Fields(pre)[4]
+			break
+		}
+	}
+	if root == "" || !strings.Contains(path, "/hostedtrain/") {
+		t.Fatalf("no unified cgroup hierarchy with the job's group (%q in %q)", path, root)
+	}
+	if err := os.WriteFile(filepath.Join(root, path, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		t.Fatal(err)
 	}
 }

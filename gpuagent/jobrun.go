@@ -30,7 +30,8 @@ type jobRun struct {
 	dir     string
 	log     *slog.Logger
 	store   blob.Store
-	box     *box // the job's sandbox; nil where the sandbox is off
+	box     *box     // the job's sandbox; nil where the sandbox is off
+	disk    *jobDisk // the job's file system (its folder); nil where it has none
 	storage *storageFault
 	// flushFails counts the flushes in a row that failed; at Config.StorageTries the job's
 	// storage is taken as refusing it.
@@ -105,16 +106,18 @@ func (o outcome) label() string {
 	return [...]string{"completed", "failed", "stopped", "failed", "released", "lost"}[o.kind]
 }
 
-func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, store blob.Store, creds *grantedCreds) *jobRun {
-	dir := filepath.Join(a.cfg.WorkDir, "jobs", cl.Job.ID)
-	_ = os.RemoveAll(dir)
-	_ = os.MkdirAll(dir, 0o755)
+func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, store blob.Store, creds *grantedCreds, disk *jobDisk) *jobRun {
+	dir := a.jobDir(cl.Job.ID)
+	if disk == nil {
+		_ = os.RemoveAll(dir)
+		_ = os.MkdirAll(dir, 0o755)
+	}
 	for _, d := range writableDirs {
 		_ = os.MkdirAll(filepath.Join(dir, d), 0o700)
 	}
 	log := a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence, "kind", cl.Job.Kind)
 	r := &jobRun{
-		claim: cl, devices: devs, ports: ports, dir: dir, log: log, store: store, storage: newStorageFault(),
+		claim: cl, devices: devs, ports: ports, dir: dir, disk: disk, log: log, store: store, storage: newStorageFault(),
 		deps: runDeps{cfg: &a.cfg, tel: a.tel, freeGPUs: sync.OnceFunc(func() { a.freeDevices(cl.Job.ID, len(devs) == 0) })},
 	}
 	r.lease = newLeaseKeeper(a.cfg.API, cl, a.runtime(), creds, log, a.tel)
@@ -130,6 +133,9 @@ func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, st
 	r.data.logs.File("inference", filepath.Join(dir, "inference.log"))
 	return r
 }
+
+// jobDir is where a job's files are on the node.
+func (a *Agent) jobDir(id string) string { return filepath.Join(a.cfg.WorkDir, "jobs", id) }
 
 // note tells the user (agent.log, shipped with the job's logs) and the operator (the agent's
 // own log) what the agent did.
@@ -212,6 +218,9 @@ func (r *jobRun) pipelineEnv(localKey string) []string {
 // runJob runs one claimed job to its report. drain ends when the agent drains.
 func (a *Agent) runJob(drain context.Context, r *jobRun) {
 	defer os.RemoveAll(r.dir)
+	if r.disk != nil {
+		defer r.disk.close() // before the folder is removed: it is the mount point
+	}
 	defer a.ports.give(r.claim.Job.ID)
 	r.note("job claimed", "attempt", r.claim.Job.Attempt, "gpus", visibleDevices(r.devices),
 		"ports", fmt.Sprintf("%d-%d", r.ports.Inference(), r.ports.Inference()+upstream.PortBlockSize-1),

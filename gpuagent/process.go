@@ -56,7 +56,16 @@ func startProcess(box *box, argv []string, dir string, env []string, logPath str
 	p := &process{cmd: cmd, done: make(chan struct{}), sandboxed: box != nil}
 	started := make(chan error, 1)
 	run := func() error {
-		err := cmd.Start()
+		back, err := func() {}, error(nil)
+		if box != nil && box.group != nil {
+			// The calling thread is locked (box.ns.do): it takes the process into the job's
+			// control group and comes back out.
+			back, err = box.group.startIn(cmd.SysProcAttr)
+		}
+		if err == nil {
+			err = cmd.Start()
+			back()
+		}
 		for _, f := range cmd.ExtraFiles {
 			f.Close() // the child has its own copies
 		}

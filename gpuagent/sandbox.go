@@ -1,6 +1,7 @@
 package gpuagent
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,13 +78,126 @@ type Sandbox struct {
 	// Setpriv is util-linux's setpriv, which makes the job's processes the slot's user
 	// (default: setpriv on PATH).
 	Setpriv string
+	// MaxFiles bounds each job process's open files (RLIMIT_NOFILE; default 65536, at most the
+	// agent's own hard limit).
+	MaxFiles int
+	// ProxyConns bounds the connections one job holds open to its egress proxy, idle ones
+	// included: each is a descriptor of the agent's (two while it tunnels). Default: what the
+	// agent's descriptors allow for every slot after 4,096 kept for itself, at most 512.
+	ProxyConns int
+	// NodeMemory is the memory jobs' limits are cut from (default: the node's, less what the
+	// node and the agent keep); tests make it small.
+	NodeMemory int64
+	// DiskQuota is the size of each job's file system (disk.go): 0 for the job's share of the
+	// work disk, negative for none (the job's folder is then on the work disk itself, where a
+	// job can fill it).
+	DiskQuota int64
 
 	mu    sync.Mutex
 	slots map[int]bool
+	// cgroups are the agent's parent control groups and share what a job's limits are cut
+	// from; set by start.
+	cgroups *cgroupTree
+	share   nodeShare
 }
 
 // DefaultUIDBase is the first slot's user id: far above the ids Debian hands out.
 const DefaultUIDBase = 61000
+
+// agentFiles are the open files the agent keeps for itself (uploads, the API, log files), out of
+// reach of its jobs' proxies; maxSlots bounds the jobs one node runs at once, for dividing the
+// rest (an 8-GPU node with 8 jobs without GPUs beside).
+const (
+	agentFiles = 4096
+	maxSlots   = 16
+)
+
+// start readies the sandbox for an agent whose work folder is workDir, with gpus GPUs and
+// room for cpuJobs jobs without GPUs: its control groups, cleaned of what an earlier agent of
+// the same folder left running (a crashed agent's sandboxes are killed here, before any claim),
+// and the node's share a job's limits are cut from.
+func (s *Sandbox) start(workDir string, gpus, cpuJobs int) error {
+	t, err := openCgroups(workDir)
+	if err != nil {
+		return fmt.Errorf("the sandbox: %w", err)
+	}
+	s.cgroups = t
+	s.share = readNodeShare(gpus, cpuJobs, s.NodeMemory)
+	cleanDisks(workDir)
+	return nil
+}
+
+// Reclaim ends what an agent of workDir left on the node when it died (SIGKILL, a crash): every
+// process of its jobs (their control groups, killed whole), their file systems' mounts and
+// images. An agent does it when it starts, before it claims anything; an operator or a test can
+// do it without starting one.
+func Reclaim(workDir string) error {
+	wd, err := filepath.Abs(workDir)
+	if err == nil {
+		wd, err = filepath.EvalSymlinks(wd)
+	}
+	if err != nil {
+		return err
+	}
+	t, err := openCgroups(wd)
+	if err != nil {
+		return err
+	}
+	t.close()
+	cleanDisks(wd)
+	return nil
+}
+
+// Running lists the processes still running in the jobs' control groups of an agent of
+// workDir: none once the agent has ended, however it ended, or its next start has reclaimed
+// what it left.
+func Running(workDir string) ([]int, error) {
+	wd, err := filepath.Abs(workDir)
+	if err == nil {
+		wd, err = filepath.EvalSymlinks(wd)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v2, v1, err := cgroupRoots()
+	if err != nil {
+		return nil, err
+	}
+	name := agentGroupName(wd)
+	roots := []string{}
+	if v2 != "" {
+		roots = append(roots, filepath.Join(v2, "hostedtrain", name))
+	}
+	for _, c := range cgroupV1Controllers {
+		if r := v1[c]; r != "" {
+			roots = append(roots, filepath.Join(r, "hostedtrain", name))
+		}
+	}
+	seen := map[int]bool{}
+	var pids []int
+	for _, root := range roots {
+		groups, _ := filepath.Glob(filepath.Join(root, "*", "cgroup.procs"))
+		for _, g := range groups {
+			for _, f := range strings.Fields(readTrim(g)) {
+				if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+					seen[pid] = true
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	return pids, nil
+}
+
+// stop removes the agent's control groups once its jobs have ended.
+func (s *Sandbox) stop() {
+	if s.cgroups != nil {
+		s.cgroups.close()
+	}
+}
+
+// Limits are the limits a job with gpus GPUs runs under on this node.
+func (s *Sandbox) Limits(gpus int) jobLimits { return s.share.limits(gpus, s.MaxProcs) }
 
 // systemDirs are the host folders every job sees read-only.
 var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"}
@@ -111,6 +226,13 @@ func (s *Sandbox) check() error {
 	if s.Prlimit, err = exec.LookPath(s.Prlimit); err != nil {
 		return fmt.Errorf("the sandbox needs util-linux's prlimit: %w", err)
 	}
+	if s.DiskQuota >= 0 {
+		for _, tool := range []string{"mkfs.ext4", "mount"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				return fmt.Errorf("the sandbox gives each job a file system of its own and needs %s (Debian's e2fsprogs, util-linux): %w", tool, err)
+			}
+		}
+	}
 	if s.TmpSize == 0 {
 		s.TmpSize = 1 << 30
 	}
@@ -119,6 +241,14 @@ func (s *Sandbox) check() error {
 	}
 	if s.MaxProcs == 0 {
 		s.MaxProcs = 16384
+	}
+	var nofile unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
+		return fmt.Errorf("the sandbox: read the agent's open-files limit: %w", err)
+	}
+	s.MaxFiles = int(min(uint64(cmp.Or(s.MaxFiles, 65536)), nofile.Max))
+	if s.ProxyConns == 0 {
+		s.ProxyConns = int(min(512, max(16, (int64(nofile.Cur)-agentFiles)/2/maxSlots)))
 	}
 	if _, err := seccompFilter(runtime.GOARCH); err != nil {
 		return fmt.Errorf("the sandbox: %w", err)
@@ -175,13 +305,15 @@ type box struct {
 	uid     int
 	dir     string
 	devices []Device
+	group   *jobGroup // the job's control group: its limits, and what ends it whole
+	limits  jobLimits
 	ns      *netns
 	proxy   *egressProxy
 	// forwards are listeners in the job's network for the allowed loopback addresses.
 	forwards []net.Listener
-	// binds are more read-write binds (host path → path inside), a job's own copy of
-	// prime-rl's Python environment among them.
-	binds [][2]string
+	// binds are more read-write binds, a job's own view of prime-rl's Python environment
+	// among them.
+	binds []bindMount
 	// owned is set once the writable folders were given to the slot's user, before the job's
 	// first process: after that the job could swap a folder for a link while a walk runs.
 	owned bool
@@ -201,6 +333,17 @@ func (s *Sandbox) openBox(dir string, devices []Device, logf func(string)) (*box
 			return nil, err
 		}
 	}
+	if s.cgroups == nil {
+		b.close()
+		return nil, errors.New("the sandbox was not started (Sandbox.start)")
+	}
+	b.limits = s.Limits(len(devices))
+	g, err := s.cgroups.newGroup(filepath.Base(dir), b.limits)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.group = g
 	ns, err := newNetns()
 	if err != nil {
 		b.close()
@@ -216,7 +359,7 @@ func (s *Sandbox) openBox(dir string, devices []Device, logf func(string)) (*box
 		b.close()
 		return nil, fmt.Errorf("the job's egress proxy: %w", err)
 	}
-	b.proxy = startEgressProxy(ln, s.Allow, logf)
+	b.proxy = startEgressProxy(netutil.LimitListener(ln, s.ProxyConns), s.Allow, logf)
 	for _, addr := range s.Allow {
 		if ap, err := netip.ParseAddrPort(addr); err != nil || !ap.Addr().IsLoopback() {
 			continue
@@ -254,7 +397,14 @@ func forward(ln net.Listener, addr string) {
 	}
 }
 
+// close ends whatever the job left running (its group's processes), then frees its network,
+// proxy and slot.
 func (b *box) close() {
+	if b.group != nil {
+		if err := b.group.remove(); err != nil && b.proxy != nil && b.proxy.logf != nil {
+			b.proxy.logf(err.Error())
+		}
+	}
 	for _, l := range b.forwards {
 		l.Close()
 	}
@@ -267,12 +417,21 @@ func (b *box) close() {
 	b.sb.give(b.slot)
 }
 
-// bind makes host read-write at inside for the job's processes, owned by the slot's user.
-func (b *box) bind(host, inside string) error {
+// bindMount is a folder of the node's shown read-write in the sandbox.
+type bindMount struct {
+	host, inside string
+	// dirsOnly: only its folders become the slot user's, its files stay whose they are (an
+	// overlay's: giving them away would copy each up).
+	dirsOnly bool
+}
+
+// bind makes host read-write at inside for the job's processes, owned by the slot's user (only
+// its folders where dirsOnly).
+func (b *box) bind(host, inside string, dirsOnly bool) error {
 	if b.owned {
 		return errors.New("sandbox: a folder can be bound only before the job's first process")
 	}
-	b.binds = append(b.binds, [2]string{host, inside})
+	b.binds = append(b.binds, bindMount{host: host, inside: inside, dirsOnly: dirsOnly})
 	return nil
 }
 
@@ -338,12 +497,13 @@ func (b *box) args(argv []string) []string {
 		args = append(args, "--bind", filepath.Join(b.dir, d), filepath.Join(b.dir, d))
 	}
 	for _, bd := range b.binds {
-		args = append(args, "--bind", bd[0], bd[1])
+		args = append(args, "--bind", bd.host, bd.inside)
 	}
 	args = append(args, "--chdir", b.dir, "--")
 	uid := strconv.Itoa(b.uid)
-	nproc := strconv.Itoa(b.sb.MaxProcs)
-	args = append(args, b.sb.Prlimit, "--nproc="+nproc+":"+nproc, "--",
+	nproc := strconv.Itoa(b.limits.Tasks)
+	nofile := strconv.Itoa(b.sb.MaxFiles)
+	args = append(args, b.sb.Prlimit, "--nproc="+nproc+":"+nproc, "--nofile="+nofile+":"+nofile, "--",
 		b.sb.Setpriv, "--reuid="+uid, "--regid="+uid, "--clear-groups",
 		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--")
 	return append(args, argv...)
@@ -357,17 +517,18 @@ func (b *box) own() error {
 		return nil
 	}
 	b.owned = true
-	roots := []string{}
+	roots := []bindMount{}
 	for _, d := range writableDirs {
-		roots = append(roots, filepath.Join(b.dir, d))
+		roots = append(roots, bindMount{host: filepath.Join(b.dir, d)})
 	}
-	for _, bd := range b.binds {
-		roots = append(roots, bd[0])
-	}
+	roots = append(roots, b.binds...)
 	for _, root := range roots {
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		err := filepath.WalkDir(root.host, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
+			}
+			if root.dirsOnly && !d.IsDir() {
+				return nil
 			}
 			if !d.IsDir() && d.Type().IsRegular() {
 				if fi, err := d.Info(); err == nil {

@@ -31,6 +31,10 @@ func needSandbox(t *testing.T) *Sandbox {
 	if err := sb.check(); err != nil {
 		t.Fatal(err)
 	}
+	if err := sb.start(t.TempDir(), 4, 2); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sb.stop)
 	return sb
 }
 

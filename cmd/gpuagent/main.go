@@ -28,6 +28,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/httpserver"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/mountns"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
@@ -49,6 +50,9 @@ func main() {
 }
 
 func run() error {
+	// Jobs' file systems are mounted where only the agent and its jobs see them, and go with
+	// them however the agent ends.
+	mountns.Private()
 	def := gpuagent.DefaultPipeline()
 	apiURL := flag.String("api", os.Getenv("HOSTEDTRAIN_URL"), "the hostedtrain API")
 	gpus := flag.String("gpus", "", "GPUs this node offers, MODEL:COUNT[,MODEL:COUNT], for a node without nvidia-smi; empty asks nvidia-smi")

@@ -30,6 +30,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/httpserver"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/lifecycle"
+	"github.com/hostedtrain/hostedtrain/internal/mountns"
 	"github.com/hostedtrain/hostedtrain/internal/redisproc"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
@@ -78,6 +79,9 @@ Ctrl-C or SIGTERM stops every process it started, within --drain-timeout; a seco
 them at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The agents' jobs mount their file systems where only this process and its
+			// children see them, and they go with it however it ends.
+			mountns.Private()
 			return runDev(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
@@ -306,7 +310,11 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	stops.Go(ctx, "agents", lifecycle.Func(func(ctx context.Context) error {
 		var wg sync.WaitGroup
 		for _, a := range agents {
-			wg.Go(func() { _ = a.Run(ctx) })
+			wg.Go(func() {
+				if err := a.Run(ctx); err != nil {
+					logger.Error("an agent could not run", "err", err)
+				}
+			})
 		}
 		wg.Wait()
 		return nil
@@ -382,7 +390,7 @@ func lockData(data string) (*os.File, error) {
 		f.Close()
 		return nil, err
 	}
-	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+	if _, err := f.WriteAt([]byte(strconv.Itoa(mountns.PID())+"\n"), 0); err != nil {
 		f.Close()
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
@@ -107,6 +108,15 @@ func startDevIn(t *testing.T, data, stepTime string, extra ...string) *devStack 
 		case <-d.done:
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
+			<-d.done
+		}
+		// What the stack's agents leave if it was killed (their jobs' control groups), as their
+		// next start would.
+		agents, _ := filepath.Glob(filepath.Join(data, "agents", "*"))
+		for _, a := range agents {
+			if err := gpuagent.Reclaim(a); err != nil {
+				t.Errorf("reclaim what agent %s left: %v", a, err)
+			}
 		}
 	})
 	testwait.Until(t, 30*time.Second, "hostedtrain dev to write api.url", func() bool {
