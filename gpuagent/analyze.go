@@ -24,7 +24,7 @@ func (r *jobRun) analyze(out outcome) job.FailureAnalysis {
 	logs := []string{filepath.Join(r.dir, "install.log"), filepath.Join(r.dir, "preflight.log")}
 	logs = append(logs, r.componentLogs(r.runDir)...)
 	logs = append(logs, filepath.Join(r.dir, "pipeline.log"))
-	in := failure.Input{Stage: out.stage, ExitCode: out.code, Reason: out.reason, Attempt: r.claim.Job.Attempt}
+	in := failure.Input{Stage: out.stage, ExitCode: out.code, Reason: out.reason, Attempt: r.claim.Job.Attempt, Limits: r.limits}
 	for _, path := range logs {
 		name := filepath.Base(path)
 		if rel, err := filepath.Rel(r.runDir, path); r.runDir != "" && err == nil && !strings.HasPrefix(rel, "..") {

@@ -53,7 +53,9 @@ func startEgressProxy(ln net.Listener, allow []string, logf func(string)) *egres
 	for _, a := range allow {
 		p.allow[a] = true
 	}
-	p.tr = &http.Transport{DialContext: p.dial, Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute}
+	// Idle upstream connections are the agent's descriptors too: a few, briefly.
+	p.tr = &http.Transport{DialContext: p.dial, Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute,
+		MaxIdleConns: 16, MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() { _ = p.srv.Serve(ln) }()
 	return p

@@ -98,7 +98,7 @@ func (r *jobRun) finalize(drain, ctx context.Context, p *prepared, run ran) outc
 	}
 	switch {
 	case run.err != nil:
-		return failedIn(failure.StageServe, "%s", describeStart(run.err))
+		return failedIn(stageOr(run.err, failure.StageServe), "%s", describeStart(run.err))
 	case run.code == 0 && evalFailed != "":
 		// verifiers stores a failed model call on its rollout and exits 0.
 		return failedIn(failure.StageResults, "%s", evalFailed)

@@ -58,7 +58,7 @@ func (r *jobRun) installEnvironments(ctx context.Context) error {
 			err = linkTree(venv, own)
 		}
 		if err != nil {
-			return fmt.Errorf("prime-rl's Python for the job's environments: %v", err)
+			return &startError{fmt.Errorf("prime-rl's Python for the job's environments: %v", err)}
 		}
 		if err := r.box.bind(own, venv, r.disk != nil); err != nil {
 			return err
@@ -71,7 +71,7 @@ func (r *jobRun) installEnvironments(ctx context.Context) error {
 		argv := expand(tmpl, map[string]string{"env_id": id, "prime_rl": r.deps.cfg.Pipeline.PrimeRL}, nil)
 		start := fileSize(logPath)
 		if err := runCommand(ctx, r.box, argv, r.dir, env, logPath); err != nil {
-			return fmt.Errorf("install environment %s: %v%s", id, err, lastLines(logPath, 8))
+			return fmt.Errorf("install environment %s: %w%s", id, err, lastLines(logPath, 8))
 		}
 		// The prime CLI exits 0 when an environment resolved but its install failed, and says
 		// so in its summary (commands/env.py: "Failed to install N environment(s)").

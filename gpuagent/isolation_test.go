@@ -301,3 +301,134 @@ func joinV2Group(t *testing.T, other, pid int) {
 		t.Fatal(err)
 	}
 }
+
+// A job that allocates past its memory dies alone (red team, issue 29: one job could take the
+// node's RAM from the jobs beside it): the kernel ends it at its share of the node, its failure
+// names the limit as the job's own (not retried, the node not suspected), and another job on
+// the same node runs on.
+func TestAJobPastItsMemoryDiesAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxAttempts: 3, RetryBackoff: time.Millisecond})
+	bins := t.TempDir()
+	if err := os.Chmod(bins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(bins, "hog")
+	script := "#!/bin/sh\nif [ \"$HOG\" = 1 ]; then /usr/bin/python3 -c 'b = b\"x\" * (3 << 30); print(len(b))'; exit 1; fi\nexec " + emulator + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.agentConfig(t, "agent-m", "--emulate.step-time", "50ms")
+	primeRL := cfg.Pipeline.PrimeRL
+	cfg.Pipeline = emulated(t, wrapper, "--emulate.step-time", "50ms")
+	cfg.Pipeline.PrimeRL = primeRL
+	cfg.Sandbox = sandboxed(t)
+	cfg.Sandbox.ReadOnly = append(cfg.Sandbox.ReadOnly, emulator)
+	cfg.Devices = gpuagent.DevicesFromSpec([]job.GPU{{Model: "H100", Count: 4}})
+	cfg.Sandbox.NodeMemory = 1 << 30 // a 2-GPU job's share of the four: under 512 MiB
+	b.run(t, cfg)
+
+	neighbour := b.submit(t, withSteps(100000))
+	b.waitFor(t, neighbour.ID, "running", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 1 })
+	hog := b.submit(t, withSteps(100)+"[secrets]\nHOG = \"1\"\n")
+	done := b.waitFor(t, hog.ID, "ended", terminal)
+	a := done.FailureAnalysis
+	if done.Status != job.Failed || a == nil || a.Class != job.FailResourceLimit || a.Fault != job.FaultUser || a.Retried ||
+		!strings.Contains(a.Summary, "memory: the kernel ended") {
+		t.Fatalf("the job past its memory: %s %q, analysis %+v; want FAILED, the job's own resource limit naming memory, not retried", done.Status, done.Error, a)
+	}
+	before, err := b.user.GetJob(context.Background(), neighbour.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := b.waitFor(t, neighbour.ID, "stepping on", func(j *job.Job) bool { return j.Progress.Step >= before.Progress.Step+5 || j.Status.Terminal() })
+	if after.Status != job.Running {
+		t.Fatalf("the job beside it: %s %q; want it running on", after.Status, after.Error)
+	}
+}
+
+// A job holding 20,000 connections to its egress proxy leaves the jobs beside it untouched (red
+// team, issue 29: two processes holding 10,500 idle connections each took the agent to its
+// open-files limit in 40 s, and another organization's next job on the node FAILED): the proxy
+// accepts at most Sandbox.ProxyConns of one job's connections, idle ones included, so the
+// agent's descriptors stay its own; the job running beside it steps on, and a job claimed while
+// the connections are held starts and runs.
+func TestAJobHoldingProxyConnectionsLeavesTheOthersRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	bins := t.TempDir()
+	if err := os.Chmod(bins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Two processes of the job, each holding 10,000 connections to the proxy, then the pipeline.
+	hold := `import os, socket, sys, time
+host, port = os.environ["HTTPS_PROXY"].rsplit("//", 1)[1].split(":")
+socks = []
+for i in range(10000):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect((host, int(port)))
+    except BlockingIOError:
+        pass
+    except OSError as e:
+        print("connect", i, e, flush=True)
+        break
+    socks.append(s)
+print("holding", len(socks), flush=True)
+time.sleep(3600)
+`
+	if err := os.WriteFile(filepath.Join(bins, "hold.py"), []byte(hold), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(bins, "hold")
+	script := "#!/bin/sh\nif [ \"$HOLD\" = 1 ]; then for i in 1 2; do /usr/bin/python3 " + filepath.Join(bins, "hold.py") + " & done; fi\nexec " + emulator + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.agentConfig(t, "agent-p", "--emulate.step-time", "50ms")
+	primeRL := cfg.Pipeline.PrimeRL
+	cfg.Pipeline = emulated(t, wrapper, "--emulate.step-time", "50ms")
+	cfg.Pipeline.PrimeRL = primeRL
+	cfg.Devices = gpuagent.DevicesFromSpec([]job.GPU{{Model: "H100", Count: 6}})
+	cfg.Sandbox = sandboxed(t)
+	cfg.Sandbox.ReadOnly = append(cfg.Sandbox.ReadOnly, emulator, bins)
+	b.run(t, cfg)
+
+	fds := func() int {
+		entries, _ := os.ReadDir("/proc/self/fd")
+		return len(entries)
+	}
+	neighbour := b.submit(t, withSteps(100000))
+	b.waitFor(t, neighbour.ID, "running", func(j *job.Job) bool { return j.Status == job.Running && j.Progress.Step >= 1 })
+	before := fds()
+	hostile := b.submit(t, withSteps(100000)+"[secrets]\nHOLD = \"1\"\n")
+	testwait.Until(t, 2*time.Minute, "the hostile job to hold its connections", func() bool {
+		page, err := b.user.JobLogs(context.Background(), hostile.ID, client.LogOptions{Component: "pipeline", Tail: 100})
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, l := range page.Items {
+			if strings.Contains(l.Line, "holding") {
+				n++
+			}
+		}
+		return n == 2
+	})
+	if got, most := fds(), before+2*cfg.Sandbox.ProxyConns+256; got > most {
+		t.Errorf("the agent holds %d descriptors (%d before the hostile job): more than its proxy's bound allows (%d)", got, before, most)
+	}
+	next := b.submit(t, withSteps(20))
+	if done := b.waitFor(t, next.ID, "ended", terminal); done.Status != job.Completed {
+		t.Fatalf("a job claimed while the connections were held: %s %q", done.Status, done.Error)
+	}
+	was, err := b.user.GetJob(context.Background(), neighbour.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := b.waitFor(t, neighbour.ID, "stepping on", func(j *job.Job) bool { return j.Progress.Step >= was.Progress.Step+5 || j.Status.Terminal() })
+	if now.Status != job.Running {
+		t.Fatalf("the job beside it: %s %q", now.Status, now.Error)
+	}
+}

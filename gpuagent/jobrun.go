@@ -41,6 +41,9 @@ type jobRun struct {
 	runDir     string    // prime-rl's run folder, once the pipeline is rendered ("" for other kinds)
 	watch      *watchdog // an rl or fft run's watch for stalls and collapses, once it runs
 	stalled    string    // the stall alert's detail, once the watch raised one
+	// limits are the limits of its share of the node the job reached, read from its control
+	// group and file system as its sandbox closes (what its failure's analysis rests on).
+	limits []string
 
 	notesMu sync.Mutex
 	notes   *os.File // agent.log: what the agent did for the job, shipped with its logs
@@ -268,6 +271,7 @@ func (r *jobRun) execute(drain, ctx context.Context) outcome {
 			r.box.close()
 		}
 	}()
+	defer func() { r.limits = r.limitsReached() }() // before the sandbox closes: its counters go with it
 	p, out := r.prepare(drain, ctx)
 	if p == nil {
 		// Whatever was written before the end (install and preflight logs, notes) is the
@@ -278,6 +282,26 @@ func (r *jobRun) execute(drain, ctx context.Context) outcome {
 	defer p.stopUploads()
 	run := r.supervise(drain, ctx, p)
 	return r.finalize(drain, ctx, p, run)
+}
+
+// limitsReached are the limits of its share of the node the job reached, as the kernel counted
+// them: the OOM kills and refused tasks of its control group, and its file system full.
+func (r *jobRun) limitsReached() []string {
+	var hits []string
+	if r.box != nil && r.box.group != nil {
+		lim := r.box.limits
+		if n := r.box.group.oomKills(); n > 0 {
+			hits = append(hits, fmt.Sprintf("memory: the kernel ended %d of its processes at its limit of %.1f GiB", n, float64(lim.Memory)/(1<<30)))
+		}
+		if n := r.box.group.tasksRefused(); n > 0 {
+			hits = append(hits, fmt.Sprintf("tasks: %d new processes or threads refused at its limit of %d", n, lim.Tasks))
+		}
+	}
+	if r.disk != nil && r.disk.full() {
+		_, size := r.disk.used()
+		hits = append(hits, fmt.Sprintf("disk: its file system of %.1f GiB is full", float64(size)/(1<<30)))
+	}
+	return hits
 }
 
 // interrupted reports whether the job was stopped or lost, or the agent is draining.

@@ -49,7 +49,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	if cfg.Sandbox != nil {
 		b, err := cfg.Sandbox.openBox(r.dir, r.devices, func(msg string) { r.note(msg) })
 		if err != nil {
-			return nil, failed("sandbox: %v", err)
+			return nil, failedIn(failure.StageNode, "sandbox: %v", err)
 		}
 		r.box = b
 	}
@@ -148,11 +148,11 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		return nil, o
 	}
 	if err := r.installEnvironments(prep); err != nil {
-		return stopped(failedIn(failure.StageInstall, "%v", err))
+		return stopped(failedIn(stageOr(err, failure.StageInstall), "%v", err))
 	}
 	if len(rendered.Preflight) > 0 {
 		if err := r.preflight(prep, rendered.Preflight); err != nil {
-			return stopped(failedIn(failure.StagePreflight, "%v", err))
+			return stopped(failedIn(stageOr(err, failure.StagePreflight), "%v", err))
 		}
 	}
 	if o, stop := r.interrupted(drain); stop {
@@ -168,6 +168,15 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	return p, outcome{}
 }
 
+// stageOr is where an attempt stopped with err: the node's stage where the agent could not
+// start a process, else stage.
+func stageOr(err error, stage failure.Stage) failure.Stage {
+	if nodeFailed(err) {
+		return failure.StageNode
+	}
+	return stage
+}
+
 // RunDir is where prime-rl writes an rl job's run (--output-dir outputs --run.name JOB).
 func RunDir(jobDir, jobID string) string { return filepath.Join(jobDir, "outputs", jobID) }
 
@@ -180,6 +189,9 @@ func (r *jobRun) preflight(ctx context.Context, argv []string) error {
 	if err := runCommand(ctx, r.box, argv, r.dir, r.baseEnv(), logPath); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if nodeFailed(err) {
+			return err
 		}
 		if msg := upstreamVerdict(logPath); msg != "" {
 			return fmt.Errorf("upstream refused the config before the run: %s", msg)

@@ -93,9 +93,21 @@ func startProcess(box *box, argv []string, dir string, env []string, logPath str
 		go func() { _ = run() }()
 	}
 	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+		return nil, &startError{fmt.Errorf("start %s: %w", argv[0], err)}
 	}
 	return p, nil
+}
+
+// startError is a process of a job's the agent could not start: the node's failure (out of
+// descriptors, a broken sandbox), not the job's, which never ran.
+type startError struct{ error }
+
+func (e *startError) Unwrap() error { return e.error }
+
+// nodeFailed reports whether err is the agent's own failure to start a job's process.
+func nodeFailed(err error) bool {
+	var se *startError
+	return errors.As(err, &se)
 }
 
 // unsandboxedEnv is what a process gets of the agent's environment when the sandbox is off:

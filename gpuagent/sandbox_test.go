@@ -284,13 +284,15 @@ func TestSandboxLimits(t *testing.T) {
 	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
 	out := inBox(t, b, `
 		grep "Max processes" /proc/self/limits | tr -s ' ' 
+		grep "Max open files" /proc/self/limits | tr -s ' ' 
 		dd if=/dev/zero of=/tmp/big bs=1M count=16 2>/dev/null && echo "tmp: 16 MiB WRITTEN"
 		dd if=/dev/zero of=/dev/shm/ok bs=1M count=1 2>/dev/null && echo "shm: 1 MiB written"
 		dd if=/dev/zero of=/dev/shm/big bs=1M count=16 2>/dev/null && echo "shm: 16 MiB WRITTEN"
 		echo "cgroups $(ls /sys/fs/cgroup | wc -l)"
 		for i in $(seq 1 100); do sleep 5 & done
 	`)
-	for _, want := range []string{"Max processes 40 40", "shm: 1 MiB written", "cgroups 0", "Cannot fork"} {
+	files := fmt.Sprintf("Max open files %d %d", sb.MaxFiles, sb.MaxFiles)
+	for _, want := range []string{"Max processes 40 40", files, "shm: 1 MiB written", "cgroups 0", "Cannot fork"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("want %q:\n%s", want, out)
 		}

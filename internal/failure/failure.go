@@ -30,6 +30,7 @@ const (
 	StageResults   Stage = "results"    // the pipeline exited 0 but its results record failures
 	StageStorage   Stage = "storage"    // the job's storage refused its writes
 	StageTimeLimit Stage = "time_limit" // the job's time limit was reached
+	StageNode      Stage = "node"       // the agent could not start the job's processes (the node's doing)
 )
 
 // Line is one log line and the log it came from.
@@ -44,6 +45,10 @@ type Input struct {
 	ExitCode int    // the pipeline's, where it ran (-1: killed by a signal)
 	Reason   string // the one-line reason the agent reports
 	Attempt  int
+	// Limits are the limits of its share of the node the attempt reached, as the kernel
+	// counted them for the job's control group and file system (never read from the job's
+	// output): "memory: ...", "tasks: ...", "disk: ...".
+	Limits []string
 	// Lines are the last lines of the attempt's logs, oldest first within each log.
 	Lines []Line
 }
@@ -119,6 +124,7 @@ var stageDefaults = map[Stage]struct {
 	StageServe:     {job.FailUnknown, job.FaultUnknown, 0.4, "the inference server did not start"},
 	StagePrepare:   {job.FailUnknown, job.FaultUnknown, 0.3, "the attempt failed before the pipeline started"},
 	StagePipeline:  {job.FailUnknown, job.FaultUnknown, 0.3, "the pipeline failed and its logs do not say why in a way the service knows"},
+	StageNode:      {job.FailNodeError, job.FaultPlatform, 0.8, "the node could not start the job's processes (the agent's own failure, not the job's): retried on another node"},
 }
 
 // MaxEvidence is how many lines an analysis quotes; maxLine how long each may be.
@@ -130,9 +136,19 @@ const (
 // Classify reads a failed attempt.
 func Classify(in Input) job.FailureAnalysis {
 	a := job.FailureAnalysis{Attempt: in.Attempt}
+	// A limit the kernel enforced on the job is what ended it, whatever its logs say after.
+	if len(in.Limits) > 0 {
+		a.Class, a.Fault, a.Confidence = job.FailResourceLimit, job.FaultUser, 0.95
+		a.Summary = "the job went past its share of the node (" + strings.Join(in.Limits, "; ") +
+			"): lower what it uses (data loader workers, environment processes, what it writes) or ask for more GPUs, whose share is larger"
+		for _, l := range in.Limits {
+			a.Evidence = quote(a.Evidence, "node: "+l)
+		}
+		return a
+	}
 	// The stage decides where it always means one thing, whatever the logs say about it.
 	switch in.Stage {
-	case StageStorage, StageTimeLimit:
+	case StageStorage, StageTimeLimit, StageNode:
 		d := stageDefaults[in.Stage]
 		a.Class, a.Fault, a.Confidence, a.Summary = d.class, d.fault, d.confidence, d.summary
 		a.Evidence = quote(nil, in.Reason)

@@ -35,12 +35,14 @@ const (
 	FailTimeLimit     FailureClass = "time_limit"          // the job's time limit was reached
 	FailBudget        FailureClass = "budget"              // the job's budget was spent
 	FailStalled       FailureClass = "stalled"             // the run stopped stepping (on_stall = restart)
+	FailResourceLimit FailureClass = "resource_limit"      // the job went past its share of the node (memory, tasks, disk)
+	FailNodeError     FailureClass = "node_error"          // the node could not start the job's processes
 	FailUnknown       FailureClass = "unknown"             // nothing in the logs says
 )
 
 // FailureClasses lists every class, in the contract's order.
 var FailureClasses = []FailureClass{FailConfigRefused, FailEnvInstall, FailCUDAOOM, FailNCCLNetwork, FailGPUHardware,
-	FailNodeLost, FailUserCode, FailStorage, FailTimeLimit, FailBudget, FailStalled, FailUnknown}
+	FailNodeLost, FailUserCode, FailStorage, FailTimeLimit, FailBudget, FailStalled, FailResourceLimit, FailNodeError, FailUnknown}
 
 // Fault is whose fault a failure was: the platform's (hardware, network, storage: worth
 // another try on another node) or the user's (the config, the code: another try would burn
