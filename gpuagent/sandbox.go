@@ -311,6 +311,9 @@ type box struct {
 	proxy   *egressProxy
 	// forwards are listeners in the job's network for the allowed loopback addresses.
 	forwards []net.Listener
+	// sysfs is a sysfs mounted from the job's network namespace, shown as its /sys ("": the
+	// node's).
+	sysfs string
 	// binds are more read-write binds, a job's own view of prime-rl's Python environment
 	// among them.
 	binds []bindMount
@@ -360,6 +363,10 @@ func (s *Sandbox) openBox(dir string, devices []Device, logf func(string)) (*box
 		return nil, fmt.Errorf("the job's egress proxy: %w", err)
 	}
 	b.proxy = startEgressProxy(netutil.LimitListener(ln, s.ProxyConns), s.Allow, logf)
+	if b.sysfs, err = b.mountSysfs(); err != nil {
+		b.close()
+		return nil, err
+	}
 	for _, addr := range s.Allow {
 		if ap, err := netip.ParseAddrPort(addr); err != nil || !ap.Addr().IsLoopback() {
 			continue
@@ -373,6 +380,25 @@ func (s *Sandbox) openBox(dir string, devices []Device, logf func(string)) (*box
 		go forward(fl, addr)
 	}
 	return b, nil
+}
+
+// mountSysfs mounts, from a thread in the job's network namespace, a sysfs the job sees as its
+// /sys: the node's hardware as /sys shows it, but only the job's own network interfaces. It
+// lies beside the job's folder, in the agent's mount namespace.
+func (b *box) mountSysfs() (string, error) {
+	dir := filepath.Join(filepath.Dir(filepath.Dir(b.dir)), "sysfs", filepath.Base(b.dir))
+	unmount(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	err := b.ns.do(func() error {
+		return unix.Mount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	})
+	if err != nil {
+		_ = os.Remove(dir)
+		return "", fmt.Errorf("the job's /sys: %w", err)
+	}
+	return dir, nil
 }
 
 // forward carries each connection accepted in the job's network to addr on the node.
@@ -407,6 +433,10 @@ func (b *box) close() {
 	}
 	for _, l := range b.forwards {
 		l.Close()
+	}
+	if b.sysfs != "" {
+		unmount(b.sysfs)
+		_ = os.Remove(b.sysfs)
 	}
 	if b.proxy != nil {
 		b.proxy.close()
@@ -468,8 +498,13 @@ func (b *box) args(argv []string) []string {
 		}
 	}
 	// /sys read-only: CUDA and NVML read the GPUs' PCI details there (Flatpak's GPU access
-	// does the same); it holds the node's hardware description, no secret.
-	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind-try", "/sys", "/sys")
+	// does the same). It is a sysfs of the job's own network (sysfs shows the network of whoever
+	// mounted it): the node's interfaces are not in it.
+	sys := "/sys"
+	if b.sysfs != "" {
+		sys = b.sysfs
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind-try", sys, "/sys")
 	// /sys/fs/cgroup would show the node's cgroups, with other jobs' host PIDs.
 	if _, err := os.Stat("/sys/fs/cgroup"); err == nil {
 		args = append(args, "--tmpfs", "/sys/fs/cgroup")
@@ -555,13 +590,45 @@ func (b *box) command(argv, jobEnv []string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	// The filter is the command's fd 3 (its first extra file).
-	cmd := exec.Command(b.sb.Bwrap, append([]string{"--seccomp", "3"}, b.args(argv)...)...)
-	cmd.ExtraFiles = []*os.File{filter}
+	// bubblewrap reads its options from fd 3 (the seccomp filter is fd 4), not its command line:
+	// it is PID 1 of the job's namespace, and /proc/1/cmdline, which any process of the job may
+	// read, would show every path of the node it binds. Only the command is left there.
+	all := append([]string{"--seccomp", "4"}, b.args(argv)...)
+	sep := slices.Index(all, "--")
+	opts, err := argsFile(all[:sep])
+	if err != nil {
+		filter.Close()
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	cmd := exec.Command(b.sb.Bwrap, append([]string{"--args", "3"}, all[sep:]...)...)
+	cmd.ExtraFiles = []*os.File{opts, filter}
 	cmd.Dir = "/"
 	cmd.Env = b.env(jobEnv)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
+}
+
+// argsFile is a file holding args NUL-separated, read from its start: bubblewrap's --args.
+func argsFile(args []string) (*os.File, error) {
+	fd, err := unix.MemfdCreate("bwrap-args", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "bwrap-args")
+	var b strings.Builder
+	for _, a := range args {
+		b.WriteString(a)
+		b.WriteByte(0)
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // linkTree makes dst a copy of the tree at src whose files are hard links to src's (a copy

@@ -430,3 +430,42 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// What the job reads of the node through /proc and /sys (red team, issue 29): PID 1 of its
+// namespace (bubblewrap) shows no option of the sandbox's — no path of the node it binds — and
+// /sys shows the job's network interfaces only, not the node's, while the node's devices stay
+// there for CUDA and NVML to read.
+func TestSandboxHidesTheNodesInterfacesAndPaths(t *testing.T) {
+	sb := needSandbox(t)
+	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
+	out := inBox(t, b, `
+		echo "cmdline: $(tr '\0' ' ' < /proc/1/cmdline)"
+		echo "net: $(ls /sys/class/net | tr '\n' ' ')"
+		echo "virtual: $(ls /sys/devices/virtual/net 2>/dev/null | tr '\n' ' ')"
+		echo "devices: $(ls /sys/bus/pci/devices 2>/dev/null | wc -l)"
+	`)
+	host, _ := os.ReadDir("/sys/class/net")
+	hostPCI, _ := os.ReadDir("/sys/bus/pci/devices")
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, "cmdline: "):
+			for _, leak := range []string{"--bind", "--ro-bind", "--seccomp", "--tmpfs", "--dev", b.sb.Hide[0], b.dir + " "} {
+				if strings.Contains(line, leak) {
+					t.Errorf("PID 1's command line shows %q: %s", leak, line)
+				}
+			}
+		case strings.HasPrefix(line, "net: "), strings.HasPrefix(line, "virtual: "):
+			_, names, _ := strings.Cut(line, ": ")
+			if strings.TrimSpace(names) != "lo" {
+				t.Errorf("the job sees these network interfaces: %q (the node has %d)", names, len(host))
+			}
+		case strings.HasPrefix(line, "devices: "):
+			if n, _ := strconv.Atoi(strings.TrimPrefix(line, "devices: ")); n != len(hostPCI) {
+				t.Errorf("the job sees %d PCI devices, the node has %d", n, len(hostPCI))
+			}
+		}
+	}
+	if !strings.Contains(out, "bwrap --args 3 -- ") {
+		t.Fatalf("PID 1 is not bubblewrap, or shows its options:\n%s", out)
+	}
+}
