@@ -14,11 +14,12 @@ import (
 )
 
 type claimRequest struct {
-	GPUs        []job.GPU    `json:"gpus"`
-	WaitSeconds float64      `json:"wait_seconds"`
-	GPUJobsOnly bool         `json:"gpu_jobs_only"`
-	ClaimID     string       `json:"claim_id"`
-	Runtime     *job.Runtime `json:"runtime"`
+	GPUs        []job.GPU      `json:"gpus"`
+	WaitSeconds float64        `json:"wait_seconds"`
+	GPUJobsOnly bool           `json:"gpu_jobs_only"`
+	ClaimID     string         `json:"claim_id"`
+	Runtime     *job.Runtime   `json:"runtime"`
+	Health      *job.NodeCheck `json:"health"`
 }
 
 func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
@@ -33,6 +34,7 @@ func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
 		GPUJobsOnly: req.GPUJobsOnly,
 		ClaimID:     req.ClaimID,
 		Runtime:     req.Runtime,
+		Health:      req.Health,
 	})
 	if err != nil {
 		if r.Context().Err() != nil {

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,6 +94,14 @@ type Config struct {
 	// Sandbox runs the job's processes isolated from the node and each other; nil runs them
 	// as the agent's own user with the node in reach — unsafe with other people's code.
 	Sandbox *Sandbox
+	// HealthQuery is the command that asks the GPU driver how the node's GPUs are (health.go:
+	// nvidia-smi with HealthQuery's arguments on a node whose GPUs it lists); nil: the GPUs are
+	// not asked (a node of --gpus). KernelLog is the kernel's log the check reads the driver's
+	// Xid reports from ("/dev/kmsg" on a node; "": none). HealthInterval is how often the node is
+	// checked before a claim when nothing made it look sooner (default 10 min).
+	HealthQuery    []string
+	KernelLog      string
+	HealthInterval time.Duration
 	Logger  *slog.Logger
 }
 
@@ -116,6 +125,7 @@ func (c *Config) validate() error {
 	def(&c.FlushInterval, 10*time.Second)
 	def(&c.ReportTimeout, 15*time.Minute)
 	def(&c.ServeTimeout, 30*time.Minute)
+	def(&c.HealthInterval, 10*time.Minute)
 	if c.MaxCPUJobs == 0 {
 		c.MaxCPUJobs = 2
 	}
@@ -150,6 +160,7 @@ func (c *Config) validate() error {
 // Agent claims and runs jobs.
 type Agent struct {
 	cfg   Config
+	node  *nodeChecker
 	pool  *pool
 	ports *portAllocator
 	tel   *telemetry
@@ -181,7 +192,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("gpuagent: %w", err)
 	}
 	cfg.WorkDir = wd
-	a := &Agent{cfg: cfg, pool: newPool(cfg.Devices), ports: newPortAllocator(cfg.PortRange), tel: newTelemetry(),
+	a := &Agent{cfg: cfg, pool: newPool(cfg.Devices), node: newNodeChecker(&cfg), ports: newPortAllocator(cfg.PortRange), tel: newTelemetry(),
 		running: map[string]*jobRun{}, changed: make(chan struct{}, 1)}
 	a.tel.setGPUs(a.pool)
 	return a, nil
@@ -222,7 +233,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.cancelClaim = cancel
 		a.mu.Unlock()
 		rt := a.runtime()
-		cl, err := a.cfg.API.Claim(claimCtx, job.ClaimRequest{GPUs: free, Wait: a.cfg.ClaimWait, GPUJobsOnly: !cpuRoom, Runtime: &rt})
+		// A node whose own check fails takes no work: the claim says so, and the service takes
+		// the node out of rotation.
+		health := a.node.beforeClaim(claimCtx, a.cfg.HealthInterval)
+		if health != nil {
+			a.cfg.Logger.Error("the node's own check failed; claiming nothing", "evidence", strings.Join(health.Evidence, "; "))
+		}
+		cl, err := a.cfg.API.Claim(claimCtx, job.ClaimRequest{GPUs: free, Wait: a.cfg.ClaimWait, GPUJobsOnly: !cpuRoom, Runtime: &rt, Health: health})
 		a.mu.Lock()
 		a.cancelClaim = nil
 		a.mu.Unlock()

@@ -248,7 +248,9 @@ func (b bundle) run(t testing.TB, cfg gpuagent.Config) (*gpuagent.Agent, func())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = a.Run(ctx)
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("agent: %v", err)
+		}
 	}()
 	// Stopping is bounded: an agent that does not drain in time fails the test rather than
 	// holding the whole run until the package's timeout.

@@ -2,6 +2,9 @@ package gpuagent_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +13,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
@@ -73,40 +77,126 @@ func TestAnNCCLErrorIsRetriedOnAnotherNode(t *testing.T) {
 	}
 }
 
-// A node whose runs keep failing for the platform's reasons is quarantined after
-// QuarantineAfter of them: it takes no more work (the operator sees it in `admin nodes list`),
-// and its jobs finish on another node. An operator's drain hands a running job back from a
-// node without spending an attempt, and the job finishes elsewhere.
-func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
-	t.Parallel()
-	// A backoff over at once: the second job is queued behind the first's retry, which avoids
-	// agent-a, and agent-a passes over it to take the second.
-	b := setup(t, queue.Config{RetryBackoff: time.Millisecond, QuarantineAfter: 2, QuarantineBucket: time.Millisecond})
-	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
-	stopA := b.startAgent(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "nccl")
-	var ids []string
-	for range 2 {
-		j := b.submit(t, smallJob)
-		ids = append(ids, j.ID)
-		got := b.waitWithin(t, 3*time.Minute, j.ID, "retried or ended", func(j *job.Job) bool { return j.Attempt == 2 || j.Status.Terminal() })
-		if got.Attempt != 2 {
-			t.Fatalf("job %s ended %s at attempt %d (%q, analysis %+v); want it retried after agent-a's NCCL fault",
-				j.ID, got.Status, got.Attempt, got.Error, got.FailureAnalysis)
+// driver stands in for the GPU driver's answers to the agent's health query (nvidia-smi's CSV
+// lines), on a file the test writes: as a node's driver, out of any job's reach.
+type driver struct{ file string }
+
+func newDriver(t *testing.T, gpus int) *driver {
+	d := &driver{file: filepath.Join(t.TempDir(), "driver.csv")}
+	d.set(t, gpus, -1)
+	return d
+}
+
+// set makes the driver list gpus GPUs, with uncorrectable ECC errors on GPU bad (-1: none).
+func (d *driver) set(t *testing.T, gpus, bad int) {
+	t.Helper()
+	var b strings.Builder
+	for i := range gpus {
+		ecc := 0
+		if i == bad {
+			ecc = 2
 		}
+		fmt.Fprintf(&b, "%d, 00000000:%02X:00.0, %d\n", i, 0x3b+i, ecc)
 	}
+	if err := os.WriteFile(d.file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (d *driver) query() []string { return []string{"cat", d.file} }
+
+// nodeOf is the operator's view of one node ("" state and no faults where it is not listed).
+func nodeOf(t *testing.T, admin *client.Client, id string) job.Node {
+	t.Helper()
 	nodes, err := admin.Nodes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var a *job.Node
-	for i := range nodes {
-		if nodes[i].ID == "agent-a" {
-			a = &nodes[i]
+	for _, n := range nodes {
+		if n.ID == id {
+			return n
 		}
 	}
-	if a == nil || a.State != job.NodeQuarantined || a.RecentFaults != 2 {
-		t.Fatalf("nodes %+v; want agent-a quarantined after 2 platform faults", nodes)
+	return job.Node{ID: id}
+}
+
+// A job that prints the driver's Xid lines cannot take a node out of service (red team, issue
+// 29: two such jobs, and a node was quarantined, and another organization's job waited for an
+// operator). Each time the node checks itself — the driver says its GPUs are well — and the
+// reading is left unconfirmed: the job FAILS, not retried, nothing held against the node, and
+// the next organization's job runs on it.
+func TestATenantPrintingXidLinesLeavesTheNodeInService(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{RetryBackoff: time.Millisecond})
+	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
+	bins := t.TempDir()
+	if err := os.Chmod(bins, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	wrapper := filepath.Join(bins, "xid")
+	script := "#!/bin/sh\nif [ \"$FAKE_XID\" = 1 ]; then echo 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.' >&2; exit 1; fi\nexec " + emulator + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "10ms")
+	primeRL := cfg.Pipeline.PrimeRL
+	cfg.Pipeline = emulated(t, wrapper, "--emulate.step-time", "10ms")
+	cfg.Pipeline.PrimeRL = primeRL
+	cfg.HealthQuery = newDriver(t, 2).query()
+	b.run(t, cfg)
+	for i := range 3 {
+		j := b.submit(t, smallJob+"[secrets]\nFAKE_XID = \"1\"\n")
+		done := b.waitWithin(t, 3*time.Minute, j.ID, "ended", terminal)
+		a := done.FailureAnalysis
+		if done.Status != job.Failed || a == nil || a.Retried || a.Fault == job.FaultPlatform || a.NodeCheck == nil || a.NodeCheck.Failed {
+			t.Fatalf("job %d printing an Xid line: %s, analysis %+v; want FAILED, not retried, the node's check passed", i, done.Status, a)
+		}
+	}
+	if n := nodeOf(t, admin, "agent-a"); n.State != "" && n.State != job.NodeOK || n.RecentFaults != 0 {
+		t.Fatalf("agent-a after three jobs printing Xid lines: %+v; want in service with no fault", n)
+	}
+	other := client.New(b.stack.URL, b.stack.Token("umbrella", auth.ScopeJobsRead, auth.ScopeJobsWrite))
+	s, err := other.SubmitJob(context.Background(), []byte(smallJob), "application/toml", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done *job.Job
+	testwait.Until(t, 3*time.Minute, "another organization's job to end", func() bool {
+		done, err = other.GetJob(context.Background(), s.Job.ID)
+		return err == nil && done.Status.Terminal()
+	})
+	if done.Status != job.Completed || done.Runtime == nil || done.Runtime.AgentID != "agent-a" {
+		t.Fatalf("another organization's job: %s on %+v; want COMPLETED on agent-a", done.Status, done.Runtime)
+	}
+}
+
+// A node whose own check fails — its driver reports uncorrectable ECC errors on a GPU — is
+// quarantined with the attempt that made it look: it takes no more work (the operator sees the
+// driver's words in admin nodes list), the job is retried and finishes on another node. An
+// operator's drain hands a running job back from a node without spending an attempt, and the
+// job finishes elsewhere.
+func TestAFailingNodeIsQuarantinedAndADrainedOneHandsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{RetryBackoff: time.Millisecond})
+	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
+	drv := newDriver(t, 2)
+	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "10ms", "--emulate.crash-at-step", "3", "--emulate.fault", "nccl")
+	cfg.HealthQuery = drv.query()
+	_, stopA := b.run(t, cfg)
+	j := b.submit(t, smallJob)
+	b.waitWithin(t, 3*time.Minute, j.ID, "running", func(j *job.Job) bool { return j.Status == job.Running || j.Status.Terminal() })
+	drv.set(t, 2, 1) // GPU 1 goes bad under the run
+	got := b.waitWithin(t, 3*time.Minute, j.ID, "retried or ended", func(j *job.Job) bool { return j.Attempt == 2 || j.Status.Terminal() })
+	a := got.FailureAnalysis
+	if got.Attempt != 2 || a == nil || !a.Retried || a.NodeCheck == nil || !a.NodeCheck.Failed ||
+		!strings.Contains(strings.Join(a.NodeCheck.Evidence, " "), "uncorrectable ECC") {
+		t.Fatalf("job %s: %s attempt %d, analysis %+v; want retried on the node's failed check", j.ID, got.Status, got.Attempt, a)
+	}
+	n := nodeOf(t, admin, "agent-a")
+	if n.State != job.NodeQuarantined || !strings.Contains(n.Reason, "uncorrectable ECC") {
+		t.Fatalf("agent-a: %+v; want quarantined with the driver's words", n)
+	}
+	ids := []string{j.ID}
 	stopA()
 	b.startAgent(t, "agent-b", "--emulate.step-time", "100ms")
 	for _, id := range ids {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -243,6 +244,13 @@ func (a *Agent) runJob(drain context.Context, r *jobRun) {
 	out := r.execute(drain, life)
 	if (out.kind == endFailed || out.kind == endTimeLimit) && out.analysis == nil {
 		an := r.analyze(out)
+		if suspicious(&an) {
+			// The job's logs (or a process that could not start) point at the node: the node's
+			// own check decides, never the job's output.
+			chk := a.node.check(life)
+			judge(&an, chk)
+			r.note("the node checked itself", "failed", chk.Failed, "found", strings.Join(chk.Evidence, "; "))
+		}
 		out.analysis = &an
 		r.note("failure analysed", "class", an.Class, "fault", an.Fault, "confidence", an.Confidence, "retry", an.Retryable())
 	} else if out.analysis != nil {
@@ -258,6 +266,7 @@ func (a *Agent) runJob(drain context.Context, r *jobRun) {
 		r.lease.report(life, how, out.reason, out.analysis, a.cfg.ReportTimeout)
 	} else {
 		r.log.Warn("job abandoned", "reason", out.reason)
+		a.node.suspect() // a lost lease: the node checks itself before its next claim
 	}
 	a.done(r, out.label())
 }

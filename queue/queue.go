@@ -53,14 +53,15 @@ type Config struct {
 	// whose attempt failed, so that another node takes it if there is one. Default 5 min;
 	// negative: never.
 	RetryElsewhereFor time.Duration
-	// QuarantineAfter platform faults on one node (failures its agent read as the platform's,
-	// and lost leases) within QuarantineWindow take the node out of rotation: it claims
-	// nothing until an operator uncordons it. Defaults 3 and 1 h; negative: never.
+	// QuarantineAfter failed health checks of one node within QuarantineWindow take it out of
+	// rotation: it claims nothing until an operator uncordons it. A check is the agent's own
+	// look at its node — the GPU driver, the kernel's log, its own probes — never what a job
+	// printed: a job's output may make the agent check, nothing more. Failed checks of one
+	// organization's jobs count once; lost leases are recorded (the node's recent faults) and
+	// make the agent check, but never quarantine by themselves. Defaults 1 and 1 h; negative:
+	// never.
 	QuarantineAfter  int
 	QuarantineWindow time.Duration
-	// QuarantineBucket is the span within which a node's faults count as one incident (a
-	// crash fails all its jobs at once). Default 1 min.
-	QuarantineBucket time.Duration
 	// MaxClaimWait caps how long a claim may wait for work. Default 20 s.
 	MaxClaimWait time.Duration
 	// UsageHalfLife is how fast past GPU use stops counting against an organization's share.
@@ -129,10 +130,9 @@ func (c Config) withDefaults() Config {
 	def(&c.RetryBackoffMax, 10*time.Minute)
 	def(&c.RetryElsewhereFor, 5*time.Minute)
 	if c.QuarantineAfter == 0 {
-		c.QuarantineAfter = 3
+		c.QuarantineAfter = 1
 	}
 	def(&c.QuarantineWindow, time.Hour)
-	def(&c.QuarantineBucket, time.Minute)
 	def(&c.MaxClaimWait, 20*time.Second)
 	def(&c.UsageHalfLife, 24*time.Hour)
 	def(&c.ClaimQuantum, 60*time.Second)
@@ -730,7 +730,8 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuO
 		"lease_ttl": c.cfg.LeaseTTL.Milliseconds(), "agent": req.AgentID, "token_rand": randomHex(12), "free": free,
 		"quantum": c.cfg.ClaimQuantum.Milliseconds(), "lease_expires": ms(now.Add(c.cfg.LeaseTTL)),
 		"paid_until": ms(now.Add(c.cfg.ClaimQuantum)), "gpu_only": gpuOnly, "claim_id": req.ClaimID,
-		"waiter": waiter, "wait_until": ms(waitUntil), "filed": boolArg(filed),
+		"waiter": waiter, "wait_until": ms(waitUntil), "filed": boolArg(filed), "health": healthArg(req.Health),
+		"quarantine_after": c.cfg.QuarantineAfter, "quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
 	}).Result()
 	if err != nil {
 		return nil, time.Time{}, scriptErr("claim", err)
@@ -886,14 +887,34 @@ func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job
 		"freed_at": freedArg(o.GPUsFreedAt), "failure": failure, "failure_retried": retried,
 		"backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
 		"jitter": mrand.Float64(), "avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(),
-		"platform": o.Failure.NodeFault(), "quarantine_after": c.cfg.QuarantineAfter,
-		"quarantine_window": c.cfg.QuarantineWindow.Milliseconds(), "fault_bucket": c.cfg.QuarantineBucket.Milliseconds(),
+		"node_check": nodeCheckArg(o.Failure), "quarantine_after": c.cfg.QuarantineAfter,
+		"quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
 	}, steps...).Text()
 	c.settleSoon(ctx, id)
 	if err != nil {
 		return "", stepsErr(how, o.Checkpoints, err)
 	}
 	return job.Status(st), nil
+}
+
+// nodeCheckArg is what finish.lua takes of a failure whose node check failed: what the check
+// found (the quarantine's reason), or "" for a failure that does not count against the node.
+func nodeCheckArg(a *job.FailureAnalysis) string {
+	if !a.NodeFault() {
+		return ""
+	}
+	return healthArg(a.NodeCheck)
+}
+
+// healthArg is a claim's failed check of its node as claim.lua takes it: what it found, or "".
+func healthArg(h *job.NodeCheck) string {
+	if h == nil || !h.Failed {
+		return ""
+	}
+	if len(h.Evidence) == 0 {
+		return "no detail"
+	}
+	return strings.Join(h.Evidence, "; ")
 }
 
 // failureArgs are a failure's analysis as the job keeps it when it ends and when it is retried
@@ -965,8 +986,7 @@ func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, e
 	res, err := c.call(ctx, "reap", c.keys.leases(), args{
 		"batch": batch, "backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
 		"jitter": mrand.Float64(), "grace": c.cfg.StopGrace.Milliseconds(), "agent_ttl": c.agentTTL().Milliseconds(),
-		"avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(), "quarantine_after": c.cfg.QuarantineAfter,
-		"quarantine_window": c.cfg.QuarantineWindow.Milliseconds(), "fault_bucket": c.cfg.QuarantineBucket.Milliseconds(),
+		"avoid_ms": c.cfg.RetryElsewhereFor.Milliseconds(), "quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
 	}).Int64Slice()
 	if err != nil {
 		return 0, false, scriptErr("reap", err)

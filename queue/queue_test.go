@@ -1250,29 +1250,59 @@ func TestAClaimPassesOverJobsThatAvoidIt(t *testing.T) {
 	})
 }
 
-// A node whose attempts keep failing for the platform's reasons is quarantined after
-// QuarantineAfter of them: it claims nothing (and is not counted as capacity) until an operator
-// puts it back. An operator's drain makes the heartbeats of its jobs answer release.
+// Node health counts only what the agent's own check of its node found (red team, issue 29: a
+// tenant's printed Xid lines quarantined nodes). Failures its logs read as the platform's —
+// with no failed check — count for nothing; lost leases are recorded but never quarantine; a
+// failed check of one organization's jobs counts once; QuarantineAfter failed checks take the
+// node out of rotation until an operator puts it back, as a claim that carries a failed check
+// does. An operator's drain makes the heartbeats of its jobs answer release.
 func TestNodeHealth(t *testing.T) {
 	t.Parallel()
 	each(t, func(t *testing.T, b bundle) {
-		// Sure enough to count against the node, not to be retried: the jobs end here.
-		fault := &job.FailureAnalysis{Class: job.FailGPUHardware, Fault: job.FaultPlatform, Confidence: 0.6, Summary: "ECC"}
-		for i := range 2 {
-			b.clock.Advance(time.Minute) // one fault a minute counts: these are two incidents
-			j := b.submit(t, "acme", fmt.Sprintf("f%d", i))
-			cl := b.claimFor(t, "node-a", h100x8)
-			if cl == nil || cl.Job.ID != j.ID {
-				t.Fatalf("claim %d: %+v", i, cl)
+		nodeOf := func(id string) *job.Node {
+			nodes, err := b.q.Nodes(b.ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if _, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: "ECC", Failure: fault}); err != nil {
+			for i := range nodes {
+				if nodes[i].ID == id {
+					return &nodes[i]
+				}
+			}
+			return nil
+		}
+		fail := func(org, name, node string, a *job.FailureAnalysis) {
+			t.Helper()
+			j := b.submit(t, org, name)
+			cl := b.claimFor(t, node, h100x8)
+			if cl == nil || cl.Job.ID != j.ID {
+				t.Fatalf("claim of %s on %s: %+v", name, node, cl)
+			}
+			if _, err := b.q.Fail(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Reason: a.Summary, Failure: a}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		nodes, err := b.q.Nodes(b.ctx)
-		if err != nil || len(nodes) != 1 || nodes[0].ID != "node-a" || nodes[0].State != job.NodeQuarantined ||
-			nodes[0].RecentFaults != 2 || !strings.Contains(nodes[0].Reason, "2 platform faults") {
-			t.Fatalf("nodes %+v %v; want node-a quarantined after 2 faults", nodes, err)
+		// The job's own logs said Xid, three times: the node is not even suspected.
+		printed := &job.FailureAnalysis{Class: job.FailGPUHardware, Fault: job.FaultPlatform, Confidence: 0.9, Summary: "Xid 79",
+			NodeCheck: &job.NodeCheck{Failed: false, Evidence: []string{"nvidia-smi: every GPU answers"}}}
+		for i := range 3 {
+			fail("mallory", fmt.Sprintf("x%d", i), "node-a", printed)
+		}
+		if n := nodeOf("node-a"); n != nil && (n.State != job.NodeOK || n.RecentFaults != 0) {
+			t.Fatalf("node-a after faults its jobs printed: %+v", n)
+		}
+		// Failed checks: one organization's count once; another's make two, the limit here.
+		checked := &job.FailureAnalysis{Class: job.FailGPUHardware, Fault: job.FaultPlatform, Confidence: 0.95, Summary: "ECC",
+			NodeCheck: &job.NodeCheck{Failed: true, Evidence: []string{"nvidia-smi: GPU 3 has 2 uncorrectable ECC errors"}}}
+		fail("acme", "f1", "node-a", checked)
+		fail("acme", "f2", "node-a", checked)
+		if n := nodeOf("node-a"); n == nil || n.State != job.NodeOK || n.RecentFaults != 1 {
+			t.Fatalf("node-a after two failed checks of one organization's jobs: %+v; want in rotation, one fault", n)
+		}
+		fail("other", "f3", "node-a", checked)
+		n := nodeOf("node-a")
+		if n == nil || n.State != job.NodeQuarantined || n.RecentFaults != 2 || !strings.Contains(n.Reason, "health check failed") {
+			t.Fatalf("node-a after a second organization's failed check: %+v; want quarantined", n)
 		}
 		b.submit(t, "acme", "next")
 		if cl := b.claimFor(t, "node-a", h100x8); cl != nil {
@@ -1286,11 +1316,8 @@ func TestNodeHealth(t *testing.T) {
 		if cl == nil {
 			t.Fatal("an uncordoned node claims nothing")
 		}
-		nodes, _ = b.q.Nodes(b.ctx)
-		for _, n := range nodes {
-			if n.ID == "node-a" && (n.State != job.NodeOK || n.RecentFaults != 0) {
-				t.Errorf("after uncordon: %+v", n)
-			}
+		if n := nodeOf("node-a"); n == nil || n.State != job.NodeOK || n.RecentFaults != 0 {
+			t.Errorf("after uncordon: %+v", n)
 		}
 		// A drain: the node's job hears release on its next heartbeat; the node claims nothing.
 		if err := b.q.SetNode(b.ctx, "node-a", job.NodeDraining, "kernel update"); err != nil {
@@ -1304,44 +1331,46 @@ func TestNodeHealth(t *testing.T) {
 		if got := b.claimFor(t, "node-a", h100x8); got != nil {
 			t.Fatal("a draining node claimed a job")
 		}
-		// A user fault counts for nothing against the node.
-		if err := b.q.SetNode(b.ctx, "node-b", job.NodeOK, ""); err != nil {
-			t.Fatal(err)
-		}
-		for i := range 3 {
-			j := b.submit(t, "other", fmt.Sprintf("u%d", i))
-			cl := b.claimFor(t, "node-b", h100x8)
-			if cl == nil {
-				t.Fatalf("node-b claim %d", i)
+		// A claim that carries a failed check takes nothing, and its node is out (two
+		// organizations' worth: the claim's own check and a job's).
+		for range 5 { // the jobs queued meanwhile go to a healthy node
+			if cl := b.claimFor(t, "node-z", h100x8); cl == nil {
+				break
 			}
+		}
+		fail("acme", "g1", "node-b", checked)
+		b.submit(t, "acme", "h")
+		if got, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "node-b", GPUs: h100x8,
+			Health: &job.NodeCheck{Failed: true, Evidence: []string{"kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus"}}}); err != nil || got != nil {
+			t.Fatalf("a claim with a failed check: %+v %v; want nothing", got, err)
+		}
+		if n := nodeOf("node-b"); n == nil || n.State != job.NodeQuarantined || !strings.Contains(n.Reason, "fallen off the bus") {
+			t.Fatalf("node-b after a claim with a failed check: %+v", n)
+		}
+		if cl := b.claimFor(t, "node-z", h100x8); cl == nil { // h, which node-b did not take
+			t.Fatal("node-z claimed nothing")
+		}
+		// A user fault counts for nothing.
+		for i := range 3 {
 			oom := &job.FailureAnalysis{Class: job.FailCUDAOOM, Fault: job.FaultUser, Confidence: 0.95, Summary: "OOM"}
-			if _, err := b.q.Fail(b.ctx, cl.Job.ID, job.Outcome{Token: cl.Lease.Token, Reason: "OOM", Failure: oom}); err != nil {
+			fail("user", fmt.Sprintf("u%d", i), "node-d", oom)
+		}
+		if n := nodeOf("node-d"); n != nil && n.RecentFaults != 0 {
+			t.Errorf("node-d after user faults alone: %+v", n)
+		}
+		// Lost leases of many organizations' jobs: recorded, never a quarantine.
+		for i, org := range []string{"o1", "o2", "o3", "o4"} {
+			b.submit(t, org, fmt.Sprintf("l%d", i))
+			if cl := b.claimFor(t, "node-c", h100x8); cl == nil {
+				t.Fatalf("node-c claim %d: nothing", i)
+			}
+			b.clock.Advance(2 * time.Minute) // every lease lapses, node-c's among them
+			if _, _, err := b.q.Reap(b.ctx, 100); err != nil {
 				t.Fatal(err)
 			}
-			_ = j
 		}
-		nodes, _ = b.q.Nodes(b.ctx)
-		for _, n := range nodes {
-			if n.ID == "node-b" {
-				t.Errorf("node-b is listed after user faults alone: %+v", n)
-			}
-		}
-		// A busy node (never seen waiting) with a fault is listed.
-		b.submit(t, "other", "c")
-		cc := b.claimFor(t, "node-c", h100x8) // whichever job is next
-		if cc == nil {
-			t.Fatal("node-c claimed nothing")
-		}
-		if _, err := b.q.Fail(b.ctx, cc.Job.ID, job.Outcome{Token: cc.Lease.Token, Reason: "ECC", Failure: fault}); err != nil {
-			t.Fatal(err)
-		}
-		nodes, _ = b.q.Nodes(b.ctx)
-		found := false
-		for _, n := range nodes {
-			found = found || (n.ID == "node-c" && n.RecentFaults == 1 && n.State == job.NodeOK)
-		}
-		if !found {
-			t.Errorf("nodes %+v lack node-c with its fault", nodes)
+		if n := nodeOf("node-c"); n == nil || n.State != job.NodeOK || n.RecentFaults < 2 {
+			t.Fatalf("node-c after four lost leases: %+v; want in rotation, its faults recorded", n)
 		}
 	}, func(c *Config) { c.QuarantineAfter = 2 })
 }

@@ -70,6 +70,10 @@ func run() error {
 	maxCPUJobs := flag.Int("max-cpu-jobs", 2, "jobs that need no GPU (evals, GEPA against API models) run at once")
 	pollInterval := flag.Duration("poll-interval", time.Second, "how often metrics.jsonl and the checkpoint folders are looked at")
 	flushInterval := flag.Duration("flush-interval", 10*time.Second, "how often metrics and log chunks are written to storage")
+	healthQuery := flag.String("health-query", "", "the command that asks the GPU driver how the GPUs are, one CSV line a GPU: index, PCI bus, uncorrectable ECC errors "+
+		"(default: --nvidia-smi "+strings.Join(gpuagent.HealthQuery, " ")+" where the GPUs come from nvidia-smi; none with --gpus)")
+	kernelLog := flag.String("kernel-log", "/dev/kmsg", "the kernel's log, where the node's check looks for the GPU driver's hardware Xid reports (empty: not read)")
+	healthInterval := flag.Duration("health-interval", 10*time.Minute, "how often the node checks itself before a claim when nothing made it look sooner")
 	var sf gpuagent.SandboxFlags
 	sf.Register(flag.CommandLine)
 	metricsAddr := flag.String("metrics-addr", "127.0.0.1:9400", "where /metrics (Prometheus) and /healthz are served; empty: nowhere")
@@ -132,6 +136,10 @@ func run() error {
 		FlushInterval: *flushInterval,
 		Sandbox:       sf.Sandbox(),
 		Logger:        logger,
+		// The node's own check (health.go): the driver's answers and the kernel's log.
+		HealthQuery:    healthCommand(*healthQuery, *gpus, *nvidiaSMI),
+		KernelLog:      *kernelLog,
+		HealthInterval: *healthInterval,
 	})
 	if err != nil {
 		return err
@@ -163,6 +171,18 @@ func run() error {
 	err = a.Run(ctx)
 	logger.Info("agent stopped")
 	return err
+}
+
+// healthCommand is the GPU health query: the operator's, else nvidia-smi's where it listed the
+// GPUs (none for a node of --gpus: nothing would answer).
+func healthCommand(flagValue, gpus, nvidiaSMI string) []string {
+	if flagValue != "" {
+		return strings.Fields(flagValue)
+	}
+	if gpus != "" {
+		return nil
+	}
+	return append([]string{nvidiaSMI}, gpuagent.HealthQuery...)
 }
 
 func openStore(ctx context.Context, s string) (blob.Store, error) {

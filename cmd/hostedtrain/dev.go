@@ -109,7 +109,7 @@ them at once.`,
 	f.DurationVar(&o.queue.RetryBackoff, "retry-backoff", 2*time.Second, "wait before a job whose lease lapsed or that met a platform fault is retried (doubles each time)")
 	f.DurationVar(&o.queue.RetryElsewhereFor, "retry-elsewhere-for", 30*time.Second,
 		"how long a retried job passes over the agent it failed on (so another takes it if there is one)")
-	f.IntVar(&o.queue.QuarantineAfter, "quarantine-after", 3, "platform faults on one agent within an hour that quarantine it (-1: never); `hostedtrain admin nodes uncordon` puts it back")
+	f.IntVar(&o.queue.QuarantineAfter, "quarantine-after", 1, "failed health checks of one agent's node within an hour that quarantine it (the agent's own check: the GPU driver, the kernel's log; never a job's output; -1: never); `hostedtrain admin nodes uncordon` puts it back")
 	f.DurationVar(&o.queue.StopGrace, "stop-grace", 30*time.Second, "how long a stopped job's agent has to confirm")
 	f.BoolVar(&o.allowLoopbackWebhooks, "allow-loopback-webhooks", true,
 		"let webhooks reach receivers on this machine (127.0.0.1, ::1); false refuses them as production does")

@@ -447,6 +447,9 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 	if req.Runtime != nil {
 		body["runtime"] = req.Runtime
 	}
+	if req.Health != nil {
+		body["health"] = req.Health
+	}
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var answering atomic.Bool

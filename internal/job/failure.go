@@ -18,6 +18,19 @@ type FailureAnalysis struct {
 	Attempt int `json:"attempt,omitempty"`
 	// Retried says whether the service queued the job again for it (on another node).
 	Retried bool `json:"retried"`
+	// NodeCheck is what the agent's own check of its node found, where the failure made it
+	// look (the logs named a GPU or network fault, or a process could not start): the only
+	// reading of a failure that counts against the node.
+	NodeCheck *NodeCheck `json:"node_check,omitempty"`
+}
+
+// NodeCheck is an agent's check of its own node: the GPU driver's answers (nvidia-smi), the
+// kernel's log as the agent reads it, and the agent's own probes (open files, free disk) —
+// evidence no job can write. Only a failed check counts against a node (quarantine).
+type NodeCheck struct {
+	Failed bool `json:"failed"`
+	// Evidence says what the check found, a line each (failed or not).
+	Evidence []string `json:"evidence,omitempty"`
 }
 
 // FailureClass names what went wrong.
@@ -64,9 +77,8 @@ func (a *FailureAnalysis) Retryable() bool {
 	return a != nil && a.Fault == FaultPlatform && a.Confidence >= RetryConfidence
 }
 
-// NodeFault says whether the failure counts against the node it ran on (node health): a fault
-// of the node itself — its GPUs, its network — not of a service every node shares (object
-// storage, the Environments Hub) nor of the job.
+// NodeFault says whether the failure counts against the node it ran on (node health): the
+// agent's own check of the node failed with it. What the job printed never does.
 func (a *FailureAnalysis) NodeFault() bool {
-	return a != nil && a.Fault == FaultPlatform && (a.Class == FailGPUHardware || a.Class == FailNCCLNetwork)
+	return a != nil && a.NodeCheck != nil && a.NodeCheck.Failed
 }

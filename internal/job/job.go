@@ -303,6 +303,9 @@ type ClaimRequest struct {
 	// installed). It travels with every claim; a claimed job records it from the agent's first
 	// heartbeat, which follows the claim at once.
 	Runtime *Runtime
+	// Health is the agent's newest check of its node where it failed: the claim takes nothing,
+	// and the node is quarantined (queue.Config.QuarantineAfter). nil: no failed check.
+	Health *NodeCheck
 }
 
 // GPU is a kind of accelerator and how many of it an agent has free.

@@ -11,7 +11,9 @@
 -- GPU-less jobs as it will); arg_claim_id "" or the agent's claim id: a claim made is recorded
 -- under it, and a claim the agent already abandoned takes nothing (abandon.lua); arg_waiter ""
 -- or the waiter to file when nothing fits (see wait_for_work), waiting until arg_wait_until;
--- arg_filed "1" if an earlier look filed it, for a claim made to take it back.
+-- arg_filed "1" if an earlier look filed it, for a claim made to take it back; arg_health ""
+-- or what the agent's failed check of its node found (node_fault, with arg_quarantine_after and
+-- arg_quarantine_window).
 -- Returns {lease token, the job's CLAIMED fields in order, config, sealed secrets or false};
 -- the token is "<fence>.<random>", and the fence grows with every claim of the job. When
 -- nothing fits: {"", the time (ms) the next retry backoff ends, or 0}, so a waiting claim knows
@@ -21,9 +23,14 @@ local agent, quantum = arg_agent, tonumber(arg_quantum)
 if arg_claim_id ~= '' and redis.call('EXISTS', claimkey(arg_claim_id)) == 1 then
   return {'', 0}
 end
+-- An agent whose own check of its node failed (arg_health: what it found) takes nothing: the
+-- failure counts against the node as a job's would, and quarantines it.
+if arg_health ~= '' then
+  node_fault(agent, 'before a claim: ' .. arg_health, '', 'check', tonumber(arg_quarantine_after), tonumber(arg_quarantine_window))
+end
 -- A node out of rotation (cordoned, quarantined, draining) takes nothing, and is not counted as
 -- capacity; its claim looks again now and then.
-if redis.call('HEXISTS', NODES, agent) == 1 then
+if arg_health ~= '' or redis.call('HEXISTS', NODES, agent) == 1 then
   forget_agent(agent)
   if arg_filed == '1' then
     unwait(arg_waiter)

@@ -7,9 +7,10 @@
 -- arg_how "completed" | "failed"; arg_progress JSON or ""; arg_freed_at when the job's GPUs
 -- were given back (ms) or ""; arg_failure the attempt's failure analysis as the job keeps it
 -- when it ends (JSON, or ""), arg_failure_retried the same when it is retried; arg_backoff_base,
--- arg_backoff_cap, arg_jitter and arg_avoid_ms as reap's; arg_platform "1" if the failure was
--- the platform's (counted against the node: node_fault, with arg_quarantine_after and
--- arg_quarantine_window); ARGV[REST..] committed checkpoint
+-- arg_backoff_cap, arg_jitter and arg_avoid_ms as reap's; arg_node_check what the agent's own
+-- check of its node found where it failed with the attempt ("" otherwise: counted against the
+-- node, node_fault, with arg_quarantine_after and arg_quarantine_window); ARGV[REST..]
+-- committed checkpoint
 -- steps, ascending.
 -- Returns the job's status; errors LEASE_LOST if the token is not the current one,
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
@@ -48,8 +49,8 @@ elseif j.stop_requested == '1' then
     status, typ, detail = 'STOPPED', 'job.stopped', 'stopped on request'
   end
 end
-if arg_how == 'failed' and arg_platform == '1' and j.stop_requested ~= '1' then
-  node_fault(j.agent_id, id, tonumber(arg_quarantine_after), tonumber(arg_quarantine_window), tonumber(arg_fault_bucket))
+if arg_how == 'failed' and arg_node_check ~= '' and j.stop_requested ~= '1' then
+  node_fault(j.agent_id, 'job ' .. id .. ': ' .. arg_node_check, org, 'check', tonumber(arg_quarantine_after), tonumber(arg_quarantine_window))
 end
 if status == 'FAILED' and j.stop_requested ~= '1' and arg_failure_retried ~= '' and (tonumber(j.attempt) or 1) < (tonumber(j.max_attempts) or 1) then
   release(id, j, {'failure', arg_failure_retried})

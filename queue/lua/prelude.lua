@@ -699,24 +699,34 @@ local function restart_job(id, org, def)
   return 'QUEUED'
 end
 
--- node_fault records a platform fault on agent's node (the job it failed, now) and quarantines
--- the node — NODES: no claims, its running jobs go on — once it has had `after` of them within
--- `window` ms (after 0 or less: never), counting at most one a `bucket` ms. Node health is the operator's: `hostedtrain admin nodes`.
-local function node_fault(agent, id, after, window, bucket)
+-- node_fault records a fault on agent's node, now: how 'check', its agent's own check of the
+-- node failed (the GPU driver, the kernel's log, its probes — nothing a job can write); 'lost',
+-- a lease of its lapsed (a suspicion: the agent checks itself after one). One organization's
+-- jobs count once within `window` ms, whatever their number (one tenant cannot walk a node
+-- into quarantine). `after` failed checks within the window quarantine the node — NODES: no
+-- claims, its running jobs go on (after 0 or less: never); lost leases never do. `what` is the
+-- job's id or the check's evidence, for the operator. Node health is the operator's: `hostedtrain
+-- admin nodes`.
+local function node_fault(agent, what, org, how, after, window)
   if not agent or agent == '' then
     return
   end
   local key = nodefaults(agent)
-  -- One fault a bucket (a minute by default) at most: one incident (a crash, an outage that
-  -- lapsed every lease) fails all of a node's jobs at once, and counts once.
-  redis.call('ZADD', key, T, 'b' .. math.floor(NOW / math.max(1, bucket)))
+  redis.call('ZADD', key, T, how .. ':' .. (org or ''))
   redis.call('ZADD', NODES_FAULTED, T, agent)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. int(NOW - window))
   redis.call('PEXPIRE', key, int(window))
-  local n = redis.call('ZCARD', key)
-  if after > 0 and n >= after and redis.call('HEXISTS', NODES, agent) == 0 then
-    redis.call('HSET', NODES, agent, 'quarantined|' .. T .. '|' .. n .. ' platform faults within ' ..
-      math.floor(window / 60000) .. ' min, the last on job ' .. id)
+  if how ~= 'check' or after <= 0 or redis.call('HEXISTS', NODES, agent) == 1 then
+    return
+  end
+  local checks = 0
+  for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    if string.sub(m, 1, 6) == 'check:' then
+      checks = checks + 1
+    end
+  end
+  if checks >= after then
+    redis.call('HSET', NODES, agent, 'quarantined|' .. T .. '|its health check failed (' .. what .. ')')
   end
 end
 

@@ -60,7 +60,7 @@ for _, id in ipairs(due(LEASES)) do
     local agent = j.agent_id or 'its agent'
     release(id, j)
     changed = changed + 1
-    node_fault(j.agent_id, id, tonumber(arg_quarantine_after), tonumber(arg_quarantine_window), tonumber(arg_fault_bucket))
+    node_fault(j.agent_id, id, org, 'lost', 0, tonumber(arg_quarantine_window))
     if j.stop_requested == '1' then
       ended(id, org, j.kind, j.stop_reason, j.restart_requested == '1',
         'the agent did not confirm the stop before its lease ran out')

@@ -13,8 +13,8 @@
 //	                           retried until then (default 3)
 //	HOSTEDTRAIN_RETRY_ELSEWHERE_FOR  how long a retried job passes over the node it failed on
 //	                           (default 5m)
-//	HOSTEDTRAIN_QUARANTINE_AFTER     platform faults on one node within the window that
-//	                           quarantine it (default 3; -1: never)
+//	HOSTEDTRAIN_QUARANTINE_AFTER     failed health checks of one node within the window that
+//	                           quarantine it (default 1; -1: never)
 //	HOSTEDTRAIN_QUARANTINE_WINDOW    that window (default 1h)
 //	HOSTEDTRAIN_MAX_RUNNING    per-organization running limit unless set per org (default none)
 //	HOSTEDTRAIN_MAX_QUEUED     per-organization queued limit unless set per org, restarts included
