@@ -102,7 +102,7 @@ type Config struct {
 	HealthQuery    []string
 	KernelLog      string
 	HealthInterval time.Duration
-	Logger  *slog.Logger
+	Logger         *slog.Logger
 }
 
 func (c *Config) validate() error {
