@@ -3,7 +3,6 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -99,7 +98,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(a.secrets) > 0 {
-		plain, _ := json.Marshal(a.secrets)
+		plain, _ := jobspec.Encode(a.secrets)
 		if sub.SealedSecrets, err = s.cfg.Secrets.Seal(plain, id); err != nil {
 			s.internalError(w, r, err)
 			return

@@ -213,7 +213,7 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 			return nil, false, err
 		}
 	}
-	cfg, err := json.Marshal(sub.Spec)
+	cfg, err := jobspec.Encode(sub.Spec)
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: encode config: %w", err)
 	}

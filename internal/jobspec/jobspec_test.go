@@ -2,8 +2,10 @@ package jobspec
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -99,5 +101,51 @@ func TestBestMetric(t *testing.T) {
 	res, err := Normalize(base(map[string]any{"checkpoints": map[string]any{"best_metric": "eval_reward"}}))
 	if err != nil || len(res.Errors) != 1 || res.Errors[0].Pointer != "/checkpoints/best_metric" {
 		t.Fatalf("eval_reward without [eval]: %v %+v", err, res.Errors)
+	}
+}
+
+// A job bigger than the service keeps is refused at submit, naming what is too big (red team,
+// issue 29: 524 KB of args and 655 KB of secrets a job, kept in Redis): an environment's args,
+// the whole config, the secrets; what is stored is no bigger than what was written (no
+// HTML escapes).
+func TestJobsBiggerThanTheServiceKeepsAreRefused(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("<", MaxArgsBytes)
+	cases := map[string]struct {
+		job  map[string]any
+		want string
+	}{
+		"args": {map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507",
+			"env": []any{map[string]any{"id": "gsm8k", "args": map[string]any{"prompt": big}}}}, "/env/0/args"},
+		"eval args": {map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507", "env": []any{map[string]any{"id": "gsm8k"}},
+			"eval": map[string]any{"env": []any{map[string]any{"id": "gsm8k", "args": map[string]any{"p": big}}}}}, "/eval/env/0/args"},
+		"secrets": {map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507", "env": []any{map[string]any{"id": "gsm8k"}},
+			"secrets": map[string]any{"A": strings.Repeat("x", 16000), "B": strings.Repeat("x", 16000), "C": strings.Repeat("x", 16000),
+				"D": strings.Repeat("x", 16000), "E": strings.Repeat("x", 2000)}}, "/secrets"},
+	}
+	envs := []any{}
+	for i := range 8 {
+		envs = append(envs, map[string]any{"id": fmt.Sprintf("env-%d", i), "args": map[string]any{"p": strings.Repeat("a", MaxArgsBytes-100)}})
+	}
+	cases["config"] = struct {
+		job  map[string]any
+		want string
+	}{map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507", "env": envs}, ""}
+	for name, tc := range cases {
+		res, err := Normalize(tc.job)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		found := false
+		for _, e := range res.Errors {
+			found = found || (e.Pointer == tc.want && strings.Contains(e.Message, "bytes"))
+		}
+		if !found {
+			t.Errorf("%s: errors %+v; want one at %q naming its size", name, res.Errors, tc.want)
+		}
+	}
+	// Stored as written: "<" is one byte, not six.
+	if b, _ := Encode(map[string]string{"p": "<&>"}); string(b) != `{"p":"<&>"}` {
+		t.Errorf("Encode: %s", b)
 	}
 }

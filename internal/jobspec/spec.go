@@ -592,6 +592,7 @@ func Normalize(v map[string]any) (Result, error) {
 		n.warn("/wandb", "there is no WANDB_API_KEY among the secrets, so this run will not log to W&B; "+
 			"add WANDB_API_KEY to an env_file or pass -e WANDB_API_KEY")
 	}
+	n.sizes(s, in.Secrets)
 	return res, nil
 }
 
