@@ -131,10 +131,22 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 
 // limitProblem answers a submit or restart past one of the organization's limits.
 func limitProblem(limit *job.LimitError) *Problem {
+	if limit.Limit == "bytes" {
+		p := newProblem(http.StatusTooManyRequests, "limit-bytes", fmt.Sprintf(
+			"organization %s holds %.1f MiB in the job store, its limit is %.0f MiB: jobs give back their config and secrets when they end "+
+				"and the rest when they are archived; wait for some to end, or delete jobs you no longer need (hostedtrain train delete)",
+			limit.Org, float64(limit.Current)/(1<<20), float64(limit.Max)/(1<<20)))
+		p.retryAfter = limitBytesRetry
+		return p
+	}
 	return newProblem(http.StatusTooManyRequests, "limit-"+limit.Limit, fmt.Sprintf(
 		"organization %s already has %d jobs %s, its limit: wait for some to start, or stop some (hostedtrain train cancel)",
 		limit.Org, limit.Current, limit.Limit))
 }
+
+// limitBytesRetry is when to try again past the job-store limit: jobs that end meanwhile give
+// back theirs, and the archiver runs every minute.
+const limitBytesRetry = 60
 
 // fingerprint identifies a submission's content for idempotency: its kind and its body.
 func fingerprint(r *http.Request) string {

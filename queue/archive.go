@@ -179,6 +179,15 @@ func (c *Client) archiveOne(ctx context.Context, id string, now time.Time) (bool
 	rec := record{Version: recordVersion, ArchivedAt: now.UTC(), Job: rec0.hash, Events: rec0.events}
 	if len(rec.Job) > 0 {
 		rec.Config, rec.Progress = cfg.Val(), rec0.progress
+		if rec.Config == "" { // a big config left Redis when the job ended: its copy has it
+			in, err := c.readInputs(ctx, id)
+			if err != nil {
+				return false, fmt.Errorf("queue: archive %s: %w", id, err)
+			}
+			if in != nil {
+				rec.Config = in.Config
+			}
+		}
 		b, err := json.Marshal(rec)
 		if err != nil {
 			return false, fmt.Errorf("queue: archive %s: %w", id, err)
@@ -189,12 +198,18 @@ func (c *Client) archiveOne(ctx context.Context, id string, now time.Time) (bool
 	}
 	// Only now that the record is stored may the job leave Redis. (A job with no hash left is
 	// only dropped from the index.)
-	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.Job["finished_at"], "org": rec.Job["org"]}).Int()
+	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.Job["finished_at"], "org": rec.Job["org"],
+		"bytes": heldBytes(rec.Job, rec.Events)}).Int()
 	if err != nil {
 		return false, scriptErr("archive", err)
 	}
 	if n == 1 {
 		if err := c.dropOwn(ctx, id); err != nil {
+			return false, err
+		}
+		// Its inputs' copy (its sealed secrets among them) goes with it: an archived job is
+		// only read.
+		if err := c.dropInputs(ctx, id); err != nil {
 			return false, err
 		}
 	}

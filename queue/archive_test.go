@@ -100,8 +100,12 @@ func TestArchiveAfterRetention(t *testing.T) {
 				t.Fatalf("job %s has no keys before archiving", id)
 			}
 		}
-		if ks := b.jobKeys(t, stopped.ID); !slices.Contains(ks, b.q.keys.own(stopped.ID, "ownsec")) {
-			t.Fatalf("the stopped job's secrets are not in Redis: %v", ks)
+		// Its secrets left Redis when it ended; their copy in object storage is what a fork reads.
+		if ks := b.jobKeys(t, stopped.ID); slices.Contains(ks, b.q.keys.own(stopped.ID, "ownsec")) {
+			t.Fatalf("the stopped job's secrets are still in Redis: %v", ks)
+		}
+		if sec, err := b.q.SealedSecrets(b.ctx, stopped.ID); err != nil || sec != "sealed-secret-bytes" {
+			t.Fatalf("the stopped job's secrets from their copy: %q %v", sec, err)
 		}
 
 		// Within the retention, nothing moves.
@@ -176,6 +180,10 @@ func TestArchiveAfterRetention(t *testing.T) {
 		if strings.HasPrefix(archiveKey(stopped.ID), "jobs/") {
 			t.Error("the record is under jobs/, which the job's agent may write")
 		}
+		// The copy of its inputs went with it: an archived job's secrets are kept nowhere.
+		if sec, err := b.q.SealedSecrets(b.ctx, stopped.ID); err != nil || sec != "" {
+			t.Errorf("an archived job's secrets: %q %v", sec, err)
+		}
 
 		// An archived job cannot change: a restart is a conflict, stopping a stopped job is
 		// the no-op it always is, stopping a failed one a conflict.
@@ -231,7 +239,7 @@ func TestArchiveNeverLosesAJob(t *testing.T) {
 		}
 
 		// The job changed after the archiver read it: the function removes nothing.
-		n, err := b.q.call(b.ctx, "archive", b.q.keys.job(j.ID), args{"id": j.ID, "finished_at": "1", "org": "acme"}).Int()
+		n, err := b.q.call(b.ctx, "archive", b.q.keys.job(j.ID), args{"id": j.ID, "finished_at": "1", "org": "acme", "bytes": 0}).Int()
 		if err != nil || n != 0 {
 			t.Fatalf("archive of a job unlike its record: %d %v", n, err)
 		}

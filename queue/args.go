@@ -15,7 +15,7 @@ import (
 // usage decay time constant (ms), the service's default running and queued limits per
 // organization (0: none), and "1" on a cluster (a job's own keys are then out of a queue
 // function's reach: settle.go).
-var commonArgs = []string{"prefix", "now", "tau", "max_running", "max_queued", "split"}
+var commonArgs = []string{"prefix", "now", "tau", "max_running", "max_queued", "split", "max_bytes", "shed"}
 
 // restArg ends a function's list when it takes a variable number of values last (checkpoint
 // steps): Lua finds them from ARGV[REST] on.
@@ -24,7 +24,7 @@ const restArg = "..."
 var funcArgs = map[string][]string{
 	"submit": {"id", "org", "kind", "name", "config", "max_attempts", "max_steps", "secrets", "priority", "class",
 		"gpus", "time_limit", "idem_key", "fingerprint", "idem_ttl", "rank", "budget_ms", "est_ms",
-		"by", "token", "price_micro"},
+		"by", "token", "price_micro", "cfg_bytes", "sec_bytes"},
 	"claim": {"lease_ttl", "agent", "token_rand", "free", "quantum", "lease_expires", "paid_until", "gpu_only",
 		"claim_id", "waiter", "wait_until", "filed", "health", "quarantine_after", "quarantine_window"},
 	"unwait": {"waiter"},
@@ -39,7 +39,7 @@ var funcArgs = map[string][]string{
 	"position":     {"id", "org", "class", "priority", "fresh_ms"},
 	"abandon":      {"claim_id", "agent", "mark_ttl"},
 	"set_org":      {"org", "weight", "org_max_running", "org_max_queued", "month_budget_ms", "ckpt_ttl_ms"},
-	"archive":      {"id", "finished_at", "org"},
+	"archive":      {"id", "finished_at", "org", "bytes"},
 	"delete_begin": {"id"},
 	"stream":       {"org", "stream", "until", "max", "how"},
 	"settle":       {"id", "finished_at", "events"},

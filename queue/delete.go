@@ -73,7 +73,8 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 		// Not in Redis: an archived job, whose record is gone now.
 		return c.finishDelete(ctx, id)
 	}
-	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash["finished_at"], "org": rec.hash["org"]}).Int()
+	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash["finished_at"], "org": rec.hash["org"],
+		"bytes": heldBytes(rec.hash, rec.events)}).Int()
 	if err != nil {
 		return scriptErr("delete", err)
 	}
@@ -83,10 +84,13 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	return c.finishDelete(ctx, id)
 }
 
-// finishDelete deletes what is left of a job the queue forgot: its own keys, then its delete's
-// mark.
+// finishDelete deletes what is left of a job the queue forgot: its own keys and its inputs'
+// copy, then its delete's mark.
 func (c *Client) finishDelete(ctx context.Context, id string) error {
 	if err := c.dropOwn(ctx, id); err != nil {
+		return err
+	}
+	if err := c.dropInputs(ctx, id); err != nil {
 		return err
 	}
 	if err := c.rdb.Del(ctx, c.keys.of("deletingkey", id)).Err(); err != nil {
@@ -96,7 +100,8 @@ func (c *Client) finishDelete(ctx context.Context, id string) error {
 }
 
 // SealedSecrets are a job's secrets as its submit sealed them ("" if it had none, or they went
-// with it when it was archived): for a fork, which opens and seals them again for itself.
+// with it when it was archived): for a fork, which opens and seals them again for itself. Those
+// of a job that ended are read from their copy in object storage (inputs.go).
 func (c *Client) SealedSecrets(ctx context.Context, id string) (string, error) {
 	// one key at a time (the two are in different slots of a cluster), the old one first: the
 	// migration writes the new one before it deletes the old (migrate.go)
@@ -109,5 +114,9 @@ func (c *Client) SealedSecrets(ctx context.Context, id string) (string, error) {
 			return v, nil
 		}
 	}
-	return "", nil
+	in, err := c.readInputs(ctx, id)
+	if err != nil || in == nil {
+		return "", err
+	}
+	return in.Secrets, nil
 }

@@ -86,6 +86,7 @@ func buildLibrary(funcs map[string]string) lib {
 	body.WriteString(luaIndexCodes())
 	body.WriteString(luaClaimed())
 	body.WriteString(luaStored())
+	body.WriteString(luaBytes())
 	body.WriteString(prelude)
 	// A stable order, so the hash (and the name) depends on the code alone.
 	names := slices.Sorted(maps.Keys(funcs))
@@ -148,7 +149,8 @@ func (c *Client) call(ctx context.Context, fn, route string, a args, rest ...any
 // callAt is call with the time the function takes for now, for callers that derive other
 // times (a lease's expiry) from the same instant.
 func (c *Client) callAt(ctx context.Context, now time.Time, fn, route string, a args, rest ...any) *redis.Cmd {
-	full, err := argv(fn, []any{c.keys.prefix, ms(now), c.tau, c.cfg.MaxRunning, c.cfg.MaxQueued, c.splitArg()}, a, rest)
+	full, err := argv(fn, []any{c.keys.prefix, ms(now), c.tau, c.cfg.MaxRunning, c.cfg.MaxQueued, c.splitArg(),
+		max(0, c.cfg.MaxOrgBytes), boolArg(c.cfg.Store != nil)}, a, rest)
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)

@@ -33,7 +33,7 @@ func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) erro
 // GetOrg reports an organization's settings in effect and its use of the queue now.
 func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) {
 	vals, err := c.rdb.HMGet(ctx, c.keys.org(org), "weight", "max_running", "max_queued", "queued", "running", "running_gpus", "usage",
-		"gpu_ms", "hold_anchor", "month", "month_ms", "month_budget_ms", "held", "ckpt_ttl_ms", "stored").Result()
+		"gpu_ms", "hold_anchor", "month", "month_ms", "month_budget_ms", "held", "ckpt_ttl_ms", "stored", "rbytes").Result()
 	if err != nil {
 		return job.OrgStatus{}, fmt.Errorf("queue: org %s: %w", org, err)
 	}
@@ -72,6 +72,7 @@ func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) 
 	st.BudgetHeld = vals[12] == "1"
 	st.CheckpointTTLDays = int(f(13) / (24 * 3600e3))
 	st.StorageBytes = int64(f(14))
+	st.JobStoreBytes, st.JobStoreLimitBytes = int64(f(15)), max(0, c.cfg.MaxOrgBytes)
 	return st, nil
 }
 

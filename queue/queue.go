@@ -10,6 +10,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	_ "embed"
@@ -90,8 +91,13 @@ type Config struct {
 	// by submitting and cancelling. Default 10000.
 	MaxEnded int
 	// Store is the object storage that keeps the record of each job the archiver moved out of
-	// Redis, and that Get and Events read such a job from; nil keeps every job in Redis.
+	// Redis, and that Get and Events read such a job from, and a copy of each job's inputs
+	// (inputs.go); nil keeps every job, and its inputs, in Redis.
 	Store blob.Store
+	// MaxOrgBytes bounds what one organization holds in Redis (inputs.go): past it a submit or
+	// a restart is a *job.LimitError (Limit "bytes"). Default DefaultMaxOrgBytes; negative: no
+	// bound.
+	MaxOrgBytes int64
 	// IdempotencyTTL is how long an Idempotency-Key is remembered. Default 24 h.
 	IdempotencyTTL time.Duration
 	// RevocationStaleness bounds how old this process's copy of the revoked tokens may be
@@ -138,6 +144,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ClaimQuantum, 60*time.Second)
 	def(&c.StopGrace, 5*time.Minute)
 	def(&c.IdempotencyTTL, 24*time.Hour)
+	c.MaxOrgBytes = cmp.Or(c.MaxOrgBytes, DefaultMaxOrgBytes)
 	def(&c.RevocationStaleness, time.Second)
 	def(&c.StorageEvery, 5*time.Minute)
 	if c.MaxQueued == 0 {
@@ -228,6 +235,13 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 	// The config and secrets go to the job's own slot: in the submit function on a single
 	// server; on a cluster, before it, and deleted again if the submit does not create the job.
 	config, secrets := string(cfg), sub.SealedSecrets
+	// A copy of the inputs in object storage first: they leave Redis when the job ends.
+	if c.cfg.Store != nil {
+		if err := c.putInputs(ctx, sub.ID, config, secrets); err != nil {
+			return nil, false, err
+		}
+	}
+	cfgBytes, secBytes := len(config), len(secrets)
 	if c.split {
 		if err := c.putConfig(ctx, sub.ID, config, secrets); err != nil {
 			return nil, false, err
@@ -242,12 +256,16 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank, "budget_ms": sub.BudgetGPUMs,
 		"est_ms": sub.EstimateGPUMs, "by": sub.CreatedBy, "token": sub.TokenID,
 		"price_micro": int64(math.Round(sub.PricePerGPUHour * 1e6)),
+		"cfg_bytes": cfgBytes, "sec_bytes": secBytes,
 	}).StringSlice()
 	var refused redis.Error
-	if c.split && (errors.As(err, &refused) || (err == nil && res[0] != "created")) {
+	if errors.As(err, &refused) || (err == nil && res[0] != "created") {
 		// Only when the function answered that it made no job: with no answer (a lost reply,
 		// a cancelled request) it may have made one, and the config must stay.
-		c.dropConfig(ctx, sub.ID)
+		if c.split {
+			c.dropConfig(ctx, sub.ID)
+		}
+		_ = c.dropInputs(context.WithoutCancel(ctx), sub.ID)
 	}
 	if err != nil {
 		return nil, false, c.submitErr(sub.Org, err)
@@ -297,10 +315,14 @@ func (c *Client) submitErr(org string, err error) error {
 // limitErr reads a LIMIT_QUEUED error reply; nil for any other error.
 func limitErr(org string, err error) *job.LimitError {
 	msg := strings.TrimPrefix(err.Error(), "ERR ")
-	if f := strings.Fields(msg); len(f) == 3 && f[0] == "LIMIT_QUEUED" {
+	if f := strings.Fields(msg); len(f) == 3 && (f[0] == "LIMIT_QUEUED" || f[0] == "LIMIT_BYTES") {
 		cur, _ := strconv.Atoi(f[1])
 		max, _ := strconv.Atoi(f[2])
-		return &job.LimitError{Org: org, Limit: "queued", Current: cur, Max: max}
+		limit := "queued"
+		if f[0] == "LIMIT_BYTES" {
+			limit = "bytes"
+		}
+		return &job.LimitError{Org: org, Limit: limit, Current: cur, Max: max}
 	}
 	return nil
 }
@@ -377,6 +399,16 @@ func (c *Client) getManyOnce(ctx context.Context, ids []string, reread bool) ([]
 		if len(m) == 0 {
 			missing = append(missing, ids[i])
 			continue
+		}
+		if cfg == "" && m["shed"] == "1" {
+			// A big config left Redis when the job ended: its copy in object storage has it.
+			in, err := c.readInputs(ctx, ids[i])
+			if err != nil {
+				return nil, err
+			}
+			if in != nil {
+				cfg = in.Config
+			}
 		}
 		j, err := jobFromMap(m, cfg, prog, c.cfg.Now())
 		if err != nil {
@@ -581,6 +613,12 @@ var ErrArchived = fmt.Errorf("the job ended more than the retention ago and is a
 // queued limit as a submit does: past it the answer is a *job.LimitError. An archived job is
 // ErrArchived.
 func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
+	// An ended job's inputs left Redis: they come back from their copy first.
+	if rec, err := c.jobHash(ctx, id); err != nil {
+		return nil, fmt.Errorf("queue: restart %s: %w", id, err)
+	} else if err := c.restoreInputs(ctx, id, rec); err != nil {
+		return nil, err
+	}
 	restart := func(revive args, rest ...any) error {
 		a := args{"id": id, "grace": c.cfg.StopGrace.Milliseconds(), "revive": "", "progress": "", "nfields": 0}
 		maps.Copy(a, revive)

@@ -51,12 +51,15 @@ var (
 // LimitError is a submission past one of its organization's limits.
 type LimitError struct {
 	Org     string
-	Limit   string // "queued"
+	Limit   string // "queued", or "bytes": what it holds in the job store
 	Current int
 	Max     int
 }
 
 func (e *LimitError) Error() string {
+	if e.Limit == "bytes" {
+		return fmt.Sprintf("organization %s holds %d bytes in the job store, its limit is %d", e.Org, e.Current, e.Max)
+	}
 	return fmt.Sprintf("organization %s has %d jobs %s, its limit is %d", e.Org, e.Current, e.Limit, e.Max)
 }
 
@@ -113,6 +116,11 @@ type OrgStatus struct {
 	// StorageBytes is what its jobs keep in object storage (checkpoints, metrics, logs,
 	// artifacts, rollouts), as the storage meter last measured it (queue/storage.go).
 	StorageBytes int64 `json:"storage_bytes"`
+	// JobStoreBytes is what its jobs hold in the service's job store (Redis) by its count: live
+	// jobs' configs and secrets, every job's record and events; past JobStoreLimitBytes (0:
+	// none) a submit or restart is refused.
+	JobStoreBytes      int64 `json:"job_store_bytes"`
+	JobStoreLimitBytes int64 `json:"job_store_limit_bytes,omitempty"`
 }
 
 // ListFilter narrows a job listing; zero fields do not filter.

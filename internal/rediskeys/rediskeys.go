@@ -108,6 +108,7 @@ var JobOwn = []Own{
 	{"ownsec", "sec", "a job's sealed secrets, from its submit on"},
 	{"ownprog", "prog", "an ended job's newest progress report (JSON)"},
 	{"ownev", "ev", "an ended job's events, a list: an event's position is its sequence number"},
+	{"ownrestored", "restored", "the end (\"<finished_at>|<events>\") after which a restart put an ended job's inputs back (put_own leaves them)"},
 }
 
 // OwnTag is the hash tag of job id's own keys under the queue's tag (as "ht").

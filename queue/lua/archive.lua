@@ -5,7 +5,8 @@
 -- its own slot). The job's own keys are then deleted by the caller; DROPPING holds the job until
 -- that is done.
 -- KEYS[1] the job's hash (routes the call)
--- arg_finished_at the end the record holds ("": the job has no hash anywhere); arg_org its org
+-- arg_finished_at the end the record holds ("": the job has no hash anywhere); arg_org its org;
+-- arg_bytes what the job holds that its org's count gives back (its record, events, inputs)
 -- Returns 1 if the queue forgot the job, 0 if it stays.
 local id = arg_id
 local live = redis.call('HMGET', jobkey(id), 'status', 'org')
@@ -27,4 +28,5 @@ redis.call('ZREM', orgjobs(arg_org), id)
 redis.call('ZREM', orgindex(arg_org), id)
 unmark_ended(id, arg_org, true)
 redis.call('ZADD', DROPPING, T, id)
+hold(arg_org, -tonumber(arg_bytes))
 return 1

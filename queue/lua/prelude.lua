@@ -7,14 +7,16 @@
 -- so the functions build the keys they need (including keys of jobs they pick) from the prefix.
 -- A job's own keys (owncfg, ownjob, ...) carry the job's own tag: a function touches them only
 -- when it runs on a single server (SPLIT false) or is routed by one of them (settle.go).
-local KEYS, ARGV, NOW, T, TAU, DEF_RUNNING, DEF_QUEUED, SPLIT
+local KEYS, ARGV, NOW, T, TAU, DEF_RUNNING, DEF_QUEUED, SPLIT, DEF_BYTES, SHED
 -- TO_SETTLE are the jobs this call ended (mark_ended): once the call's body has returned,
 -- settle_all moves each one's record to its own slot, or files it for Go to (SPLIT).
 local TO_SETTLE = {}
 
 -- begin takes a call's common arguments (queue/args.go's commonArgs): the prefix, now (ms),
--- the usage decay time constant tau (ms), the default running and queued limits, and whether
--- the store is a cluster ("1": a job's own keys are out of this call's reach).
+-- the usage decay time constant tau (ms), the default running and queued limits, whether the
+-- store is a cluster ("1": a job's own keys are out of this call's reach), the bytes one
+-- organization may hold (0: no bound), and whether an ended job's inputs leave Redis ("1": the
+-- queue keeps a copy in object storage).
 -- Functions run one at a time, so these upvalues are the call's own until it returns.
 local function begin(keys, args)
   KEYS, ARGV = keys, args
@@ -24,6 +26,7 @@ local function begin(keys, args)
   -- formats a number for every redis.call it is passed to, and that is costly.
   NOW, T, TAU = tonumber(args[2]), args[2], tonumber(args[3])
   DEF_RUNNING, DEF_QUEUED = tonumber(args[4]) or 0, tonumber(args[5]) or 0
+  DEF_BYTES, SHED = tonumber(args[7]) or 0, args[8] == '1'
   if args[1] ~= PFX then
     setKeys(args[1])
   end
@@ -60,13 +63,51 @@ local OUTBOX_TYPES = {
 }
 local OUTBOX_MAXLEN = 1000000
 
+-- What an organization holds in Redis (its `rbytes`), counted as it grows and shrinks: a job's
+-- record (JOB_BYTES), its inputs — config and sealed secrets — while they are kept, and each
+-- event (its length and EVENT_BYTES). The counts are estimates within a few percent of what
+-- Redis spends (its allocator rounds up); they bound what one tenant can make Redis hold.
+-- hold adds n bytes to org's count (n < 0 gives them back), never below 0.
+local function hold(org, n)
+  if n == 0 then
+    return
+  end
+  if redis.call('HINCRBY', orgkey(org), 'rbytes', int(n)) < 0 then
+    redis.call('HSET', orgkey(org), 'rbytes', 0)
+  end
+end
+
+-- over_bytes returns org's bytes and its limit if n more would pass the limit, else nil.
+local function over_bytes(org, n)
+  if DEF_BYTES <= 0 then
+    return nil
+  end
+  local cur = tonumber(redis.call('HGET', orgkey(org), 'rbytes')) or 0
+  if cur + n > DEF_BYTES then
+    return cur, DEF_BYTES
+  end
+  return nil
+end
+
+-- inputs_bytes is what an ended job's inputs free when they leave Redis: its sealed secrets,
+-- and its config where it is bigger than KEEP_CFG (a smaller one stays: lists show it).
+local function inputs_bytes(cfg, sec)
+  local n = tonumber(sec) or 0
+  if (tonumber(cfg) or 0) > KEEP_CFG then
+    n = n + tonumber(cfg)
+  end
+  return n
+end
+
 -- emit appends one event to the job's list, whose positions number the job's events from 1,
 -- as "time|type|status|detail" (the detail last: it may hold a "|"), and, for the types
 -- webhooks deliver, to the outbox stream if the job's organization has a webhook endpoint.
 -- The outbox only feeds webhook deliveries, so an organization without one pays nothing for it.
 -- hooked is the org's `hooked` field if the caller read it (nil: look it up).
 local function emit(id, org, typ, status, detail, hooked)
-  local seq = redis.call('RPUSH', evkey(id), T .. '|' .. typ .. '|' .. status .. '|' .. detail)
+  local entry = T .. '|' .. typ .. '|' .. status .. '|' .. detail
+  local seq = redis.call('RPUSH', evkey(id), entry)
+  hold(org, #entry + EVENT_BYTES)
   if not OUTBOX_TYPES[typ] then
     return seq
   end
@@ -600,6 +641,16 @@ local function mark_ended(id, org)
   if redis.call('ZADD', ENDED, T, id) == 1 then
     redis.call('HINCRBY', orgkey(org), 'ended', 1)
   end
+  -- Its inputs leave Redis (a copy is in object storage: the queue wrote it at submit) when it
+  -- moves to its own slot, and count no more from now: a job that ended holds its record and
+  -- events, and a config of a few KiB, until it is archived.
+  if SHED then
+    local b = redis.call('HMGET', jobkey(id), 'cfg_bytes', 'sec_bytes', 'shed')
+    if b[1] and b[3] ~= '1' then
+      hold(org, -inputs_bytes(b[1], b[2]))
+      redis.call('HSET', jobkey(id), 'shed', '1')
+    end
+  end
   -- An organization with a checkpoint TTL: its checkpoints go when the TTL has passed.
   if redis.call('HEXISTS', orgkey(org), 'ckpt_ttl_ms') == 1 then
     redis.call('ZADD', orgexpiring(org), T, id)
@@ -625,6 +676,16 @@ local function unmark_ended(id, org, archived)
   TO_SETTLE[id] = nil
 end
 
+-- shed_inputs takes an ended job's inputs out of Redis: its sealed secrets, and its config where
+-- it is bigger than KEEP_CFG (left as "": readers then read the copy in object storage). Called
+-- where the job's own keys are in reach: move_own, put_own.
+local function shed_inputs(id, cfg_bytes)
+  redis.call('DEL', ownsec(id))
+  if (tonumber(cfg_bytes) or 0) > KEEP_CFG then
+    redis.call('SET', owncfg(id), '')
+  end
+end
+
 -- move_own moves a job that ended from the queue's slot to its own: its hash, events and
 -- progress replace what its own slot held (a live record is always whole: a revived job's
 -- events and progress were copied back to it). Only on a single server, where a call reaches
@@ -633,9 +694,13 @@ end
 -- out); every job has events (job.queued at least). Its progress may be missing: then so is
 -- its own (a revived job's record came back whole), and RENAME's error is ignored.
 local function move_own(id)
+  local b = redis.call('HMGET', jobkey(id), 'shed', 'cfg_bytes')
   redis.call('RENAME', jobkey(id), ownjob(id))
   redis.call('RENAME', evkey(id), ownev(id))
   redis.pcall('RENAME', progkey(id), ownprog(id))
+  if b[1] == '1' then
+    shed_inputs(id, b[2])
+  end
 end
 
 -- settle_all settles the jobs this call ended, once its body has returned (the wrapper each

@@ -12,7 +12,8 @@
 -- arg_grace ms; the org's queued limit is its own, else DEF_QUEUED; arg_revive "1" with a moved
 -- job's record: arg_progress, arg_nfields hash fields and values from ARGV[REST], then its events.
 -- Returns the job's status; errors NOT_FOUND, CONFLICT <status>, LIMIT_QUEUED <queued> <limit>,
--- DELETING for a job whose delete has begun (delete_begin).
+-- DELETING for a job whose delete has begun (delete_begin); LIMIT_BYTES <bytes> <limit> where its
+-- inputs, back in Redis, would pass what its org may hold.
 local id = arg_id
 if redis.call('EXISTS', deletingkey(id)) == 1 then
   return redis.error_reply('DELETING')
@@ -51,6 +52,17 @@ if is_live(status) or status == 'FAILED' or status == 'STOPPED' then
   end
 end
 if status == 'FAILED' or status == 'STOPPED' then
+  -- Its inputs come back to Redis (the caller put them back from object storage): counted again.
+  local b = redis.call('HMGET', key, 'shed', 'cfg_bytes', 'sec_bytes')
+  if b[1] == '1' then
+    local need = inputs_bytes(b[2], b[3])
+    local cur_bytes, max_bytes = over_bytes(org, need)
+    if cur_bytes then
+      return redis.error_reply('LIMIT_BYTES ' .. cur_bytes .. ' ' .. max_bytes)
+    end
+    hold(org, need)
+    redis.call('HDEL', key, 'shed')
+  end
   restart_job(id, org, DEF_QUEUED)
 elseif is_live(status) then
   redis.call('HSET', key, 'restart_requested', 1, 'restart_limit', DEF_QUEUED, 'updated_at', T)

@@ -4,8 +4,10 @@
 -- arg_max_steps 0: none; arg_config and arg_secrets ("" for none) only on a single server; arg_priority -100..100; arg_class "H100:8";
 -- arg_time_limit ms, 0 for none; arg_idem_key "" for none; arg_idem_ttl ms; arg_rank the job's
 -- rank in its class queue: (100 - priority) * 2^42 + now.
+-- arg_cfg_bytes and arg_sec_bytes the sizes of the config and sealed secrets, counted in what
+-- the org holds in Redis (over its bound: LIMIT_BYTES).
 -- Returns {"created", id} or {"replayed", id}. Errors: IDEMPOTENCY_CONFLICT <id>;
--- LIMIT_QUEUED <queued> <limit>.
+-- LIMIT_QUEUED <queued> <limit>; LIMIT_BYTES <bytes> <limit>.
 local id, org = arg_id, arg_org
 local idem = ''
 if arg_idem_key ~= '' then
@@ -29,11 +31,16 @@ local limit = tonumber(o[2]) or DEF_QUEUED
 if limit > 0 and queued >= limit then
   return redis.error_reply('LIMIT_QUEUED ' .. queued .. ' ' .. limit)
 end
+local held = JOB_BYTES + tonumber(arg_cfg_bytes) + tonumber(arg_sec_bytes)
+local cur_bytes, max_bytes = over_bytes(org, held)
+if cur_bytes then
+  return redis.error_reply('LIMIT_BYTES ' .. cur_bytes .. ' ' .. max_bytes)
+end
 -- Fields a new job does not need yet are left out: attempt (1), fence (0), updated_at
 -- (created_at), progress (none), and time_limit_ms and max_steps when there are none.
 local fields = {'id', id, 'org', org, 'kind', arg_kind, 'name', arg_name, 'status', 'QUEUED',
   'max_attempts', arg_max_attempts, 'priority', arg_priority, 'class', arg_class,
-  'gpus', arg_gpus, 'rank', arg_rank, 'created_at', T}
+  'gpus', arg_gpus, 'rank', arg_rank, 'created_at', T, 'cfg_bytes', arg_cfg_bytes, 'sec_bytes', arg_sec_bytes}
 if arg_time_limit ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = 'time_limit_ms', arg_time_limit
 end
@@ -76,6 +83,7 @@ if not o[1] then
   redis.call('SADD', ORGS, org) -- a new organization
 end
 redis.call('HSET', orgkey(org), 'queued', int(queued + 1))
+hold(org, held)
 if idem ~= '' then
   redis.call('SET', idem, arg_fingerprint .. ' ' .. id, 'PX', arg_idem_ttl)
 end

@@ -23,6 +23,8 @@
 //	                           HOSTEDTRAIN_STORE (default 168h)
 //	HOSTEDTRAIN_MAX_ENDED      jobs that ended an organization keeps in Redis within the retention;
 //	                           its oldest past this are archived early (default 10000)
+//	HOSTEDTRAIN_MAX_ORG_BYTES  bytes one organization may hold in Redis (live jobs' configs and
+//	                           secrets, records, events); past it 429 (default 67108864; -1: none)
 //	HOSTEDTRAIN_DEFAULT_TIME_LIMIT  time limit of a run whose job sets none (default none)
 //	HOSTEDTRAIN_USAGE_HALF_LIFE     how fast past GPU use stops counting (default 24h)
 //	HOSTEDTRAIN_STOP_GRACE     how long a stopped job's agent has to confirm (default 5m)
@@ -126,6 +128,13 @@ func Queue(getenv Getenv) (queue.Config, error) {
 			}
 			*n = i
 		}
+	}
+	if v := getenv("HOSTEDTRAIN_MAX_ORG_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || (n < 0 && n != -1) {
+			return c, fmt.Errorf("HOSTEDTRAIN_MAX_ORG_BYTES: want a whole number of bytes (-1: none), got %q", v)
+		}
+		c.MaxOrgBytes = n
 	}
 	return c, nil
 }
