@@ -256,7 +256,7 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank, "budget_ms": sub.BudgetGPUMs,
 		"est_ms": sub.EstimateGPUMs, "by": sub.CreatedBy, "token": sub.TokenID,
 		"price_micro": int64(math.Round(sub.PricePerGPUHour * 1e6)),
-		"cfg_bytes": cfgBytes, "sec_bytes": secBytes,
+		"cfg_bytes":   cfgBytes, "sec_bytes": secBytes,
 	}).StringSlice()
 	var refused redis.Error
 	if errors.As(err, &refused) || (err == nil && res[0] != "created") {
