@@ -540,3 +540,35 @@ func TestADeliveryFromBeforeTheUpgradeIsSent(t *testing.T) {
 		t.Error("the old due set is still there")
 	}
 }
+
+// A receiver that answers nothing holds at most MaxPending deliveries of its endpoint waiting
+// (red team, issue 29: pending deliveries were never bounded, so an organization's events for a
+// dead receiver grew Redis for as long as it kept submitting): past it an event makes no
+// delivery to it, the endpoint counts what it missed, and its deliveries hold bounded memory.
+func TestADeadReceiversBacklogIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) { c.KeepDeliveries, c.MaxPending = 4, 5 })
+	r := newReceiver(t)
+	ep, _ := b.svc.Create(b.ctx, "acme", r.URL, []string{"*"}, "")
+	r.Close() // dead from here on: every delivery fails and waits to be tried again
+	for range 4 {
+		b.run(t, "acme")
+	}
+	b.dispatchUntil(t, "every event fanned out", func() bool {
+		dls, _ := b.rdb.Keys(b.ctx, b.svc.k.p+"dl:*").Result()
+		got, err := b.svc.Get(b.ctx, "acme", ep.ID)
+		return err == nil && int64(len(dls))+got.DroppedDeliveries >= 4*5
+	})
+	dls, _ := b.rdb.Keys(b.ctx, b.svc.k.p+"dl:*").Result()
+	logged, _ := b.rdb.ZCard(b.ctx, b.svc.k.log(ep.ID)).Result()
+	if len(dls) > 9 || logged > 9 {
+		t.Errorf("%d deliveries, %d logged for a dead receiver; want at most KeepDeliveries + MaxPending (9)", len(dls), logged)
+	}
+	got, err := b.svc.Get(b.ctx, "acme", ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.DroppedDeliveries == 0 || int64(len(dls))+got.DroppedDeliveries < 4*5 {
+		t.Errorf("the endpoint counts %d dropped of %d events (%d deliveries made)", got.DroppedDeliveries, 4*5, len(dls))
+	}
+}

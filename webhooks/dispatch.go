@@ -233,7 +233,7 @@ func eventOf(e queue.OutboxEvent) event {
 func (s *Service) makeDeliveries(ctx context.Context, ev event, only, except string) ([]string, error) {
 	ids, err := fanoutScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()),
 		ev.org, ev.typ, ev.jobID, ev.seq, ev.msg, ev.status, ev.detail, ms(ev.at), ev.data,
-		only, except, s.cfg.KeepDeliveries).StringSlice()
+		only, except, s.cfg.KeepDeliveries, s.cfg.MaxPending).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: fan out %s: %w", ev.msg, err)
 	}

@@ -88,11 +88,12 @@ end
 // ARGV[9] detail  ARGV[10] when the event happened (ms)  ARGV[11] the data of an event that
 // is not about a job (JSON) or ""  ARGV[12] only this endpoint (a test; it need not
 // subscribe, and is sent even if disabled) or ""  ARGV[13] not this endpoint or ""
-// ARGV[14] how many deliveries an endpoint's log keeps
+// ARGV[14] how many deliveries an endpoint's log keeps  ARGV[15] how many may wait to be sent
+// (pending) at once: past it a delivery is not made, and the endpoint counts it (dropped)
 // Returns the ids of the deliveries made.
 var fanoutScript = redis.NewScript(prelude + `
 local org, typ, jobid, msg = ARGV[3], ARGV[4], ARGV[5], ARGV[7]
-local only, except, keepn = ARGV[12], ARGV[13], tonumber(ARGV[14])
+local only, except, keepn, maxpend = ARGV[12], ARGV[13], tonumber(ARGV[14]), tonumber(ARGV[15])
 local function takes(csv)
   for e in string.gmatch(csv or '', '[^,]+') do
     if e == typ or e == '*' then
@@ -135,7 +136,18 @@ for _, ep in ipairs(eps) do
   if ep ~= except and e[1] == org and (only ~= '' or (e[2] == '1' and takes(e[3]))) then
     local did = 'dlv_' .. string.sub(redis.sha1hex(msg .. '|' .. ep), 1, 24)
     local dk = dlkey(did)
-    if redis.call('EXISTS', dk) == 0 then
+    -- A receiver that answers nothing for days makes deliveries pile up: an endpoint's backlog
+    -- is bounded (its log then holds up to keepn finished and maxpend pending), and what does
+    -- not fit is counted, for its owner to see.
+    local full = false
+    if only == '' and redis.call('EXISTS', dk) == 0 then
+      trim(ep)
+      full = redis.call('ZCARD', logkey(ep)) >= keepn + maxpend
+      if full then
+        redis.call('HINCRBY', epkey(ep), 'dropped', 1)
+      end
+    end
+    if not full and redis.call('EXISTS', dk) == 0 then
       redis.call('HSET', dk, 'ep', ep, 'org', org, 'msg', msg, 'type', typ, 'job_id', jobid, 'seq', ARGV[6],
         'status', 'pending', 'attempts', 0, 'created_at', ARGV[2], 'next_at', ARGV[2])
       if only ~= '' then

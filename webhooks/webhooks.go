@@ -85,6 +85,11 @@ type Config struct {
 	OrgConcurrency int
 	// MaxEndpoints is how many endpoints an organization may register (default 20).
 	MaxEndpoints int
+	// MaxPending is how many deliveries of one endpoint may wait to be sent at once (default
+	// 1000): past it an event makes no delivery to it, and the endpoint counts it
+	// (dropped_deliveries). With KeepDeliveries it bounds what an organization's endpoints hold
+	// in Redis.
+	MaxPending int
 	// KeepDeliveries is how many deliveries an endpoint's log keeps; older finished ones are
 	// removed as new ones come (default 1000).
 	KeepDeliveries int
@@ -137,6 +142,7 @@ func (c *Config) defaults() error {
 	}
 	defInt(&c.MaxEndpoints, 20)
 	defInt(&c.KeepDeliveries, 1000)
+	defInt(&c.MaxPending, 1000)
 	defInt(&c.TestsPerEndpoint, 5)
 	defInt(&c.TestsPerOrg, 20)
 	def(&c.TestWindow, time.Minute)
@@ -283,6 +289,7 @@ func endpointFrom(id string, m map[string]string, now time.Time) *webhook.Endpoi
 	if t := fromMS(m["failing_since"]); !t.IsZero() {
 		ep.FailingSince = &t
 	}
+	ep.DroppedDeliveries, _ = strconv.ParseInt(m["dropped"], 10, 64)
 	return ep
 }
 

@@ -78,6 +78,9 @@ type Endpoint struct {
 	DisabledAt              *time.Time `json:"disabled_at,omitempty"`
 	// FailingSince is when the current run of failed deliveries began.
 	FailingSince *time.Time `json:"failing_since,omitempty"`
+	// DroppedDeliveries counts the events it was not sent because as many deliveries to it as
+	// may wait were waiting already (its receiver answered nothing for long).
+	DroppedDeliveries int64 `json:"dropped_deliveries,omitempty"`
 }
 
 // Patch changes an endpoint; nil fields stay as they are.
