@@ -28,7 +28,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic prime-client sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-cluster bench-agent bench-lambda bench-estimate load chaos
+.PHONY: redteam all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic prime-client sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-cluster bench-agent bench-lambda bench-estimate load chaos
 
 all: build
 
@@ -163,6 +163,13 @@ bench-metrics: versitygw
 bench-lambda: redis-server
 	$(GO) test -run '^$$' -bench BenchmarkColdStart -benchtime 50x ./functions/internal/initbench
 
+## redteam: every attack of the red teams' reports (issues 14, 29), each as the attacker did it and
+## as often (HOSTEDTRAIN_REDTEAM=1: make test runs the repeated ones a tenth as often), against
+## the real bubblewrap, cgroups, redis-server and S3 server; CI runs it after make test
+REDTEAM_TESTS := 'TOML|Bigger|Blocked|Seccomp|StayInItsNetwork|OnlyTheRunsSteps|KilledAgent|PastItsMemory|ProxyConnections|HidesTheNodes|LimitsAreTheJobsShare|NodeCheck|Xid|Quarantined|SandboxLimits|RestartDuringADelete|StreamsAreCapped|WithinTheBudget|NodeHealth|InputsLeaveRedis|JobStoreBytes|BacklogIsBounded|Hostile|ReachesNothing'
+redteam: deps
+	HOSTEDTRAIN_REDTEAM=1 $(GO) test -count=1 -timeout 20m -run $(REDTEAM_TESTS) ./internal/jobspec ./internal/webhook ./gpuagent ./api ./queue ./webhooks
+
 ## chaos: 1,000 emulated jobs through the HTTP API while agents are SIGKILLed (120 times),
 ## the API process is restarted once and redis-server twice; checks nothing is lost, run twice
 ## or written with a stale lease, and that resumed runs start from their newest checkpoint
@@ -184,9 +191,12 @@ load: redis-server
 bench-estimate: redis-server
 	$(GO) test -run '^$$' -bench BenchmarkEstimateError -benchtime 1x ./api
 
-## bench-jobs: decode + validate + normalize of every fixture, on one core
+## bench-jobs: decode + validate + normalize of every fixture, on one core; the costliest files
+## admission reads (the largest it accepts, and one at the TOML key limit) and the TOML parse of
+## the latter alone
 bench-jobs:
-	$(GO) test -run '^$$' -bench BenchmarkJobAdmission -benchmem -cpu 1 -count 5 ./api
+	$(GO) test -run '^$$' -bench 'BenchmarkJobAdmission|BenchmarkLargestAdmission' -benchmem -cpu 1 -count 5 ./api
+	$(GO) test -run '^$$' -bench BenchmarkDecodeLargestTOML -benchmem -cpu 1 -count 5 ./internal/jobspec
 
 deps: redis-server sandbox spec-validator versitygw awscli moto pydantic prime-client webhook-receiver web chromium
 

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
 )
 
@@ -80,4 +82,28 @@ func FuzzJobAdmission(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkLargestAdmission admits the costliest job files the API reads through: the largest
+// it accepts (args, config and secrets at their bounds), and a file at the TOML key limit (the
+// costliest to parse, refused afterwards for its args' size) — make bench-jobs,
+// docs/performance.md.
+func BenchmarkLargestAdmission(b *testing.B) {
+	a := newAdmission(b)
+	var keys strings.Builder
+	keys.WriteString("model = \"Qwen/Qwen3-4B-Instruct-2507\"\n[[env]]\nid = \"acme/env\"\n[env.args]\n")
+	for i := range jobspec.MaxTOMLKeys - 4 {
+		fmt.Fprintf(&keys, "key_number_%d = %d\n", i, i)
+	}
+	for name, body := range map[string][]byte{"accepted": jobspectest.LargestJob(), "keys": []byte(keys.String())} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				_, prob := a.Admit("", "application/toml", body)
+				if name == "accepted" && prob != nil {
+					b.Fatalf("refused: %+v", prob)
+				}
+			}
+		})
+	}
 }

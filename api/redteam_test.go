@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -13,29 +12,13 @@ import (
 	"github.com/hostedtrain/hostedtrain/api/apitest"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
-	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
 // redteam says the red team's full runs are asked for (make redteam): the tests that repeat an
 // attack do it as often as the red team did; make test does it a tenth as often.
 var redteam = os.Getenv("HOSTEDTRAIN_REDTEAM") == "1"
-
-// largestJob is the largest job file the API accepts: four environments with args at their
-// bound, a config at its bound, and secrets at theirs.
-func largestJob(t testing.TB) []byte {
-	t.Helper()
-	var b strings.Builder
-	b.WriteString("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = 10\n")
-	for i := range 3 {
-		fmt.Fprintf(&b, "[[env]]\nid = \"acme/env-%d\"\n[env.args]\nprompt = \"%s\"\n", i, strings.Repeat("<", jobspec.MaxArgsBytes-64))
-	}
-	b.WriteString("[secrets]\n")
-	for i := range 4 {
-		fmt.Fprintf(&b, "S%d = \"%s\"\n", i, strings.Repeat("k", jobspec.MaxSecretsBytes/4-16))
-	}
-	return []byte(b.String())
-}
 
 // usedMemory is what Redis holds in keys now: the sum of MEMORY USAGE over every key (INFO's
 // used_memory counts the buffers of clients, which a big request grows for a while, and the
@@ -66,7 +49,7 @@ func TestSubmitAndCancelLeavesRedisWithinTheBudget(t *testing.T) {
 	const budget = 4 << 20
 	s := apitest.Start(t, apitest.Options{Store: store, Queue: queue.Config{MaxOrgBytes: budget, Store: store}})
 	token := s.Token("mallory", auth.ScopeJobsRead, auth.ScopeJobsWrite)
-	body := largestJob(t)
+	body := jobspectest.LargestJob()
 	if r := call(t, "POST", s.URL+"/v1/jobs/preview", token, "application/toml", body); r.status != http.StatusOK {
 		t.Fatalf("the largest job is not accepted: %d %s", r.status, r.body)
 	}

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
 // Root is the module's root folder (where go.mod is), found from the test's working folder.
@@ -111,4 +113,20 @@ func WithSecrets(tb testing.TB, b []byte) []byte {
 		out = fmt.Appendf(out, "%s = %q\n", k, sec[k])
 	}
 	return out
+}
+
+// LargestJob is the largest job file the service accepts: three environments with args at their
+// bound (each '<', which a JSON encoder that escapes HTML would make six bytes), a config near
+// its bound, and secrets at theirs.
+func LargestJob() []byte {
+	var b strings.Builder
+	b.WriteString("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = 10\n")
+	for i := range 3 {
+		fmt.Fprintf(&b, "[[env]]\nid = \"acme/env-%d\"\n[env.args]\nprompt = \"%s\"\n", i, strings.Repeat("<", jobspec.MaxArgsBytes-64))
+	}
+	b.WriteString("[secrets]\n")
+	for i := range 4 {
+		fmt.Fprintf(&b, "S%d = \"%s\"\n", i, strings.Repeat("k", jobspec.MaxSecretsBytes/4-16))
+	}
+	return []byte(b.String())
 }
