@@ -166,7 +166,7 @@ bench-lambda: redis-server
 ## redteam: every attack of the red teams' reports (issues 14, 29), each as the attacker did it and
 ## as often (HOSTEDTRAIN_REDTEAM=1: make test runs the repeated ones a tenth as often), against
 ## the real bubblewrap, cgroups, redis-server and S3 server; CI runs it after make test
-REDTEAM_TESTS := 'TOML|Bigger|Blocked|Seccomp|StayInItsNetwork|OnlyTheRunsSteps|KilledAgent|PastItsMemory|ProxyConnections|HidesTheNodes|LimitsAreTheJobsShare|NodeCheck|Xid|Quarantined|SandboxLimits|RestartDuringADelete|StreamsAreCapped|WithinTheBudget|NodeHealth|InputsLeaveRedis|JobStoreBytes|BacklogIsBounded|Hostile|ReachesNothing'
+REDTEAM_TESTS := 'TOML|Bigger|Blocked|Seccomp|StayInItsNetwork|OnlyTheRunsSteps|KilledAgent|PastItsMemory|PastItsDisk|NodeCannotStart|ProxyConnections|HidesTheNodes|LimitsAreTheJobsShare|NodeCheck|Xid|Quarantined|SandboxLimits|RestartDuringADelete|StreamsAreCapped|WithinTheBudget|NodeHealth|InputsLeaveRedis|JobStoreBytes|BacklogIsBounded|Hostile|ReachesNothing'
 redteam: deps
 	HOSTEDTRAIN_REDTEAM=1 $(GO) test -count=1 -timeout 20m -run $(REDTEAM_TESTS) ./internal/jobspec ./internal/webhook ./gpuagent ./api ./queue ./webhooks
 

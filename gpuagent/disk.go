@@ -116,19 +116,20 @@ func (d *jobDisk) overlay(lower, merged string) error {
 	return nil
 }
 
-// used is how many bytes the job's file system holds, and its size.
-func (d *jobDisk) used() (used, size int64) {
+// space is how many bytes the job's file system has left for it to write, and its size.
+func (d *jobDisk) space() (avail, size int64) {
 	var st unix.Statfs_t
 	if unix.Statfs(d.dir, &st) != nil {
 		return 0, 0
 	}
-	return int64(st.Blocks-st.Bfree) * st.Bsize, int64(st.Blocks) * st.Bsize
+	return int64(st.Bavail) * st.Bsize, int64(st.Blocks) * st.Bsize
 }
 
-// full reports whether the job's file system has (nearly) no room left.
+// full reports whether the job's file system has (nearly) no room left: less than 1 MiB, or
+// half a percent of it.
 func (d *jobDisk) full() bool {
-	used, size := d.used()
-	return size > 0 && size-used < 1<<20
+	avail, size := d.space()
+	return size > 0 && (avail < 1<<20 || avail < size/200)
 }
 
 // close unmounts the job's file system and removes its image. The job's processes must have

@@ -432,3 +432,63 @@ time.sleep(3600)
 		t.Fatalf("the job beside it: %s %q", now.Status, now.Error)
 	}
 }
+
+// A job that writes more than its disk fails alone (red team, issue 29: a job could fill the
+// node's work disk): its folder is a file system of its own, its share of the work disk (64 MiB
+// here); past it its writes fail, its failure names the disk as its own limit, and what it
+// wrote takes no more of the node's disk than that.
+func TestAJobPastItsDiskFailsAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxAttempts: 3})
+	bins := t.TempDir()
+	if err := os.Chmod(bins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(bins, "filler")
+	script := "#!/bin/sh\nif [ \"$FILL\" = 1 ]; then dd if=/dev/zero of=\"$HOME/big\" bs=1M count=200 2>&1; exit 1; fi\nexec " + emulator + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.agentConfig(t, "agent-d", "--emulate.step-time", "50ms")
+	primeRL := cfg.Pipeline.PrimeRL
+	cfg.Pipeline = emulated(t, wrapper, "--emulate.step-time", "50ms")
+	cfg.Pipeline.PrimeRL = primeRL
+	cfg.Sandbox = sandboxed(t)
+	cfg.Sandbox.ReadOnly = append(cfg.Sandbox.ReadOnly, emulator)
+	cfg.Sandbox.DiskQuota = 64 << 20
+	b.run(t, cfg)
+	j := b.submit(t, withSteps(100)+"[secrets]\nFILL = \"1\"\n")
+	done := b.waitFor(t, j.ID, "ended", terminal)
+	a := done.FailureAnalysis
+	if done.Status != job.Failed || a == nil || a.Class != job.FailResourceLimit || a.Retried || !strings.Contains(a.Summary, "disk: its file system") {
+		t.Fatalf("the job past its disk: %s %q, analysis %+v; want FAILED, its own resource limit naming its disk", done.Status, done.Error, a)
+	}
+	images, _ := filepath.Glob(filepath.Join(cfg.WorkDir, "disks", "*.img"))
+	for _, img := range images {
+		var st syscall.Stat_t
+		if err := syscall.Stat(img, &st); err == nil && st.Blocks*512 > 80<<20 {
+			t.Errorf("%s takes %d MiB of the node's disk", img, st.Blocks*512>>20)
+		}
+	}
+}
+
+// A process the agent cannot start for a job is the node's failure, not the job's (red team,
+// issue 29: "start pipeline: … too many open files" FAILED another organization's job, class
+// unknown): node_error, retried on another node, where the job completes.
+func TestAJobTheNodeCannotStartRunsElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{RetryBackoff: time.Millisecond, RetryElsewhereFor: time.Hour})
+	broken := b.agentConfig(t, "agent-x", "--emulate.step-time", "10ms")
+	broken.Pipeline.RL[0] = filepath.Join(t.TempDir(), "missing", "prime-rl-emulator") // as a node whose install broke
+	b.run(t, broken)
+	j := b.submit(t, smallJob)
+	queued := b.waitFor(t, j.ID, "retried or ended", func(j *job.Job) bool { return j.Attempt == 2 || j.Status.Terminal() })
+	a := queued.FailureAnalysis
+	if queued.Attempt != 2 || a == nil || a.Class != job.FailNodeError || a.Fault != job.FaultPlatform || !a.Retried {
+		t.Fatalf("the job the node could not start: %s attempt %d, analysis %+v; want node_error, retried", queued.Status, queued.Attempt, a)
+	}
+	b.startAgent(t, "agent-y", "--emulate.step-time", "10ms")
+	if done := b.waitFor(t, j.ID, "ended", terminal); done.Status != job.Completed || done.Runtime.AgentID != "agent-y" {
+		t.Fatalf("after the retry: %s on %+v; want COMPLETED on agent-y", done.Status, done.Runtime)
+	}
+}

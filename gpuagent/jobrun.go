@@ -307,7 +307,7 @@ func (r *jobRun) limitsReached() []string {
 		}
 	}
 	if r.disk != nil && r.disk.full() {
-		_, size := r.disk.used()
+		_, size := r.disk.space()
 		hits = append(hits, fmt.Sprintf("disk: its file system of %.1f GiB is full", float64(size)/(1<<30)))
 	}
 	return hits
