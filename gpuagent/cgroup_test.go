@@ -1,6 +1,11 @@
 package gpuagent
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
 
 // A job's limits are its share of the node: by GPUs, with a small fixed share for jobs without
 // GPUs; the shares of a full node never add up to more than the node; tasks are a share of
@@ -33,5 +38,37 @@ func TestJobLimitsAreTheJobsShareOfTheNode(t *testing.T) {
 	big := nodeShare{memory: 1 << 40, cpus: 192, pidMax: 4194304, gpus: 8, cpuJob: 2}
 	if l := big.limits(1, 16384); l.Tasks != 16384 {
 		t.Errorf("with a large pid_max, a job gets %d tasks, want the cap 16384", l.Tasks)
+	}
+}
+
+// BenchmarkAJobsShareOfTheNode makes and removes what each sandboxed job gets of the node (issue
+// 29): its control group with its limits and its file system (a sparse image of its share of the
+// work disk, made and loop-mounted) — the per-job cost the sandbox's bounds add
+// (docs/performance.md).
+func BenchmarkAJobsShareOfTheNode(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root, as the agent does")
+	}
+	work := b.TempDir()
+	sb := &Sandbox{}
+	if err := sb.start(work, 8, 2); err != nil {
+		b.Fatal(err)
+	}
+	defer sb.stop()
+	for i := 0; b.Loop(); i++ {
+		dir := filepath.Join(work, "jobs", strconv.Itoa(i))
+		d, err := sb.openDisk(work, dir, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		g, err := sb.cgroups.newGroup(strconv.Itoa(i), sb.Limits(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := g.remove(); err != nil {
+			b.Fatal(err)
+		}
+		d.close()
+		_ = os.Remove(dir)
 	}
 }
