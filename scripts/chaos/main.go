@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
@@ -185,7 +186,9 @@ func (r *run) startAgent(slot int) error {
 	if err != nil {
 		return err
 	}
-	work := filepath.Join(r.dir, "work", name)
+	// The slot's work folder, as an agent that restarts on its node has its own: the new agent
+	// reclaims what the killed one left (its jobs' groups, file systems) before it claims.
+	work := filepath.Join(r.dir, "work", "slot-"+strconv.Itoa(slot))
 	p, err := start(filepath.Join(r.bin, "gpuagent"), []string{
 		"--api", r.apiURL, "--store", r.storeDir, "--gpus", "H100:8", "--work-dir", work,
 		"--emulated", "--emulator", filepath.Join(r.bin, "prime-rl-emulator"),
@@ -245,6 +248,13 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 		return err
 	}
 	defer func() {
+		// What the last agents left, as their next start on the node would.
+		slots, _ := filepath.Glob(filepath.Join(dir, "work", "slot-*"))
+		for _, w := range slots {
+			if err := gpuagent.Reclaim(w); err != nil {
+				fmt.Println("chaos: reclaim", w, err)
+			}
+		}
 		if os.Getenv("CHAOS_KEEP") != "" {
 			fmt.Println("chaos: logs and data kept in", dir)
 			return
