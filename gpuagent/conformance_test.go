@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,10 +28,12 @@ type conformanceJob struct {
 // rendered is one render of a job: the file upstream is asked about and what to say if it
 // refuses it.
 type rendered struct {
-	what   string // "hosted-basic.toml on 8 GPUs, resuming from step 50"
-	file   string
-	resume int
-	ports  upstream.Ports
+	what    string // "hosted-basic.toml on 8 GPUs, resuming from step 50"
+	file    string
+	resume  int
+	ports   upstream.Ports
+	spec    jobspec.Spec
+	secrets []string
 }
 
 // TestConformance renders every job the service accepts — the fixtures, the README's example
@@ -81,7 +84,8 @@ func TestConformance(t *testing.T) {
 	}
 	var refusedAtSubmit []string
 	for _, f := range realConfigs {
-		body, err := jobspec.ReadJobFile(f, []string{"WANDB_API_KEY=wandb-example"})
+		// With the keys its user would hold: W&B's, and the judge's provider's.
+		body, err := jobspec.ReadJobFile(f, []string{"WANDB_API_KEY=wandb-example", "OPENAI_API_KEY=openai-example"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +172,8 @@ func TestConformance(t *testing.T) {
 				}
 				switch spec.Kind {
 				case jobspec.KindRL, jobspec.KindFFT:
-					rl = append(rl, rendered{what: what, file: filepath.Join(out, "rl.toml"), resume: resume, ports: upstream.Ports{Base: base}})
+					rl = append(rl, rendered{what: what, file: filepath.Join(out, "rl.toml"), resume: resume, ports: upstream.Ports{Base: base},
+						spec: spec, secrets: secrets})
 				case jobspec.KindGEPA:
 					gp = append(gp, rendered{what: what, file: filepath.Join(out, "gepa.toml")})
 				}
@@ -240,6 +245,11 @@ func checkAll(t *testing.T, kind string, files []rendered) int {
 			default:
 				ok++
 			}
+			if kind == "prime-rl" && r.OK {
+				for _, p := range resolvedProblems(group[i], r.Details) {
+					t.Errorf("%s: as upstream resolves it, %s", what, p)
+				}
+			}
 		}
 	}
 	return ok
@@ -273,4 +283,129 @@ func firstError(p *api.Problem) string {
 		return p.Errors[0].Pointer + ": " + p.Errors[0].Message
 	}
 	return p.Detail
+}
+
+// resolvedProblems checks what upstream will run (check.py's details.resolved, prime-rl's
+// validated config with its defaults applied), not only that it accepts the file: no seat runs
+// a tool harness that neither the job nor upstream's example for its taskset chose; every
+// source has a completion limit and the sequence holds its turns; vLLM's context holds the
+// sequence; every judge is called with a key the job has; every sampling setting the job gave
+// reaches the model.
+func resolvedProblems(r rendered, details map[string]any) []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	res, _ := details["resolved"].(map[string]any)
+	if res == nil {
+		return []string{"check.py gave no resolution"}
+	}
+	s := r.spec
+	seqLen := num(dig(res, "seq_len", "trainer"))
+	if ml := num(dig(res, "vllm", "max_model_len")); ml < seqLen {
+		add("vLLM's max_model_len is %v, shorter than seq_len %v (or the model's whole context)", dig(res, "vllm", "max_model_len"), seqLen)
+	}
+	// The job's environments, by source, for what the job asked of each.
+	var envs []jobspec.Env
+	if s.Kind == jobspec.KindRL {
+		envs = s.Env
+	}
+	sources, _ := res["train_sources"].([]any)
+	for i, x := range sources {
+		src, _ := x.(map[string]any)
+		name, _ := src["name"].(string)
+		taskset, _ := src["taskset"].(map[string]any)
+		id, _ := taskset["id"].(string)
+		ts, _ := upstream.LookupTaskset(id)
+		var env *jobspec.Env
+		if i < len(envs) {
+			env = &envs[i]
+		}
+		harness, _ := src["harness"].(map[string]any)
+		if len(harness) == 0 || harness["error"] != nil {
+			add("source %s has no harness resolution: %v", name, harness)
+		}
+		for seat, h := range harness {
+			want := ts.SeatHarness(seat)
+			if env != nil && env.Harness["id"] != nil {
+				want, _ = env.Harness["id"].(string)
+			}
+			if s.Kind == jobspec.KindFFT && h != want && h != "bash" {
+				continue // the job's own prime-rl config chose it
+			}
+			if h != want {
+				add("source %s seat %s runs harness %v; want %q (the job's, else upstream's example's for %s, else null)", name, seat, h, want, id)
+			}
+		}
+		// Judges: called with a key among the job's secrets.
+		judges, _ := dig(taskset, "task", "judges").([]any)
+		for _, j := range judges {
+			jm, _ := j.(map[string]any)
+			if key, _ := jm["api_key_var"].(string); key != "" && !slices.Contains(r.secrets, key) {
+				add("source %s: judge %v is called with %s, which the job's secrets lack", name, jm["model"], key)
+			}
+		}
+		sampling, _ := src["sampling"].(map[string]any)
+		perTurn := num(sampling["max_completion_tokens"])
+		if s.Kind == jobspec.KindFFT {
+			// The job's own config, run as written: its completions are bounded by vLLM's
+			// context, which must not outgrow the sequence; samples longer than the sequence
+			// were warned of at submit.
+			if ml := num(dig(res, "vllm", "max_model_len")); ml == 0 || ml > seqLen && perTurn == 0 {
+				add("source %s has no completion limit and vLLM's context (%v) is not bounded by seq_len %v", name, dig(res, "vllm", "max_model_len"), seqLen)
+			}
+			continue
+		}
+		if perTurn == 0 {
+			add("source %s has no completion limit (max_completion_tokens): generation could fill the model's context", name)
+		}
+		turns := 1.0
+		if mt := num(taskset["max_turns"]); mt > 0 {
+			turns = mt
+		}
+		if env != nil && env.MaxTurns > 0 {
+			turns = float64(env.MaxTurns)
+		}
+		if perTurn*turns > seqLen {
+			add("source %s: %v turns × %v tokens do not fit seq_len %v", name, turns, perTurn, seqLen)
+		}
+		// Sampling the job gave, as the model gets it.
+		if s.Kind != jobspec.KindRL {
+			continue
+		}
+		want := map[string]any{}
+		if sp := s.Sampling; sp != nil {
+			if sp.Temperature != nil {
+				want["temperature"] = *sp.Temperature
+			}
+			if sp.MaxTokens > 0 {
+				want["max_completion_tokens"] = float64(sp.MaxTokens)
+			}
+		}
+		if env != nil && env.Sampling != nil {
+			if env.Sampling.Temperature != nil {
+				want["temperature"] = *env.Sampling.Temperature
+			}
+			if env.Sampling.MaxTokens > 0 {
+				want["max_completion_tokens"] = float64(env.Sampling.MaxTokens)
+			}
+		}
+		for k, v := range want {
+			if got := sampling[k]; got != v {
+				add("source %s samples with %s = %v; the job set %v", name, k, got, v)
+			}
+		}
+	}
+	return out
+}
+
+func dig(v any, keys ...string) any {
+	for _, k := range keys {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	return v
+}
+
+func num(v any) float64 {
+	f, _ := v.(float64)
+	return f
 }

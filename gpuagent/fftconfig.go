@@ -71,10 +71,17 @@ func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 	if broadcasts {
 		wb["port"] = r.ports.NCCL()
 	}
+	// vLLM's context: the run's sequence length unless the config sets it, so that no
+	// completion outgrows what the trainer keeps.
+	if v := table(table(cfg, "inference"), "vllm"); v["max_model_len"] == nil && s.SeqLen > 0 { // 0: stored before submit read it
+		v["max_model_len"] = s.SeqLen
+	}
 	// Where each seat of an environment runs its program: the job's own sandbox (verifiers'
 	// subprocess runtime; its default is Prime's remote sandboxes), unless the source says
-	// (submit allows only subprocess). The seats are the taskset's env's (seatsOf); a source
-	// that names its own env (env.id) says its own.
+	// (submit allows only subprocess), and the harness it runs: upstream's for the taskset,
+	// else the null harness, unless the source names one (verifiers' own fallback is its bash
+	// coding agent). The seats are the taskset's env's (upstream.Taskset); a source that
+	// names its own env (env.id) says its own.
 	for _, group := range []string{"train", "eval"} {
 		for _, src := range sliceAt(orch, group, "source") {
 			m, _ := src.(map[string]any)
@@ -86,9 +93,14 @@ func (r rlRun) fftConfig() ([]byte, int, bool, error) {
 			if env["id"] != nil || id == "" {
 				continue
 			}
-			for _, seat := range seatsOf(id) {
-				if a := table(env, seat); a["runtime"] == nil {
+			ts, _ := upstream.LookupTaskset(id)
+			for _, seat := range ts.Seats() {
+				a := table(env, seat)
+				if a["runtime"] == nil {
 					a["runtime"] = map[string]any{"type": "subprocess"}
+				}
+				if a["harness"] == nil {
+					a["harness"] = map[string]any{"id": ts.SeatHarness(seat)}
 				}
 			}
 		}

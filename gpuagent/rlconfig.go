@@ -201,6 +201,9 @@ type rlServer struct {
 }
 
 type rlVLLM struct {
+	// MaxModelLen is the longest sequence vLLM serves: the job's (jobspec.Spec.ContextLen),
+	// not the model's whole context, which generation could otherwise fill.
+	MaxModelLen        int `toml:"max_model_len,omitempty"`
 	TensorParallelSize int `toml:"tensor_parallel_size,omitempty"`
 	DataParallelRPC    int `toml:"data_parallel_rpc_port"`
 }
@@ -251,7 +254,7 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 		Inference: rlInference{
 			Server:      rlServer{Port: r.ports.Inference()},
 			BackendPort: r.ports.Backend(),
-			VLLM:        rlVLLM{DataParallelRPC: r.ports.DPRPC()},
+			VLLM:        rlVLLM{DataParallelRPC: r.ports.DPRPC(), MaxModelLen: s.ContextLen()},
 		},
 	}
 	if split.TensorParallel > 1 {
@@ -428,44 +431,31 @@ func sourceSampling(sp *jobspec.Sampling, eval bool) map[string]any {
 	return t
 }
 
-// envSeats are the agent seats of the environments whose verifiers env is not the single-agent
-// one (`agent`), by the taskset's name: the vendored tasksets' own env classes (wordle is
-// textarena's `player`; kuhn-poker seats two players). TestConformance checks each against the
-// pinned verifiers. Any other environment is taken as single-agent.
-var envSeats = map[string][]string{
-	"wordle":     {"player"},
-	"kuhn-poker": {"player0", "player1"},
-	"kuhn_poker": {"player0", "player1"},
-}
-
-// seatsOf are the agent seats of an environment's verifiers env.
-func seatsOf(envID string) []string {
-	if s, ok := envSeats[envName(envID)]; ok {
-		return s
-	}
-	return []string{"agent"}
-}
-
-// seatTables are the environment's agent seats as prime-rl takes them under env.<seat>: each
-// seat's harness, its bounds on turns and tokens, and where its program runs. Every run of a
+// seatTables are the environment's agent seats (upstream.Taskset's) as prime-rl takes them
+// under env.<seat>: each seat's harness, its bounds on turns and tokens, and where its program runs. Every run of a
 // seat provisions a runtime box for its program (even the null harness's), and verifiers'
 // default is Prime's remote sandboxes; here it is the job's own sandbox, verifiers' subprocess
 // runtime, as upstream's own configs run every seat. The prime CLI's per-environment knobs
 // (and its harness.runtime) apply to every seat.
 func seatTables(e jobspec.Env) map[string]map[string]any {
+	ts, _ := upstream.LookupTaskset(e.ID)
 	out := map[string]map[string]any{}
-	for _, seat := range seatsOf(e.ID) {
-		out[seat] = seatTable(e)
+	for _, seat := range ts.Seats() {
+		out[seat] = seatTable(e, ts.SeatHarness(seat))
 	}
 	return out
 }
 
-func seatTable(e jobspec.Env) map[string]any {
+// seatTable is one seat: the job's harness, else harness (upstream's for the taskset, else
+// the null harness) — never left to verifiers, whose fallback is its bash coding agent.
+func seatTable(e jobspec.Env, harness string) map[string]any {
 	t := map[string]any{"runtime": map[string]any{"type": "subprocess"}}
 	if len(e.Harness) > 0 {
 		h := wholeNumbers(e.Harness)
 		delete(h, "runtime")
 		t["harness"] = h
+	} else {
+		t["harness"] = map[string]any{"id": harness}
 	}
 	for k, v := range map[string]int{"max_turns": e.MaxTurns, "max_input_tokens": e.MaxInputTokens,
 		"max_output_tokens": e.MaxOutputTokens, "max_total_tokens": e.MaxTotalTokens} {

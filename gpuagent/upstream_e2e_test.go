@@ -146,20 +146,21 @@ func TestANaNLossKeepsItsStepAndItsWarningIsFoundByLevel(t *testing.T) {
 }
 
 // The agent checks the config it wrote with upstream's own code before the pipeline takes the
-// GPUs. A taskset argument the environment does not have passes our contract (arguments are
-// the environment's business) but not verifiers' taskset config: the job fails with upstream's
-// words, and the pipeline never starts.
+// GPUs. A taskset setting's value upstream refuses passes our contract (submit checks the
+// settings' names, from the taskset table; their values are the taskset's business) but not
+// verifiers' taskset config (alphabet-sort's split is Literal["train"]): the job fails with
+// upstream's words, and the pipeline never starts.
 func TestUpstreamRefusesAConfigBeforeThePipelineStarts(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
 	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "10ms")
 	cfg.Pipeline.Preflight = append(upstreamtest.Command(t), "prime-rl", "{config}", "--output-dir", "{output_dir}", "--run-name", "{run_name}", "{resume_set}")
 	b.run(t, cfg)
-	bad := strings.Replace(smallJob, `id = "primeintellect/alphabet-sort"`, "id = \"primeintellect/alphabet-sort\"\nargs = { bogus_knob = 3 }", 1)
+	bad := strings.Replace(smallJob, `id = "primeintellect/alphabet-sort"`, "id = \"primeintellect/alphabet-sort\"\nargs = { split = \"test\" }", 1)
 	j := b.submit(t, bad)
 	done := b.waitFor(t, j.ID, "ended", terminal)
 	if done.Status != job.Failed || !strings.Contains(done.Error, "upstream refused the config before the run") ||
-		!strings.Contains(done.Error, "orchestrator.train.source.0.env.taskset.bogus_knob: Extra inputs are not permitted") {
+		!strings.Contains(done.Error, "orchestrator.train.source.0.env.taskset.split: Input should be 'train'") {
 		t.Errorf("got %s %q; want FAILED with upstream's refusal", done.Status, done.Error)
 	}
 	if p := b.logText(t, j.ID, 1, "pipeline"); p != "" {

@@ -369,10 +369,13 @@ func TestCLISendsSecretsFromEnvFilesAndFlags(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "job.toml"), jobFile)
 	writeFile(t, filepath.Join(dir, "keys", "secrets.env"), "# judge keys\nOPENAI_API_KEY=sk-from-file\nexport ANTHROPIC_API_KEY=\"sk-ant-file\"\n")
 
-	// Warnings come before anything is queued: no WANDB_API_KEY yet.
+	// W&B without its key is refused before anything is queued, as the prime CLI refuses it.
 	out, code := d.cli(t, "train", "submit", filepath.Join(dir, "job.toml"), "--dry-run")
-	if code != 0 || !strings.Contains(out, "warning: line 5 (/wandb): there is no WANDB_API_KEY") ||
-		!strings.Contains(out, `"secrets": [`) || !strings.Contains(out, "needs 2×H100") {
+	if code != 1 || !strings.Contains(out, "line 5 (/wandb): WANDB_API_KEY is required when W&B monitoring is configured") {
+		t.Errorf("dry run without WANDB_API_KEY (%d):\n%s", code, out)
+	}
+	out, code = d.cli(t, "train", "submit", filepath.Join(dir, "job.toml"), "--dry-run", "-e", "WANDB_API_KEY=wandb-from-flag")
+	if code != 0 || !strings.Contains(out, `"secrets": [`) || !strings.Contains(out, "needs 2×H100") {
 		t.Errorf("dry run (%d):\n%s", code, out)
 	}
 	if strings.Contains(out, "sk-from-file") {
@@ -419,7 +422,7 @@ func TestCLISendsSecretsFromEnvFilesAndFlags(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "outside the job file's folder") || strings.Contains(out, "sk-from-file") {
 		t.Errorf("env file in ../ (%d): %s", code, out)
 	}
-	out, code = d.cli(t, "train", "submit", filepath.Join(dir, "sub", "up.toml"), "--dry-run", "--allow-outside-env-file")
+	out, code = d.cli(t, "train", "submit", filepath.Join(dir, "sub", "up.toml"), "--dry-run", "--allow-outside-env-file", "-e", "WANDB_API_KEY=w")
 	if code != 0 || !strings.Contains(out, `"secrets": [`) {
 		t.Errorf("env file in ../ with --allow-outside-env-file (%d): %s", code, out)
 	}
@@ -477,7 +480,11 @@ func TestCLISubmitsGEPAAndEvalJobs(t *testing.T) {
 		case "eval.toml":
 			cmd = "eval"
 		}
-		out, code := d.cli(t, cmd, "submit", f, "-o", "json")
+		args := []string{cmd, "submit", f, "-o", "json"}
+		if body, _ := os.ReadFile(f); bytes.Contains(body, []byte("\n[wandb]")) && !bytes.Contains(body, []byte("secrets.env")) {
+			args = append(args, "-e", "WANDB_API_KEY=wandb-from-flag") // as a user of the docs' example would
+		}
+		out, code := d.cli(t, args...)
 		if code != 0 {
 			t.Errorf("%s submit %s (%d): %s", cmd, f, code, out)
 			continue

@@ -132,6 +132,7 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 	if len(s.Env) == 0 {
 		n.fail("/orchestrator/train/source", `a run trains on at least one environment: add [[orchestrator.train.source]] with env.taskset.id = "owner/name"`)
 	}
+	n.fftLengths(cfg, s)
 	for i, src := range items(Dig(cfg, "orchestrator", "eval", "source")) {
 		if e, ok := n.fftSource(fmt.Sprintf("/orchestrator/eval/source/%d", i), src); ok {
 			if s.Eval == nil {
@@ -169,7 +170,7 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 		ck.Interval = interval
 	}
 	s.Checkpoints = &ck
-	// Monitors: W&B as the run says (off without its key); the metrics file where the agent
+	// Monitors: W&B as the run says (refused without its key); the metrics file where the agent
 	// reads it.
 	for _, at := range [][]string{{}, {"trainer"}, {"orchestrator"}} {
 		ptr := "/" + strings.Join(append(at, "monitors"), "/")
@@ -177,8 +178,7 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 		if w, ok := m["wandb"].(map[string]any); ok && s.Wandb == nil {
 			s.Wandb = &Wandb{Project: str(w["project"]), Entity: str(w["entity"]), Name: str(w["name"])}
 			if in.Secrets["WANDB_API_KEY"] == "" {
-				n.warn(ptr+"/wandb", "there is no WANDB_API_KEY among the secrets, so this run will not log to W&B; "+
-					"add WANDB_API_KEY to an env_file or pass -e WANDB_API_KEY")
+				n.fail(ptr+"/wandb", "%s", wandbKeyMissing)
 			}
 		}
 		if f, ok := m["file"].(map[string]any); ok && f["path"] != nil {
@@ -325,4 +325,40 @@ func num(v any) (float64, bool) {
 func items(v any) []any {
 	l, _ := v.([]any)
 	return l
+}
+
+// fftLengths reads a full fine-tune's sequence length (the shared seq_len, else the trainer's,
+// else prime-rl's default) and warns — the config is run as written — where a source's samples
+// would not fit it: its turns (the taskset's max_turns, else its default) × its per-turn
+// completion limit, or no completion limit at all (vLLM's context is then bounded to seq_len by
+// the agent).
+func (n *normalizer) fftLengths(cfg map[string]any, s *Spec) {
+	s.SeqLen = MinSeqLen
+	if x, ok := num(cfg["seq_len"]); ok {
+		s.SeqLen = int(x)
+	} else if x, ok := num(Dig(cfg, "trainer", "model", "seq_len")); ok {
+		s.SeqLen = int(x)
+	}
+	group, _ := num(Dig(cfg, "orchestrator", "train", "sampling", "max_completion_tokens"))
+	for i, src := range items(Dig(cfg, "orchestrator", "train", "source")) {
+		m, _ := src.(map[string]any)
+		ptr := fmt.Sprintf("/orchestrator/train/source/%d", i)
+		perTurn, ok := num(Dig(m, "sampling", "max_completion_tokens"))
+		if !ok {
+			perTurn = group
+		}
+		if perTurn <= 0 {
+			continue
+		}
+		e := Env{ID: str(Dig(m, "env", "taskset", "id"))}
+		if x, ok := num(Dig(m, "env", "taskset", "max_turns")); ok {
+			e.MaxTurns = int(x)
+		}
+		e.Sampling = &Sampling{MaxTokens: int(perTurn)}
+		b := budget(e, nil)
+		if b.turns*b.perTurn > s.SeqLen {
+			n.warn(ptr, "a sample of %s may take %d turn(s) (%s) × %d tokens, longer than seq_len (%d): longer samples are truncated for training; set seq_len = %d",
+				e.ID, b.turns, b.turnsFrom, b.perTurn, s.SeqLen, powerOfTwoAtLeast(b.tokens()))
+		}
+	}
 }

@@ -116,9 +116,9 @@ func TestJobsBiggerThanTheServiceKeepsAreRefused(t *testing.T) {
 		want string
 	}{
 		"args": {map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507",
-			"env": []any{map[string]any{"id": "gsm8k", "args": map[string]any{"prompt": big}}}}, "/env/0/args"},
+			"env": []any{map[string]any{"id": "acme/env", "args": map[string]any{"prompt": big}}}}, "/env/0/args"},
 		"eval args": {map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507", "env": []any{map[string]any{"id": "gsm8k"}},
-			"eval": map[string]any{"env": []any{map[string]any{"id": "gsm8k", "args": map[string]any{"p": big}}}}}, "/eval/env/0/args"},
+			"eval": map[string]any{"env": []any{map[string]any{"id": "acme/env", "args": map[string]any{"p": big}}}}}, "/eval/env/0/args"},
 		"secrets": {map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507", "env": []any{map[string]any{"id": "gsm8k"}},
 			"secrets": map[string]any{"A": strings.Repeat("x", 16000), "B": strings.Repeat("x", 16000), "C": strings.Repeat("x", 16000),
 				"D": strings.Repeat("x", 16000), "E": strings.Repeat("x", 2000)}}, "/secrets"},

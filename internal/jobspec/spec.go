@@ -589,8 +589,7 @@ func Normalize(v map[string]any) (Result, error) {
 		res.Warnings = append(res.Warnings, Unsupported(*s)...)
 	}
 	if in.Wandb != nil && (in.Wandb.Project != "" || in.Wandb.Entity != "") && in.Secrets["WANDB_API_KEY"] == "" {
-		n.warn("/wandb", "there is no WANDB_API_KEY among the secrets, so this run will not log to W&B; "+
-			"add WANDB_API_KEY to an env_file or pass -e WANDB_API_KEY")
+		n.fail("/wandb", "%s", wandbKeyMissing)
 	}
 	n.sizes(s, in.Secrets)
 	return res, nil
@@ -710,16 +709,7 @@ func (n *normalizer) rl(in input, s *Spec) error {
 	s.Sampling = in.Sampling
 	n.sampling("/sampling", s.Sampling)
 	n.model(in, s)
-	s.SeqLen = in.SeqLen
-	maxTokens := 0
-	if s.Sampling != nil {
-		maxTokens = s.Sampling.MaxTokens
-	}
-	if s.SeqLen == 0 {
-		s.SeqLen = seqLenFor(maxTokens)
-	} else if maxTokens > s.SeqLen {
-		n.warn("/seq_len", "seq_len (%d) is shorter than sampling.max_tokens (%d): longer samples are truncated for training", s.SeqLen, maxTokens)
-	}
+	n.lengths(in.SeqLen, s)
 	// (A temperature schedule is not applied at all: Unsupported says so, and nothing else.)
 	if in.Eval != nil {
 		ev := OnlineEval{Interval: in.Eval.Interval, NumExamples: in.Eval.NumExamples,
@@ -740,6 +730,7 @@ func (n *normalizer) rl(in input, s *Spec) error {
 			return err
 		}
 		ev.Env = envs
+		evalLengths(&ev)
 		s.Eval = &ev
 		n.sampling("/eval/sampling", ev.Sampling)
 		if ev.Interval > s.MaxSteps {
@@ -882,6 +873,11 @@ func (n *normalizer) env(ptr string, e envInput, eval bool) Env {
 		out.NumExamples = e.NumExamples
 		out.GroupSize = cmp.Or(e.GroupSize, e.RolloutsPerExample)
 	}
+	argsPtr := ptr + "/args"
+	if len(e.Args) == 0 && len(e.Taskset) > 0 {
+		argsPtr = ptr + "/taskset"
+	}
+	n.tasksetArgs(ptr, argsPtr, &out, eval)
 	return out
 }
 
@@ -1144,16 +1140,10 @@ func trainingGPUs(model string) int {
 	}
 }
 
-// seqLenFor is the sequence length a run trains on when the job does not say: room for the
-// completion budget and a prompt of up to 1,024 tokens, as a power of two, and never below
-// prime-rl's default.
-func seqLenFor(maxTokens int) int {
-	n := MinSeqLen
-	for n < maxTokens+1024 {
-		n *= 2
-	}
-	return n
-}
+// wandbKeyMissing is what a job with W&B monitoring and no key is told: the prime CLI's own
+// refusal (commands/rl.py), since a run would otherwise start and log nowhere.
+const wandbKeyMissing = "WANDB_API_KEY is required when W&B monitoring is configured: provide it with env_files = [\"secrets.env\"] in the job file, " +
+	"--env-file secrets.env, or -e WANDB_API_KEY=your-key (or remove [wandb])"
 
 // modelAt is a model a job names and where it names it.
 type modelAt struct{ model, ptr string }

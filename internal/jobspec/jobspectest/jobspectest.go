@@ -96,10 +96,19 @@ func Secrets(tb testing.TB) map[string]string {
 	return out
 }
 
-// WithSecrets appends secrets.env's values as a [secrets] table to a TOML job that names it.
+// WandbKey is the W&B key a test passes for a fixture with [wandb] and no secrets file, as a
+// user passes -e WANDB_API_KEY (the service refuses W&B monitoring without its key, as the
+// prime CLI does).
+const WandbKey = "wandb-example-not-a-real-key"
+
+// WithSecrets appends secrets.env's values as a [secrets] table to a TOML job that names it;
+// a job with [wandb] that names none gets WANDB_API_KEY, as `-e WANDB_API_KEY=…` gives it.
 func WithSecrets(tb testing.TB, b []byte) []byte {
 	tb.Helper()
 	if !bytes.Contains(b, []byte("secrets.env")) {
+		if bytes.Contains(b, []byte("\n[wandb]")) {
+			return fmt.Appendf(bytes.Clone(b), "\n[secrets]\nWANDB_API_KEY = %q\n", WandbKey)
+		}
 		return b
 	}
 	sec := Secrets(tb)

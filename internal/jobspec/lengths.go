@@ -1,0 +1,121 @@
+package jobspec
+
+import (
+	"fmt"
+
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
+)
+
+// DefaultMaxTokens is the per-turn completion budget of an environment when neither the job
+// nor upstream's example for its taskset gives one: the prime CLI's template's max_tokens.
+// Without one, a completion could run to the model's whole context while training keeps
+// seq_len.
+const DefaultMaxTokens = 2048
+
+// PromptRoom is the room a sequence keeps for the prompt beside its completions.
+const PromptRoom = 1024
+
+// envBudget is what one environment's sample takes: its turns, each turn's completion
+// budget, and so its whole length (turns × budget + the prompt's room).
+type envBudget struct {
+	turns, perTurn int
+	turnsFrom      string
+}
+
+func (b envBudget) tokens() int { return b.turns*b.perTurn + PromptRoom }
+
+// budget is an environment's sample budget: per turn, the environment's max_tokens, else the
+// job's, else its taskset's upstream example's, else DefaultMaxTokens; turns, the
+// environment's max_turns, else the taskset's own (its args' max_turns, else its default),
+// else as many as upstream's example budgets for it (its sequence less the prompt's room,
+// over its per-turn budget), else one.
+func budget(e Env, job *Sampling) envBudget {
+	b := envBudget{turns: 1, turnsFrom: "one turn"}
+	ts, known := upstream.LookupTaskset(e.ID)
+	switch {
+	case e.Sampling != nil && e.Sampling.MaxTokens > 0:
+		b.perTurn = e.Sampling.MaxTokens
+	case job != nil && job.MaxTokens > 0:
+		b.perTurn = job.MaxTokens
+	case known && ts.ExampleMaxTokens > 0:
+		b.perTurn = ts.ExampleMaxTokens
+	default:
+		b.perTurn = DefaultMaxTokens
+	}
+	argTurns, _ := e.Args["max_turns"].(float64)
+	switch {
+	case e.MaxTurns > 0:
+		b.turns, b.turnsFrom = e.MaxTurns, "its max_turns"
+	case argTurns >= 1:
+		b.turns, b.turnsFrom = int(argTurns), "its taskset's max_turns"
+	case known && ts.MaxTurns() > 0:
+		b.turns, b.turnsFrom = ts.MaxTurns(), "its taskset's default max_turns"
+	case known && ts.ExampleSeqLen > MinSeqLen && ts.ExampleMaxTokens > 0:
+		b.turns = max(1, (ts.ExampleSeqLen-PromptRoom)/ts.ExampleMaxTokens)
+		b.turnsFrom = fmt.Sprintf("upstream's example for %s budgets %d", ts.ID, b.turns)
+	}
+	return b
+}
+
+// lengths sets each environment's per-turn budget where the job gives none, and the run's
+// sequence length from its environments' samples when the job does not set one; a seq_len
+// the job sets that would cut a whole sample gets a warning naming the sample's length.
+func (n *normalizer) lengths(seqLen int, s *Spec) {
+	s.SeqLen = seqLen
+	need, worst := 0, ""
+	for i := range s.Env {
+		e := &s.Env[i]
+		b := budget(*e, s.Sampling)
+		if (e.Sampling == nil || e.Sampling.MaxTokens == 0) && (s.Sampling == nil || s.Sampling.MaxTokens == 0) {
+			// Written into the environment, so the limit reaches vLLM and the spec shows it.
+			if e.Sampling == nil {
+				e.Sampling = &Sampling{}
+			}
+			e.Sampling.MaxTokens = b.perTurn
+		}
+		if b.tokens() > need {
+			need = b.tokens()
+			worst = fmt.Sprintf("%s: %d turn(s) (%s) × %d tokens + %d for the prompt = %d", e.ID, b.turns, b.turnsFrom, b.perTurn, PromptRoom, need)
+		}
+	}
+	switch {
+	case s.SeqLen == 0:
+		s.SeqLen = powerOfTwoAtLeast(max(need, MinSeqLen))
+	case s.SeqLen < need:
+		n.warn("/seq_len", "seq_len (%d) is shorter than a whole sample of %s: longer samples are truncated for training; set seq_len = %d",
+			s.SeqLen, worst, powerOfTwoAtLeast(need))
+	}
+}
+
+// evalLengths sets each eval environment's per-turn budget where the job gives none.
+func evalLengths(ev *OnlineEval) {
+	for i := range ev.Env {
+		e := &ev.Env[i]
+		if (e.Sampling == nil || e.Sampling.MaxTokens == 0) && (ev.Sampling == nil || ev.Sampling.MaxTokens == 0) {
+			if e.Sampling == nil {
+				e.Sampling = &Sampling{}
+			}
+			e.Sampling.MaxTokens = budget(*e, ev.Sampling).perTurn
+		}
+	}
+}
+
+// ContextLen is the longest sequence the run's inference server must hold: the trainer's
+// sequence length, or a longer eval sample. It is vLLM's max_model_len.
+func (s Spec) ContextLen() int {
+	n := max(s.SeqLen, MinSeqLen) // a job stored before seq_len was set at submit: prime-rl's default
+	if s.Eval != nil {
+		for _, e := range s.Eval.Env {
+			n = max(n, budget(e, s.Eval.Sampling).tokens())
+		}
+	}
+	return n
+}
+
+func powerOfTwoAtLeast(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
+}
