@@ -54,14 +54,17 @@ func ParseModels(data []byte) ([]Model, error) {
 }
 
 // models are what GET /v1/models lists: the operator's list, or without one the models
-// prime-rl renders by itself with the GPUs an rl job of each takes by default.
+// prime-rl renders by itself whose size hostedtrain knows and which fit a node, with the GPUs
+// an rl job of each takes by default (jobspec.TrainingGPUs).
 func (s *Server) models() []Model {
 	if s.cfg.Models != nil {
 		return s.cfg.Models
 	}
 	var out []Model
 	for _, m := range upstream.RenderedModels() {
-		out = append(out, Model{Name: m, GPUs: jobspec.TrainingGPUs(m)})
+		if g, ok := jobspec.TrainingGPUs(m); ok {
+			out = append(out, Model{Name: m, GPUs: g})
+		}
 	}
 	return out
 }
@@ -126,6 +129,9 @@ func (s *Server) offered(r *http.Request, a *admitted) *Problem {
 		}
 		if _, err := upstream.SplitGPUs(m.GPUs, tp); err != nil {
 			return refuse("%s takes %d GPUs here, which its tensor_parallel_size cannot split: %v", m.Name, m.GPUs, err)
+		}
+		if _, known, err := a.spec.Layout(m.GPUs); known && err != nil {
+			return refuse("%s takes %d GPUs here, on which this job does not fit: %v", m.Name, m.GPUs, err)
 		}
 		a.spec.Resources.GPUs = m.GPUs
 	}

@@ -54,7 +54,7 @@ gpus = 16
 		t.Errorf("an unlisted model: %d %s", r.status, r.body)
 	}
 	r = call(t, "POST", s.URL+"/v1/jobs", writer, "application/toml", []byte("model = \"Qwen/Qwen3-235B-A22B\""+env))
-	if r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "cannot be placed") {
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "does not fit 8 H100s") {
 		t.Errorf("a model larger than a node: %d %s", r.status, r.body)
 	}
 	var j job.Job

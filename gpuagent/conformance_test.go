@@ -12,6 +12,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/internal/fit"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
@@ -82,6 +83,26 @@ func TestConformance(t *testing.T) {
 	if err != nil || len(realConfigs) == 0 {
 		t.Fatalf("no real-configs/prime-train in the kit: %v", err)
 	}
+	// verifiers' own GEPA files (configs/gepa), as `hostedtrain gepa submit` reads them: each
+	// beside the endpoint registry its endpoints_path names, with the keys its user holds.
+	gepaConfigs, _ := filepath.Glob(filepath.Join(upstreamtest.Kit(t), "real-configs", "gepa", "*.toml"))
+	if len(gepaConfigs) == 0 {
+		t.Fatal("no real-configs/gepa in the kit")
+	}
+	gepaDir := filepath.Join(t.TempDir(), "configs")
+	if err := os.MkdirAll(filepath.Join(gepaDir, "gepa"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, filepath.Join("testdata", "verifiers-endpoints.toml"), filepath.Join(gepaDir, "endpoints.toml"))
+	for _, f := range gepaConfigs {
+		at := filepath.Join(gepaDir, "gepa", filepath.Base(f))
+		copyFile(t, f, at)
+		body, err := jobspec.ReadJobFile(at, []string{"PRIME_API_KEY=prime-example", "OPENAI_API_KEY=openai-example"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, conformanceJob{name: "real-configs/gepa/" + filepath.Base(f), kind: "gepa", body: body.Data})
+	}
 	var refusedAtSubmit []string
 	for _, f := range realConfigs {
 		// With the keys its user would hold: W&B's, and the judge's provider's.
@@ -116,7 +137,7 @@ func TestConformance(t *testing.T) {
 			if strings.HasPrefix(j.name, "testdata/prime-train/") {
 				continue
 			}
-			if strings.HasPrefix(j.name, "real-configs/") {
+			if strings.HasPrefix(j.name, "real-configs/prime-train/") {
 				refusedAtSubmit = append(refusedAtSubmit, fmt.Sprintf("%s (%s)", j.name, firstError(prob)))
 				continue
 			}
@@ -130,17 +151,13 @@ func TestConformance(t *testing.T) {
 		for k := range got.Secrets {
 			secrets = append(secrets, k)
 		}
-		tp := 1
-		if spec.Parallelism != nil {
-			tp = spec.Parallelism.TensorParallelSize
-		}
 		gpuCounts := []int{1, 2, 8}
 		if spec.Kind != jobspec.KindRL {
 			gpuCounts = []int{spec.Resources.GPUs}
 		}
 		for _, gpus := range gpuCounts {
 			if spec.Kind == jobspec.KindRL {
-				if _, err := upstream.SplitGPUs(gpus, tp); err != nil {
+				if _, _, err := spec.Layout(gpus); err != nil {
 					skipped[j.name] = append(skipped[j.name], fmt.Sprintf("%d GPUs (%v)", gpus, err))
 					continue
 				}
@@ -199,7 +216,7 @@ func TestConformance(t *testing.T) {
 	if corpusRendered < 15 {
 		t.Errorf("only %d files of testdata/prime-train were rendered", corpusRendered)
 	}
-	if len(rl) < 20 || len(gp) < 3 {
+	if len(rl) < 20 || len(gp) < 3+len(gepaConfigs) {
 		t.Errorf("only %d rl and %d GEPA renders were checked", len(rl), len(gp))
 	}
 }
@@ -300,8 +317,16 @@ func resolvedProblems(r rendered, details map[string]any) []string {
 	}
 	s := r.spec
 	seqLen := num(dig(res, "seq_len", "trainer"))
-	if ml := num(dig(res, "vllm", "max_model_len")); ml < seqLen {
+	maxLen := num(dig(res, "vllm", "max_model_len"))
+	if maxLen < seqLen {
 		add("vLLM's max_model_len is %v, shorter than seq_len %v (or the model's whole context)", dig(res, "vllm", "max_model_len"), seqLen)
+	}
+	// Every replica fits its cards: weights and the KV cache of a max_model_len sequence
+	// within gpu_memory_utilization.
+	model, _ := details["model"].(string)
+	tp := int(num(dig(res, "vllm", "tensor_parallel_size")))
+	if b, known := fit.Replica(model, tp, int(maxLen)); known && b > num(dig(res, "vllm", "gpu_memory_utilization"))*fit.Card {
+		add("a vLLM replica of %s at tensor parallelism %d needs %.1f GiB a card for a %v-token sequence, past %v of the card", model, tp, b/(1<<30), maxLen, dig(res, "vllm", "gpu_memory_utilization"))
 	}
 	// The job's environments, by source, for what the job asked of each.
 	var envs []jobspec.Env
@@ -408,4 +433,15 @@ func dig(v any, keys ...string) any {
 func num(v any) float64 {
 	f, _ := v.(float64)
 	return f
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

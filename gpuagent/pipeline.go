@@ -16,7 +16,8 @@ import (
 //	eval      {env}, {model}, {num_examples}, {rollouts_per_example}, {base_url}, {key_var},
 //	          {output_dir}; {eval_flags} becomes -a (environment arguments) and -S (sampling)
 //	serve     {model}, {port}, {tp}: an OpenAI-compatible server of an open-weight model on
-//	          the job's GPUs, for GEPA and evals; the job's random key is in VLLM_API_KEY
+//	          the job's GPUs, for GEPA and evals; {max_model_len} becomes `--max-model-len N`
+//	          (the job's longest sequence); the job's random key is in VLLM_API_KEY
 //	install   {env_id}: installs one Environments Hub environment into prime-rl's Python
 //	versions  prints the installed upstream versions as JSON
 //
@@ -59,7 +60,7 @@ func DefaultPipeline() Pipeline {
 		GEPACheck: with("python", "-c", gepaCheckProgram, "{config}"),
 		Eval: with("python", "-m", "verifiers.cli.commands.eval", "{env}", "-m", "{model}", "-n", "{num_examples}",
 			"-r", "{rollouts_per_example}", "-b", "{base_url}", "-k", "{key_var}", "-s", "-o", "{output_dir}", "{eval_flags}"),
-		Serve:    with("vllm", "serve", "{model}", "--host", "127.0.0.1", "--port", "{port}", "--tensor-parallel-size", "{tp}"),
+		Serve:    with("vllm", "serve", "{model}", "--host", "127.0.0.1", "--port", "{port}", "--tensor-parallel-size", "{tp}", "{max_model_len}"),
 		Install:  []string{"prime", "env", "install", "{env_id}"},
 		Versions: nil, // cmd/gpuagent fills in its own `versions` subcommand
 	}
@@ -85,7 +86,7 @@ func EmulatedPipeline(bin, primeRL string, flags ...string) Pipeline {
 		GEPA:     with("gepa", "{config}"),
 		Eval: with("eval", "{env}", "-m", "{model}", "-n", "{num_examples}", "-r", "{rollouts_per_example}",
 			"-b", "{base_url}", "-k", "{key_var}", "-s", "-o", "{output_dir}", "{eval_flags}"),
-		Serve:    with("serve", "{model}", "--host", "127.0.0.1", "--port", "{port}", "--tensor-parallel-size", "{tp}"),
+		Serve:    with("serve", "{model}", "--host", "127.0.0.1", "--port", "{port}", "--tensor-parallel-size", "{tp}", "{max_model_len}"),
 		Install:  []string{bin, "env", "install", "{env_id}"},
 		Versions: []string{bin, "versions"},
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -151,6 +152,8 @@ func renderRL(in RenderInput, out *Rendered, vars map[string]string) error {
 // the variable its key is in.
 type modelAccess struct {
 	model, baseURL, keyVar, clientType string
+	// alias: the model is an entry of the job's endpoint registry, which verifiers resolves.
+	alias bool
 }
 
 // access decides where each model of a GEPA or eval job is called: a provider's API with the
@@ -166,6 +169,13 @@ func access(in RenderInput, out *Rendered, models ...string) (map[string]modelAc
 	for _, m := range models {
 		if m == "" || got[m] != (modelAccess{}) {
 			continue
+		}
+		if g := in.Spec.GEPA; g != nil {
+			if e, ok := g.Endpoint(m); ok {
+				// Named by an alias of the job's endpoint registry: called where it says.
+				got[m] = modelAccess{model: m, baseURL: e.URL, keyVar: e.Key, clientType: "openai_chat_completions", alias: true}
+				continue
+			}
 		}
 		if hm, ok := upstream.ProviderModel(m); ok {
 			p := providers[hm.Provider.Name]
@@ -194,12 +204,22 @@ func access(in RenderInput, out *Rendered, models ...string) (map[string]modelAc
 			Port: port, Model: m,
 			Command: expand(in.Pipeline.Serve, map[string]string{
 				"prime_rl": in.Pipeline.PrimeRL, "model": m, "port": strconv.Itoa(port), "tp": strconv.Itoa(in.GPUs),
-			}, nil),
+			}, map[string][]string{"max_model_len": maxModelLen(in.Spec)}),
 		}
 		out.Ports = append(out.Ports, port)
 		got[m] = modelAccess{model: m, baseURL: out.Serve.BaseURL(), keyVar: LocalKeyVar, clientType: "openai_chat_completions"}
 	}
 	return got, nil
+}
+
+// maxModelLen is the serve command's --max-model-len: the job's longest sequence, so that
+// vLLM reserves KV cache for it rather than for the model's whole context (none for a job
+// stored before submit set it).
+func maxModelLen(s jobspec.Spec) []string {
+	if s.ContextLength == 0 {
+		return nil
+	}
+	return []string{"--max-model-len", strconv.Itoa(s.ContextLength)}
 }
 
 // gepaFile is the GEPA config in the shape verifiers' loader reads
@@ -208,19 +228,20 @@ func access(in RenderInput, out *Rendered, models ...string) (map[string]modelAc
 type gepaFile struct {
 	Model           string         `toml:"model"`
 	ReflectionModel string         `toml:"reflection_model"`
-	APIBaseURL      string         `toml:"api_base_url"`
-	APIKeyVar       string         `toml:"api_key_var"`
+	APIBaseURL      string         `toml:"api_base_url,omitempty"`
+	APIKeyVar       string         `toml:"api_key_var,omitempty"`
 	EndpointsPath   string         `toml:"endpoints_path,omitempty"`
 	RunDir          string         `toml:"run_dir"`
 	SaveResults     bool           `toml:"save_results"`
-	Env             gepaEnv        `toml:"env"`
+	Env             []gepaEnv      `toml:"env"`
 	GEPA            gepaSettings   `toml:"gepa"`
 	Sampling        map[string]any `toml:"sampling,omitempty"`
 }
 
 type gepaEnv struct {
-	EnvID   string         `toml:"env_id"`
-	EnvArgs map[string]any `toml:"env_args,omitempty"`
+	EnvID          string         `toml:"env_id"`
+	EnvArgs        map[string]any `toml:"env_args,omitempty"`
+	ExtraEnvKwargs map[string]any `toml:"extra_env_kwargs,omitempty"`
 }
 
 type gepaSettings struct {
@@ -230,6 +251,8 @@ type gepaSettings struct {
 	NumVal        int      `toml:"num_val"`
 	PerfectScore  *float64 `toml:"perfect_score,omitempty"`
 	StateColumns  []string `toml:"state_columns,omitempty"`
+	MaxConcurrent int      `toml:"max_concurrent,omitempty"`
+	Seed          *int     `toml:"seed,omitempty"`
 }
 
 // endpointsFile is verifiers' endpoint registry (configs/endpoints.toml: [[endpoint]] with
@@ -265,19 +288,38 @@ func renderGEPA(in RenderInput, out *Rendered, vars map[string]string) error {
 	}
 	main, refl := acc[s.Model], acc[reflection]
 	f := gepaFile{
-		Model: main.model, ReflectionModel: refl.model, APIBaseURL: main.baseURL, APIKeyVar: main.keyVar,
-		RunDir: filepath.Join(out.OutputDir, "gepa"), SaveResults: true,
-		Env: gepaEnv{EnvID: envName(s.Env[0].ID), EnvArgs: wholeNumbers(s.Env[0].Args)},
+		Model: main.model, ReflectionModel: refl.model,
+		RunDir: filepath.Join(out.OutputDir, "gepa"), SaveResults: !g.NoSave,
 		GEPA: gepaSettings{MaxCalls: g.MaxCalls, MinibatchSize: g.MinibatchSize, NumTrain: g.NumTrain, NumVal: g.NumVal,
-			PerfectScore: g.PerfectScore, StateColumns: g.StateColumns},
-		Sampling: samplingArgs(s.Sampling),
+			PerfectScore: g.PerfectScore, StateColumns: g.StateColumns, MaxConcurrent: g.MaxConcurrent, Seed: g.Seed},
+		Sampling: samplingArgs(g.Sampling),
 	}
-	if refl.baseURL != main.baseURL || refl.keyVar != main.keyVar || refl.clientType != main.clientType {
-		// The reflection model is reached elsewhere: verifiers finds it in the registry.
-		reg := endpointsFile{Endpoint: []endpointEntry{{EndpointID: refl.model, Model: refl.model, URL: refl.baseURL, Key: refl.keyVar}}}
-		if refl.clientType != "openai_chat_completions" {
-			reg.Endpoint[0].APIClientType = refl.clientType
+	for _, e := range s.Env {
+		f.Env = append(f.Env, gepaEnv{EnvID: envName(e.ID), EnvArgs: wholeNumbers(e.Args), ExtraEnvKwargs: wholeNumbers(e.ExtraKwargs)})
+	}
+	// Where the model is called: verifiers' api_base_url and api_key_var, unless it is an
+	// alias of the registry; every other place (the reflection model's, the aliases') is an
+	// entry of the registry the agent writes beside the config.
+	var reg endpointsFile
+	if !main.alias {
+		f.APIBaseURL, f.APIKeyVar = main.baseURL, main.keyVar
+	}
+	for _, a := range []modelAccess{main, refl} {
+		if a.alias {
+			if e, ok := g.Endpoint(a.model); ok && !slices.ContainsFunc(reg.Endpoint, func(x endpointEntry) bool { return x.EndpointID == e.EndpointID }) {
+				reg.Endpoint = append(reg.Endpoint, endpointEntry{EndpointID: e.EndpointID, Model: e.Model, URL: e.URL, Key: e.Key})
+			}
 		}
+	}
+	if !refl.alias && (refl.baseURL != main.baseURL || refl.keyVar != main.keyVar || refl.clientType != main.clientType) {
+		// The reflection model is reached elsewhere: verifiers finds it in the registry.
+		e := endpointEntry{EndpointID: refl.model, Model: refl.model, URL: refl.baseURL, Key: refl.keyVar}
+		if refl.clientType != "openai_chat_completions" {
+			e.APIClientType = refl.clientType
+		}
+		reg.Endpoint = append(reg.Endpoint, e)
+	}
+	if len(reg.Endpoint) > 0 {
 		b, err := encodeTOML("# verifiers endpoint registry written by hostedtrain for job "+in.JobID+"\n", reg)
 		if err != nil {
 			return err
@@ -337,8 +379,9 @@ func renderEval(in RenderInput, out *Rendered, vars map[string]string) error {
 	return nil
 }
 
-// samplingArgs are a job's sampling settings as the OpenAI-style sampling arguments verifiers
-// passes with each request.
+// samplingArgs are a GEPA or eval job's sampling as verifiers sends it with every request
+// (its sampling_args): every setting the job gave; a temperature schedule has no steps to
+// follow here and is refused at submit.
 func samplingArgs(sp *jobspec.Sampling) map[string]any {
 	if sp == nil {
 		return nil
@@ -358,6 +401,21 @@ func samplingArgs(sp *jobspec.Sampling) map[string]any {
 	}
 	if len(sp.ExtraBody) > 0 {
 		m["extra_body"] = wholeNumbers(sp.ExtraBody)
+	}
+	if sp.EnableThinking != nil {
+		// A hybrid-thinking model's switch, as vLLM's chat template takes it (and the
+		// provider APIs ignore): the same the renderer sets for training.
+		eb, _ := m["extra_body"].(map[string]any)
+		if eb == nil {
+			eb = map[string]any{}
+		}
+		ctk, _ := eb["chat_template_kwargs"].(map[string]any)
+		if ctk == nil {
+			ctk = map[string]any{}
+		}
+		ctk["enable_thinking"] = *sp.EnableThinking
+		eb["chat_template_kwargs"] = ctk
+		m["extra_body"] = eb
 	}
 	if len(m) == 0 {
 		return nil

@@ -222,14 +222,13 @@ type rlRun struct {
 // start (each on a port of the job's block).
 func (r rlRun) rlConfig() ([]byte, int, error) {
 	s := r.spec
-	tp := 1
-	if s.Parallelism != nil {
-		tp = max(s.Parallelism.TensorParallelSize, 1)
-	}
-	split, err := upstream.SplitGPUs(r.gpus, tp)
+	// The split and tensor parallelism that fit the model on these GPUs (fit.RL; prime-rl's
+	// even split for a model of no known size).
+	layout, _, err := s.Layout(r.gpus)
 	if err != nil {
 		return nil, 0, err
 	}
+	split := layout.Split
 	ck := jobspec.Checkpoints{Interval: min(jobspec.DefaultCheckpointInterval, s.MaxSteps)}
 	if s.Checkpoints != nil {
 		ck = *s.Checkpoints

@@ -24,7 +24,7 @@ func runServe(ctx context.Context, args []string, out io.Writer) int {
 	var em emulation
 	rest, err := parseCommon(args, &em)
 	if err != nil || len(rest) == 0 {
-		return fail(out, 2, "error: usage: serve MODEL --host H --port P [--tensor-parallel-size T]")
+		return fail(out, 2, "error: usage: serve MODEL --host H --port P [--tensor-parallel-size T] [--max-model-len N]")
 	}
 	model := rest[0]
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -32,6 +32,7 @@ func runServe(ctx context.Context, args []string, out io.Writer) int {
 	host := fs.String("host", "", "host")
 	port := fs.Int("port", 8000, "port")
 	fs.Int("tensor-parallel-size", 1, "tensor parallelism")
+	fs.Int("max-model-len", 0, "the longest sequence served (vLLM's --max-model-len)")
 	if err := fs.Parse(rest[1:]); err != nil {
 		return 2
 	}

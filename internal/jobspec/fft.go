@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/hostedtrain/hostedtrain/internal/fit"
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 // KindFFT is a full fine-tune: a whole prime-rl config (the `uv run rl @ rl.toml` file), as the
@@ -133,6 +136,7 @@ func (n *normalizer) fft(v map[string]any, in input, s *Spec) {
 		n.fail("/orchestrator/train/source", `a run trains on at least one environment: add [[orchestrator.train.source]] with env.taskset.id = "owner/name"`)
 	}
 	n.fftLengths(cfg, s)
+	n.fftFit(cfg, s, int(train), int(infer))
 	for i, src := range items(Dig(cfg, "orchestrator", "eval", "source")) {
 		if e, ok := n.fftSource(fmt.Sprintf("/orchestrator/eval/source/%d", i), src); ok {
 			if s.Eval == nil {
@@ -360,5 +364,27 @@ func (n *normalizer) fftLengths(cfg map[string]any, s *Spec) {
 			n.warn(ptr, "a sample of %s may take %d turn(s) (%s) × %d tokens, longer than seq_len (%d): longer samples are truncated for training; set seq_len = %d",
 				e.ID, b.turns, b.turnsFrom, b.perTurn, s.SeqLen, powerOfTwoAtLeast(b.tokens()))
 		}
+	}
+}
+
+// fftFit checks that a full fine-tune's own deployment fits its model (fit.Check): its
+// inference GPUs at its tensor parallelism with vLLM's max_model_len (its own, else seq_len,
+// which the agent sets), its trainer GPUs for LoRA or full fine-tuning.
+func (n *normalizer) fftFit(cfg map[string]any, s *Spec, train, infer int) {
+	model := str(Dig(cfg, "model", "name"))
+	if model == "" || train < 1 || infer < 1 {
+		return
+	}
+	tp := 1
+	if x, ok := num(Dig(cfg, "inference", "vllm", "tensor_parallel_size")); ok && x >= 1 {
+		tp = int(x)
+	}
+	ctx := s.SeqLen
+	if x, ok := num(Dig(cfg, "inference", "vllm", "max_model_len")); ok && x >= 1 {
+		ctx = int(x)
+	}
+	_, lora := Dig(cfg, "trainer", "model", "lora").(map[string]any)
+	if err := fit.Check(model, upstream.Split{Inference: infer, Trainer: train, TensorParallel: tp}, ctx, s.SeqLen, lora); err != nil {
+		n.fail("/deployment", "%v", err)
 	}
 }

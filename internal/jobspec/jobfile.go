@@ -84,6 +84,10 @@ func ReadJobFileWith(path string, envFlags []string, opts ReadOptions) (*JobBody
 		return nil, err
 	}
 	b := &JobBody{Data: data, ContentType: contentType(isJSON)}
+	if err := b.addEndpoints(path, doc, isJSON); err != nil {
+		return nil, err
+	}
+	data = b.Data
 	if len(secrets) == 0 {
 		return b, nil
 	}
@@ -183,4 +187,53 @@ func addJSONSecrets(data []byte, doc map[string]any, secrets map[string]string) 
 	out = append(out, []byte(sep+`"secrets":`)...)
 	out = append(out, val...)
 	return append(out, data[end:]...), nil
+}
+
+// addEndpoints inlines the endpoint registry a GEPA file names (endpoints_path, relative to the
+// file, as verifiers' loader reads it) as `endpoints`, since the service cannot read the
+// user's files: only its [[endpoint]] entries go (endpoint_id, model, url, key — the name of
+// the key's variable, never a key).
+func (b *JobBody) addEndpoints(path string, doc map[string]any, isJSON bool) error {
+	p, _ := doc["endpoints_path"].(string)
+	if p == "" || doc["endpoints"] != nil {
+		return nil
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(filepath.Dir(path), p)
+	}
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("%s names endpoints_path %q: %w", path, doc["endpoints_path"], err)
+	}
+	var reg struct {
+		Endpoint []Endpoint `toml:"endpoint"`
+	}
+	if err := toml.Unmarshal(raw, &reg); err != nil {
+		return fmt.Errorf("%s names endpoints_path %q, which is not an endpoint registry ([[endpoint]] tables): %v", path, doc["endpoints_path"], err)
+	}
+	if isJSON {
+		end := bytes.LastIndexByte(b.Data, '}')
+		if end < 0 {
+			return errors.New("the JSON job is not an object")
+		}
+		val, err := json.Marshal(reg.Endpoint)
+		if err != nil {
+			return err
+		}
+		b.Data = append(append(append(append([]byte{}, b.Data[:end]...), `,"endpoints":`...), val...), b.Data[end:]...)
+		return nil
+	}
+	table, err := toml.Marshal(map[string][]Endpoint{"endpoints": reg.Endpoint})
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	out.Write(b.Data)
+	if len(b.Data) > 0 && b.Data[len(b.Data)-1] != '\n' {
+		out.WriteByte('\n')
+	}
+	out.WriteString("\n# added by hostedtrain: the endpoint registry endpoints_path names\n")
+	out.Write(table)
+	b.Data = out.Bytes()
+	return nil
 }

@@ -100,6 +100,26 @@ func evalLengths(ev *OnlineEval) {
 	}
 }
 
+// defaultMaxTokens gives a GEPA or eval job's sampling a completion limit when it has none: the
+// largest per-turn budget of its environments (budget). Without one, a completion could run
+// to the served model's whole context.
+func defaultMaxTokens(sp **Sampling, envs []Env) {
+	if *sp != nil && (*sp).MaxTokens > 0 {
+		return
+	}
+	n := 0
+	for _, e := range envs {
+		n = max(n, budget(e, nil).perTurn)
+	}
+	if n == 0 {
+		return
+	}
+	if *sp == nil {
+		*sp = &Sampling{}
+	}
+	(*sp).MaxTokens = n
+}
+
 // ContextLen is the longest sequence the run's inference server must hold: the trainer's
 // sequence length, or a longer eval sample. It is vLLM's max_model_len.
 func (s Spec) ContextLen() int {

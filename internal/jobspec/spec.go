@@ -126,6 +126,9 @@ type Spec struct {
 	MaxSteps      int            `json:"max_steps,omitempty"`
 	// SeqLen is the longest sequence (prompt and completion) the trainer takes.
 	SeqLen int `json:"seq_len,omitempty"`
+	// ContextLength is the longest sequence the inference server of a GEPA or eval job holds
+	// (vLLM's --max-model-len): its environments' turns × per-turn budget and a prompt.
+	ContextLength int `json:"context_length,omitempty"`
 	// Renderer names the chat renderer prime-rl renders the model with when the model is not
 	// one prime-rl finds a renderer for by itself; "" when it does.
 	Renderer            string               `json:"renderer,omitempty"`
@@ -181,7 +184,8 @@ type Env struct {
 	MaxOutputTokens int            `json:"max_output_tokens,omitempty"`
 	MaxTotalTokens  int            `json:"max_total_tokens,omitempty"`
 	// NumExamples is an eval environment's examples (-1: all; nil: the eval's).
-	NumExamples *int `json:"num_examples,omitempty"`
+	NumExamples *int `json:"num_examples,omitempty"`	// ExtraKwargs are a GEPA environment's extra_env_kwargs (set on the loaded env).
+	ExtraKwargs map[string]any `json:"extra_kwargs,omitempty"`
 }
 
 // Pool is an environment server's worker pool (verifiers' serve.pool): static, a fixed
@@ -320,6 +324,25 @@ type GEPA struct {
 	MinibatchSize   int      `json:"minibatch_size"`
 	PerfectScore    *float64 `json:"perfect_score,omitempty"`
 	StateColumns    []string `json:"state_columns,omitempty"`
+	// MaxConcurrent bounds the rollouts in flight; Seed seeds the optimization (verifiers'
+	// defaults when unset).
+	MaxConcurrent int  `json:"max_concurrent,omitempty"`
+	Seed          *int `json:"seed,omitempty"`
+	// Sampling is what every rollout is sampled with (the loader's sampling_args).
+	Sampling *Sampling `json:"sampling,omitempty"`
+	// Endpoints are the endpoint registry's entries for the models the job names by alias.
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// SaveResults keeps every rollout (the loader's default: true).
+	NoSave bool `json:"no_save,omitempty"`
+}
+
+// Endpoint is one entry of verifiers' endpoint registry (endpoints.toml): a model alias, the
+// model it names, where it is called and the variable its key is in.
+type Endpoint struct {
+	EndpointID string `json:"endpoint_id" toml:"endpoint_id"`
+	Model      string `json:"model" toml:"model"`
+	URL        string `json:"url" toml:"url"`
+	Key        string `json:"key" toml:"key"`
 }
 
 // Evaluation holds an eval job's settings.
@@ -409,8 +432,22 @@ type input struct {
 	PerfectScore    *float64 `json:"perfect_score"`
 	StateColumns    []string `json:"state_columns"`
 
-	NumExamples *int `json:"num_examples"`
-	SaveResults bool `json:"save_results"`
+	NumExamples *int  `json:"num_examples"`
+	SaveResults *bool `json:"save_results"`
+
+	// GEPA in verifiers' own shape (configs/gepa/*.toml): [gepa], [execution], the endpoint
+	// registry its file names (read and inlined by the CLI as endpoints), and the keys its
+	// loader reads that a hosted run sets itself.
+	GEPATable     *gepaTable      `json:"gepa"`
+	Execution     *executionTable `json:"execution"`
+	EndpointsPath string          `json:"endpoints_path"`
+	Endpoints     []Endpoint      `json:"endpoints"`
+	APIKeyVar     string          `json:"api_key_var"`
+	APIBaseURL    string          `json:"api_base_url"`
+	EnvDirPath    *string         `json:"env_dir_path"`
+	RunDir        *string         `json:"run_dir"`
+	Verbose       *bool           `json:"verbose"`
+	TUI           *bool           `json:"tui"`
 }
 
 // evalInput is [eval] as written: OnlineEval's settings, its environments as written and the
@@ -550,17 +587,9 @@ func Normalize(v map[string]any) (Result, error) {
 			return Result{}, err
 		}
 	case KindGEPA:
-		n.envFromID(in, s)
-		s.GEPA = &GEPA{
-			ReflectionModel: or(in.ReflectionModel, s.Model),
-			MaxCalls:        orInt(in.MaxCalls, DefaultGEPAMaxCalls),
-			NumTrain:        orInt(in.NumTrain, DefaultGEPANumTrain),
-			NumVal:          orInt(in.NumVal, DefaultGEPANumVal),
-			MinibatchSize:   orInt(in.MinibatchSize, DefaultGEPAMinibatchSize),
-			PerfectScore:    in.PerfectScore,
-			StateColumns:    in.StateColumns,
+		if err := n.gepa(in, s); err != nil {
+			return Result{}, err
 		}
-		s.Resources = Resources{GPUs: n.serving(in.Secrets, modelAt{s.Model, "/model"}, modelAt{s.GEPA.ReflectionModel, ptrOr(in.ReflectionModel != "", "/reflection_model", "/model")}), GPUType: DefaultGPUType}
 	case KindFFT:
 		n.fft(v, in, s)
 	case KindEval:
@@ -568,7 +597,7 @@ func Normalize(v map[string]any) (Result, error) {
 		s.Evaluation = &Evaluation{
 			NumExamples:        DefaultEvalNumExamples,
 			RolloutsPerExample: DefaultEvalRolloutsPerExample,
-			SaveResults:        in.SaveResults,
+			SaveResults:        in.SaveResults != nil && *in.SaveResults,
 		}
 		if in.NumExamples != nil {
 			s.Evaluation.NumExamples = *in.NumExamples
@@ -578,7 +607,8 @@ func Normalize(v map[string]any) (Result, error) {
 		}
 		s.Sampling = in.Sampling
 		n.sampling("/sampling", s.Sampling)
-		s.Resources = Resources{GPUs: n.serving(in.Secrets, modelAt{s.Model, "/model"}), GPUType: DefaultGPUType}
+		n.noSchedule("/sampling/temp_scheduler", s.Sampling, "an eval")
+		s.Resources = Resources{GPUs: n.servedGPUs(in, s, modelAt{s.Model, "/model"}), GPUType: DefaultGPUType}
 	default:
 		return Result{}, fmt.Errorf("jobspec: unknown kind %q", s.Kind)
 	}
@@ -767,7 +797,15 @@ func (n *normalizer) rl(in input, s *Spec) error {
 			"the checkpoint interval (%d) is beyond max_steps (%d): an interrupted run would restart from step 0", ck.Interval, s.MaxSteps)
 	}
 	s.Checkpoints = &ck
+	n.fitRL(in, s)
 	return nil
+}
+
+// noSchedule refuses a temperature schedule where there are no training steps to anneal over.
+func (n *normalizer) noSchedule(ptr string, sp *Sampling, what string) {
+	if sp != nil && sp.TempScheduler != nil {
+		n.fail(ptr, "a temperature schedule anneals over training steps, and %s has none: set sampling.temperature instead", what)
+	}
 }
 
 func (n *normalizer) sampling(ptr string, sp *Sampling) {
@@ -1125,8 +1163,22 @@ var paramCount = regexp.MustCompile(`(?i)(\d+(?:\.\d+)?)B\b`)
 
 // trainingGPUs is how many GPUs an RL run of model gets by default on one node: vLLM and the
 // trainer each need at least one; larger models get the whole node.
-// TrainingGPUs is how many GPUs an rl job of model takes when it does not say (num_gpus).
-func TrainingGPUs(model string) int { return trainingGPUs(model) }
+// TrainingGPUs is how many GPUs an rl job of model takes when it does not say (num_gpus): its
+// default, or more where a LoRA run at prime-rl's default length would not fit them; ok is
+// false for a model of no known size or one that fits no node.
+func TrainingGPUs(model string) (int, bool) {
+	sp := Spec{Model: model, SeqLen: MinSeqLen, LoRA: &LoRA{Rank: DefaultLoRARank, Alpha: DefaultLoRAAlpha}}
+	g := trainingGPUs(model)
+	for _, n := range []int{g, 4, upstream.GPUsPerNode} {
+		if n < g {
+			continue
+		}
+		if _, known, err := sp.Layout(n); known && err == nil {
+			return n, true
+		}
+	}
+	return 0, false
+}
 
 func trainingGPUs(model string) int {
 	b := modelBillions(model)
@@ -1148,11 +1200,36 @@ const wandbKeyMissing = "WANDB_API_KEY is required when W&B monitoring is config
 // modelAt is a model a job names and where it names it.
 type modelAt struct{ model, ptr string }
 
-// serving checks the models a GEPA or eval job calls and says how many GPUs it needs: none
-// when every model is behind a provider's API (called with the job's own key, which must be
-// among its secrets), one to serve an open-weight model on the job's GPU with vLLM. One job
-// serves one open-weight model.
-func (n *normalizer) serving(secrets map[string]string, models ...modelAt) int {
+// servedGPUs are the GPUs a GEPA or eval job needs: none when every model it calls is behind
+// a provider's API, else those that serve its open-weight model (serveGPUs) for its samples.
+func (n *normalizer) servedGPUs(in input, s *Spec, models ...modelAt) int {
+	var sp *Sampling
+	if s.GEPA != nil {
+		defaultMaxTokens(&s.GEPA.Sampling, s.Env)
+		sp = s.GEPA.Sampling
+	} else {
+		defaultMaxTokens(&s.Sampling, s.Env)
+		sp = s.Sampling
+	}
+	open := n.serving(in.Secrets, models...)
+	if open == "" {
+		if in.NumGPUs > 0 || in.TensorParallelSize > 0 {
+			n.warn(ptrOr(in.TensorParallelSize > 0, "/tensor_parallel_size", "/num_gpus"), "not applied: every model the job calls is behind a provider's API, so it takes no GPU")
+		}
+		return 0
+	}
+	ctx := MinSeqLen
+	for _, e := range s.Env {
+		ctx = max(ctx, powerOfTwoAtLeast(budget(e, sp).tokens()))
+	}
+	s.ContextLength = ctx
+	return n.serveGPUs(in, open, ctx)
+}
+
+// serving checks the models a GEPA or eval job calls and names the open-weight one it serves
+// ("" when every model is behind a provider's API, called with the job's own key, which must
+// be among its secrets). One job serves one open-weight model.
+func (n *normalizer) serving(secrets map[string]string, models ...modelAt) string {
 	open := ""
 	seen := map[string]bool{}
 	for _, m := range models {
@@ -1170,10 +1247,7 @@ func (n *normalizer) serving(secrets map[string]string, models ...modelAt) int {
 		}
 		open = m.model
 	}
-	if open == "" {
-		return 0
-	}
-	return 1
+	return open
 }
 
 // needsKey refuses a provider-hosted model whose key the job did not bring: the run calls the
