@@ -125,8 +125,11 @@ type rlConcurrency struct {
 }
 
 type rlTrain struct {
-	Sampling *rlTrainSampling `toml:"sampling,omitempty"`
-	Source   []rlSource       `toml:"source"`
+	// FilterZeroAdvantages: prime-rl drops zero-advantage tokens unless the job's filters
+	// say otherwise.
+	FilterZeroAdvantages *bool            `toml:"filter_zero_advantages,omitempty"`
+	Sampling             *rlTrainSampling `toml:"sampling,omitempty"`
+	Source               []rlSource       `toml:"source"`
 }
 
 type rlTrainSampling struct {
@@ -293,6 +296,7 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 		f.Orchestrator.Algo = &rlAlgo{Type: "sft", Sampling: rlAlgoSampling{Source: rlFrozenModel{
 			Name: hm.Name, BaseURL: p.BaseURL, APIKeyVar: p.KeyVar}}}
 	}
+	f.Orchestrator.Train.FilterZeroAdvantages = s.FilterZeroAdvantages
 	f.Orchestrator.Train.Source = sources(s.Env, false)
 	servers := len(f.Orchestrator.Train.Source)
 	if ev := s.Eval; ev != nil && len(ev.Env) > 0 {

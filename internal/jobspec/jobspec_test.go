@@ -3,6 +3,7 @@ package jobspec
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,5 +148,35 @@ func TestJobsBiggerThanTheServiceKeepsAreRefused(t *testing.T) {
 	// Stored as written: "<" is one byte, not six.
 	if b, _ := Encode(map[string]string{"p": "<&>"}); string(b) != `{"p":"<&>"}` {
 		t.Errorf("Encode: %s", b)
+	}
+}
+
+// The prime CLI's filters decide prime-rl's zero-advantage filtering: an empty list or an
+// unenforced zero_advantage filter turns it off (it was ignored before), an enforced one or
+// no list leaves prime-rl's default.
+func TestFiltersDecideZeroAdvantageFiltering(t *testing.T) {
+	t.Parallel()
+	off, on := false, true
+	for name, c := range map[string]struct {
+		filters map[string]any
+		want    *bool
+	}{
+		"no filters":           {nil, nil},
+		"an empty list":        {map[string]any{"pre_batch_filters": []any{}}, &off},
+		"unenforced":           {map[string]any{"pre_batch_filters": []any{map[string]any{"type": "zero_advantage", "enforce": false}}}, &off},
+		"enforced":             {map[string]any{"post_batch_filters": []any{map[string]any{"type": "zero_advantage"}}}, &on},
+		"only another filter":  {map[string]any{"pre_batch_filters": []any{map[string]any{"type": "gibberish"}}}, &off},
+		"another and enforced": {map[string]any{"pre_batch_filters": []any{map[string]any{"type": "gibberish"}, map[string]any{"type": "zero_advantage", "enforce": true}}}, &on},
+	} {
+		job := map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507", "env": []any{map[string]any{"id": "acme/env"}}}
+		maps.Copy(job, c.filters)
+		res, err := Normalize(job)
+		if err != nil || len(res.Errors) > 0 {
+			t.Fatalf("%s: %v %+v", name, err, res.Errors)
+		}
+		got := res.Spec.FilterZeroAdvantages
+		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
+			t.Errorf("%s: filter_zero_advantages %v; want %v", name, got, c.want)
+		}
 	}
 }

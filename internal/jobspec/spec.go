@@ -148,6 +148,11 @@ type Spec struct {
 	Eval             *OnlineEval  `json:"eval,omitempty"`
 	Val              *Val         `json:"val,omitempty"`
 	PreBatchFilters  []Filter     `json:"pre_batch_filters,omitempty"`
+	// FilterZeroAdvantages is prime-rl's orchestrator.train.filter_zero_advantages as the
+	// job's filters decide it: false when it lists filters and none is an enforced
+	// zero_advantage one (`pre_batch_filters = []`, or `enforce = false`); nil for
+	// prime-rl's default (on).
+	FilterZeroAdvantages *bool `json:"filter_zero_advantages,omitempty"`
 	PostBatchFilters []Filter     `json:"post_batch_filters,omitempty"`
 	Wandb            *Wandb       `json:"wandb,omitempty"`
 	Checkpoints      *Checkpoints `json:"checkpoints,omitempty"`
@@ -770,6 +775,13 @@ func (n *normalizer) rl(in input, s *Spec) error {
 	s.Val = in.Val
 	s.PreBatchFilters = n.filters("/pre_batch_filters", in.PreBatchFilters)
 	s.PostBatchFilters = n.filters("/post_batch_filters", in.PostBatchFilters)
+	if in.PreBatchFilters != nil || in.PostBatchFilters != nil {
+		on := false
+		for _, f := range append(slices.Clone(s.PreBatchFilters), s.PostBatchFilters...) {
+			on = on || f.Type == "zero_advantage" && (f.Enforce == nil || *f.Enforce)
+		}
+		s.FilterZeroAdvantages = &on
+	}
 	s.Wandb = in.Wandb
 	s.Adapters = in.Adapters
 
