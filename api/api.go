@@ -42,6 +42,7 @@ type Queue interface {
 	Cancel(ctx context.Context, id string) (*job.Job, error)
 	Restart(ctx context.Context, id string) (*job.Job, error)
 	BeginDelete(ctx context.Context, id string) error
+	StopThenDelete(ctx context.Context, id string) (done bool, err error)
 	OpenStream(ctx context.Context, org, stream string, max int, lease time.Duration) (bool, error)
 	RenewStream(ctx context.Context, org, stream string, lease time.Duration) (bool, error)
 	CloseStream(ctx context.Context, org, stream string) error

@@ -298,7 +298,29 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 	}
 	live := func() {
 		writeProblem(w, r, newProblem(http.StatusConflict, "job-live",
-			"job "+j.ID+" is "+string(j.Status)+": stop it first (hostedtrain train stop "+j.ID+"), then delete it"))
+			"job "+j.ID+" is "+string(j.Status)+": stop it first (hostedtrain train stop "+j.ID+"), then delete it, or delete it with ?stop=true (hostedtrain train delete --stop) to do both"))
+	}
+	if !j.Status.Terminal() && r.URL.Query().Get("stop") == "true" {
+		// Stop, then delete (Prime's delete of a running run): at once when it has ended by
+		// then (a queued job), else by the reaper once it has.
+		done, err := s.cfg.Queue.StopThenDelete(r.Context(), j.ID)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+			w.WriteHeader(http.StatusNoContent)
+			return
+		case err != nil:
+			s.internalError(w, r, err)
+			return
+		case !done:
+			cur, gerr := s.cfg.Queue.Get(r.Context(), j.ID)
+			if gerr != nil {
+				s.internalError(w, r, gerr)
+				return
+			}
+			writeJSON(w, http.StatusAccepted, cur)
+			return
+		}
+		j.Status = job.Stopped
 	}
 	if !j.Status.Terminal() {
 		live()

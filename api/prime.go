@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -386,12 +387,57 @@ func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].CreatedAt.After(jobs[j].CreatedAt) })
-	runs := make([]map[string]any, 0, min(len(jobs), primeListMax))
-	for i := range jobs[:min(len(jobs), primeListMax)] {
-		runs = append(runs, primeRun(&jobs[i]))
+	in := r.URL.Query()
+	if !in.Has("page") && !in.Has("limit") && !in.Has("mine") {
+		// The prime CLI before 0.6.31 sends none and reads every run.
+		runs := make([]map[string]any, 0, min(len(jobs), primeListMax))
+		for i := range jobs[:min(len(jobs), primeListMax)] {
+			runs = append(runs, primeRun(&jobs[i]))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
+		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
+	// The prime CLI from 0.6.31 (prime #880) pages: page (from 1), limit, and mine (the
+	// caller's own runs), answered with total, page, limit and total_pages.
+	page, perr := strconv.Atoi(orString(in.Get("page"), "1"))
+	limit, lerr := strconv.Atoi(orString(in.Get("limit"), strconv.Itoa(primePageDefault)))
+	mine, merr := strconv.ParseBool(orString(in.Get("mine"), "false"))
+	switch {
+	case perr != nil || page < 1:
+		p := newProblem(http.StatusUnprocessableEntity, "bad-query", "a query parameter is not valid")
+		p.Errors = []FieldError{{Parameter: "page", Message: "page is a page number from 1"}}
+		writePrimeError(w, p, jobLoc)
+		return
+	case lerr != nil || limit < 1 || limit > primePageMax:
+		p := newProblem(http.StatusUnprocessableEntity, "bad-query", "a query parameter is not valid")
+		p.Errors = []FieldError{{Parameter: "limit", Message: fmt.Sprintf("limit is from 1 to %d runs a page", primePageMax)}}
+		writePrimeError(w, p, jobLoc)
+		return
+	case merr != nil:
+		p := newProblem(http.StatusUnprocessableEntity, "bad-query", "a query parameter is not valid")
+		p.Errors = []FieldError{{Parameter: "mine", Message: "mine is true or false"}}
+		writePrimeError(w, p, jobLoc)
+		return
+	}
+	if mine {
+		who := principal(r).Subject
+		jobs = slices.DeleteFunc(jobs, func(j job.Job) bool { return j.CreatedBy != who })
+	}
+	total := len(jobs)
+	from := min((page-1)*limit, total)
+	runs := make([]map[string]any, 0, limit)
+	for i := range jobs[from:min(from+limit, total)] {
+		runs = append(runs, primeRun(&jobs[from+i]))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "total": total, "page": page, "limit": limit,
+		"total_pages": (total + limit - 1) / limit})
 }
+
+// A page of runs: primePageDefault unless the client says, at most primePageMax.
+const (
+	primePageDefault = 20
+	primePageMax     = 100
+)
 
 // primeListMax bounds a list of runs.
 const primeListMax = 500
@@ -436,14 +482,16 @@ func (s *Server) primeStopRun(w http.ResponseWriter, r *http.Request) {
 	s.primeRunAt(w, r, http.MethodPost, "/cancel")
 }
 
-// primeDeleteRun is the prime CLI's `train delete RUN`: the /v1 delete, answered {} (the CLI
-// reads nothing of it) or the /v1 problem as the CLI reads errors.
+// primeDeleteRun is the prime CLI's `train delete RUN`: the /v1 delete with ?stop=true (a
+// running run is stopped and deleted once it has, as Prime's backend does), answered {} (the
+// CLI reads nothing of it) or the /v1 problem as the CLI reads errors.
 func (s *Server) primeDeleteRun(w http.ResponseWriter, r *http.Request) {
 	id, _, ok := s.primeRunID(w, r)
 	if !ok {
 		return
 	}
-	if rec := s.inner(r, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), nil, nil); rec.Code >= 300 {
+	// Prime's backend tears a running run down and deletes it: stop, then delete.
+	if rec := s.inner(r, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), url.Values{"stop": {"true"}}, nil); rec.Code >= 300 {
 		relayProblem(w, rec)
 		return
 	}

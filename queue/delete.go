@@ -7,6 +7,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -119,4 +120,66 @@ func (c *Client) SealedSecrets(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	return in.Secrets, nil
+}
+
+// StopThenDelete is a delete of a job that may still be live, as Prime's backend does it: the
+// job is stopped (Cancel) and marked to be deleted once it has ended; the reaper's
+// DeleteEnded deletes it then, its data in storage with it. done says the job had already
+// ended, so the caller may delete it at once.
+func (c *Client) StopThenDelete(ctx context.Context, id string) (done bool, err error) {
+	j, err := c.Get(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if j.Status.Terminal() {
+		return true, nil
+	}
+	if err := c.rdb.SAdd(ctx, c.keys.fixed("DELETE_ON_END"), id).Err(); err != nil {
+		return false, fmt.Errorf("queue: stop then delete %s: %w", id, err)
+	}
+	if _, err := c.Cancel(ctx, id); err != nil && !errors.Is(err, job.ErrConflict) {
+		return false, err
+	}
+	j, err = c.Get(ctx, id)
+	return err == nil && j.Status.Terminal(), err
+}
+
+// DeleteEnded deletes, with their data in storage, up to batch of the jobs StopThenDelete
+// marked that have ended since; those still stopping stay marked. It reports how many went.
+func (c *Client) DeleteEnded(ctx context.Context, batch int) (int, error) {
+	ids, _, err := c.rdb.SScan(ctx, c.keys.fixed("DELETE_ON_END"), 0, "", int64(batch)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("queue: delete ended: %w", err)
+	}
+	n := 0
+	for _, id := range ids {
+		err := c.deleteEnded(ctx, id)
+		switch {
+		case errors.Is(err, job.ErrNotFound):
+		case errors.Is(err, job.ErrConflict):
+			continue // still stopping: the next pass
+		case err != nil:
+			return n, err
+		default:
+			n++
+		}
+		if err := c.rdb.SRem(ctx, c.keys.fixed("DELETE_ON_END"), id).Err(); err != nil {
+			return n, fmt.Errorf("queue: delete ended: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// deleteEnded deletes one job that has ended, as the API's delete does: marked first, its
+// data in storage, then the job.
+func (c *Client) deleteEnded(ctx context.Context, id string) error {
+	if err := c.BeginDelete(ctx, id); err != nil {
+		return err
+	}
+	if c.cfg.Store != nil {
+		if _, err := jobdata.DeleteJob(ctx, c.cfg.Store, id); err != nil {
+			return fmt.Errorf("queue: delete %s's data: %w", id, err)
+		}
+	}
+	return c.Delete(ctx, id)
 }

@@ -28,7 +28,8 @@ func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
 
 // RunOnce does every piece of timed work that is due, batch by batch until none is left, and
 // reports how many jobs it changed; then it archives the jobs due for it, expires checkpoints
-// past their organization's TTL, moves part of an old store's jobs to their own slots, and
+// past their organization's TTL, deletes the jobs that were stopped to be deleted and have
+// ended (StopThenDelete), moves part of an old store's jobs to their own slots, and
 // measures what jobs keep in object storage (the last, bounded in time). Healthy leases never
 // come due (see heartbeat.lua), so a pass costs what is due, not what is running.
 func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
@@ -51,6 +52,11 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	}
 	if err := r.expire(ctx); err != nil {
 		return total, err
+	}
+	if n, err := r.q.DeleteEnded(ctx, reapBatch); err != nil {
+		return total, err
+	} else if n > 0 {
+		r.logger.Info("deleted jobs stopped to be deleted", "jobs", n)
 	}
 	if err := r.migrate(ctx); err != nil {
 		return total, err

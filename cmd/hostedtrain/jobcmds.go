@@ -680,7 +680,8 @@ func newDeleteCmd() *cobra.Command {
 		Use:   "delete ID",
 		Short: "Delete a job that ended, with its metrics, logs, checkpoints and rollouts (asks first)",
 		Long: "Deletes a COMPLETED, FAILED or STOPPED job and everything it stored. It cannot be undone:\n" +
-			"on a terminal it asks first; elsewhere it needs --force. A live job is refused: stop it first.",
+			"on a terminal it asks first; elsewhere it needs --force. A live job is refused: stop it first,\n" +
+			"or give --stop to stop it and delete it once it has ended.",
 		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			api, err := apiClient()
@@ -699,7 +700,16 @@ func newDeleteCmd() *cobra.Command {
 			if err := confirm(cmd, fmt.Sprintf("Permanently delete job %s and everything it stored?", id), true); err != nil {
 				return err
 			}
-			if err := api.DeleteJob(ctx, id); err != nil {
+			if stop, _ := cmd.Flags().GetBool("stop"); stop {
+				deleted, stopping, err := api.StopAndDeleteJob(ctx, id)
+				if err != nil {
+					return err
+				}
+				if !deleted {
+					fmt.Fprintf(cmd.OutOrStdout(), "job %s is %s: it is deleted as soon as it has stopped\n", id, stopping.Status)
+					return nil
+				}
+			} else if err := api.DeleteJob(ctx, id); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "job %s deleted\n", id)
@@ -707,6 +717,7 @@ func newDeleteCmd() *cobra.Command {
 		},
 	}
 	forceFlag(c)
+	c.Flags().Bool("stop", false, "stop a live job first, then delete it once it has ended")
 	return c
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,9 +194,42 @@ func TestPrimeCLIClientDrivesHostedtrain(t *testing.T) {
 		t.Fatalf("create the long run: %s", out)
 	}
 	testwait.Until(t, time.Minute, "the long run to run", func() bool { return status(lr.ID) == job.Running })
-	if out, ok := d.primeClient(t, "delete", lr.ID); ok || !strings.Contains(string(out), "stop it first") {
+	// The CLI from 0.6.31 pages the list (the old answer, every run, is above): two runs, one
+	// a page.
+	out, ok = d.primeClient(t, "list-page", "2", "1", "false")
+	var paged struct {
+		Runs               []primeRun
+		Total, Page, Limit int
+		TotalPages         int `json:"total_pages"`
+	}
+	if err := json.Unmarshal(out, &paged); !ok || err != nil || paged.Total != 2 || paged.Page != 2 || paged.Limit != 1 ||
+		paged.TotalPages != 2 || len(paged.Runs) != 1 || paged.Runs[0].ID != run.ID {
+		t.Errorf("list, page 2 of 1 a page: %s", out)
+	}
+	if out, ok := d.primeClient(t, "list-page", "1", "10", "true"); !ok || !strings.Contains(string(out), `"total": 2`) {
+		t.Errorf("list of my runs: %s", out)
+	}
+	if out, ok := d.primeClient(t, "list-page", "0", "10", "false"); ok || !strings.Contains(string(out), "page is a page number from 1") {
+		t.Errorf("list of page 0: %s", out)
+	}
+	// Prime's delete of a running run stops it and deletes it, in one call.
+	doomed := filepath.Join(t.TempDir(), "doomed.toml")
+	if err := os.WriteFile(doomed, []byte(strings.Replace(string(body), "max_steps = 20", "max_steps = 5000", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, ok = d.primeClient(t, "create", doomed)
+	var dr primeRun
+	if err := json.Unmarshal(out, &dr); !ok || err != nil {
+		t.Fatalf("create the run to delete: %s", out)
+	}
+	testwait.Until(t, time.Minute, "the run to delete to run", func() bool { return status(dr.ID) == job.Running })
+	if out, ok := d.primeClient(t, "delete", dr.ID); !ok {
 		t.Errorf("delete of a running run: %s", out)
 	}
+	testwait.Until(t, time.Minute, "the running run to be stopped and deleted", func() bool {
+		_, err := v1.GetJob(context.Background(), dr.ID)
+		return errors.Is(err, job.ErrNotFound)
+	})
 	if out, ok = d.primeClient(t, "stop", lr.ID); !ok {
 		t.Fatalf("stop: %s", out)
 	}

@@ -914,6 +914,20 @@ func (c *Client) DeleteJob(ctx context.Context, id string) error {
 	return err
 }
 
+// StopAndDeleteJob deletes a job that may be live: stopped first, then deleted once it has
+// ended. deleted says it is gone already; otherwise the job is returned as it stops.
+func (c *Client) StopAndDeleteJob(ctx context.Context, id string) (deleted bool, stopping *job.Job, err error) {
+	var j job.Job
+	answered, err := c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id)+"?stop=true", "", nil, &j)
+	if err != nil {
+		return false, nil, err
+	}
+	if answered { // 202: the job as it stops (a 204 is deleted)
+		return false, &j, nil
+	}
+	return true, nil, nil
+}
+
 // JobUsage is what one job used: GPU time, its price where the operator set one, and the
 // tokens its rollouts took.
 type JobUsage struct {

@@ -153,6 +153,7 @@ var Queue = Set{
 		{"META", "meta", "the usage reference time (tref), and whether jobs from before the storage meter were filed for it (stored_filed)"},
 		{"STORED_DUE", "stored:due", "jobs whose stored bytes are due to be measured, by when: \"<id>\" a live job's next measure or an ended job's first, \"~<id>\" an ended job's last (storage.go)"},
 		{"ENDED", "ended", "jobs in a terminal state by when they ended: the archiver's input"},
+		{"DELETE_ON_END", "delete_on_end", "jobs to delete once they have stopped (a delete of a live job that asked to stop it first): the reaper deletes each once it ends"},
 		{"ORGS", "orgs", "every organization"},
 		{"CLASSES", "classes", "every GPU class a job was ever queued in"},
 		{"READY", "ready", "GPU class -> how many jobs are ready (queued, not backing off) in it"},

@@ -3,6 +3,7 @@ the upstream conformance kit) against a hostedtrain API, for the Prime-compatibl
 
     prime_client.py KIT create CONFIG.toml [KEY=VALUE ...]
     prime_client.py KIT list | models
+    prime_client.py KIT list-page PAGE LIMIT MINE      (the CLI 0.6.31's paged list)
     prime_client.py KIT get|stop|restart|delete|metrics|checkpoints|progress RUN_ID
     prime_client.py KIT logs RUN_ID [REGEX]
     prime_client.py KIT create-fft CONFIG.toml [KEY=VALUE ...]   (the full fine-tune path)
@@ -97,6 +98,10 @@ def main() -> int:
             out = HostedTrainingClient(APIClient()).list_available_gpu_types()
         elif cmd == "list":
             out = rl_client.list_runs()
+        elif cmd == "list-page":
+            # What the prime CLI from 0.6.31 sends (prime #880: page, limit, mine) through the
+            # same APIClient; the pinned 0.6.26 client has no such call, so the raw answer.
+            out = rl_client.client.get("/rft/runs", params={"page": args[0], "limit": args[1], "mine": args[2]})
         elif cmd == "models":
             out = rl_client.list_models()
         elif cmd == "get":
