@@ -53,16 +53,16 @@ func TestDeleteJob(t *testing.T) {
 		t.Fatalf("a second delete: %d %s", r.status, r.body)
 	}
 
-	// The Prime surface: a running run's delete is refused with the reason, a stopped one goes.
+	// A live job's /v1 delete is refused with the reason, unless it asks to stop it first; the
+	// Prime surface always does (Prime's delete of a running run): a queued run goes at once.
 	sub := call(t, "POST", d.s.URL+"/v1/jobs", d.token, "application/toml", []byte("model = \"Qwen/Qwen3-4B-Instruct-2507\"\nmax_steps = 10\n[[env]]\nid = \"acme/env\"\n"))
 	var j struct{ ID string }
 	sub.decode(t, &j)
-	if r := del("/api/v1/rft/runs/"+j.ID, d.token); r.status != http.StatusConflict || !strings.Contains(string(r.body), `"detail"`) {
-		t.Fatalf("prime delete of a queued run: %d %s", r.status, r.body)
+	if r := del("/v1/jobs/"+j.ID, d.token); r.status != http.StatusConflict || !strings.Contains(string(r.body), "stop=true") {
+		t.Fatalf("delete of a queued job: %d %s", r.status, r.body)
 	}
-	call(t, "POST", d.s.URL+"/v1/jobs/"+j.ID+"/cancel", d.token, "", nil)
 	if r := del("/api/v1/rft/runs/"+j.ID, d.token); r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != "{}" {
-		t.Fatalf("prime delete: %d %s", r.status, r.body)
+		t.Fatalf("prime delete of a queued run: %d %s", r.status, r.body)
 	}
 	if r := call(t, "GET", d.s.URL+"/api/v1/rft/runs/"+j.ID, d.token, "", nil); r.status != http.StatusNotFound {
 		t.Fatalf("prime get after the delete: %d %s", r.status, r.body)

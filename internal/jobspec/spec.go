@@ -143,20 +143,20 @@ type Spec struct {
 	CheckpointID        string               `json:"checkpoint_id,omitempty"`
 	// WarmStart is the committed checkpoint CheckpointID names, as the API resolved it at
 	// submit; the run starts from it.
-	WarmStart        *WarmStart   `json:"warm_start,omitempty"`
-	Sampling         *Sampling    `json:"sampling,omitempty"`
-	Eval             *OnlineEval  `json:"eval,omitempty"`
-	Val              *Val         `json:"val,omitempty"`
-	PreBatchFilters  []Filter     `json:"pre_batch_filters,omitempty"`
+	WarmStart       *WarmStart  `json:"warm_start,omitempty"`
+	Sampling        *Sampling   `json:"sampling,omitempty"`
+	Eval            *OnlineEval `json:"eval,omitempty"`
+	Val             *Val        `json:"val,omitempty"`
+	PreBatchFilters []Filter    `json:"pre_batch_filters,omitempty"`
 	// FilterZeroAdvantages is prime-rl's orchestrator.train.filter_zero_advantages as the
 	// job's filters decide it: false when it lists filters and none is an enforced
 	// zero_advantage one (`pre_batch_filters = []`, or `enforce = false`); nil for
 	// prime-rl's default (on).
-	FilterZeroAdvantages *bool `json:"filter_zero_advantages,omitempty"`
-	PostBatchFilters []Filter     `json:"post_batch_filters,omitempty"`
-	Wandb            *Wandb       `json:"wandb,omitempty"`
-	Checkpoints      *Checkpoints `json:"checkpoints,omitempty"`
-	Adapters         *Adapters    `json:"adapters,omitempty"`
+	FilterZeroAdvantages *bool        `json:"filter_zero_advantages,omitempty"`
+	PostBatchFilters     []Filter     `json:"post_batch_filters,omitempty"`
+	Wandb                *Wandb       `json:"wandb,omitempty"`
+	Checkpoints          *Checkpoints `json:"checkpoints,omitempty"`
+	Adapters             *Adapters    `json:"adapters,omitempty"`
 
 	// fft: the prime-rl config as the job wrote it, less the service's keys (see KindFFT).
 	PrimeRL map[string]any `json:"prime_rl,omitempty"`
@@ -189,7 +189,7 @@ type Env struct {
 	MaxOutputTokens int            `json:"max_output_tokens,omitempty"`
 	MaxTotalTokens  int            `json:"max_total_tokens,omitempty"`
 	// NumExamples is an eval environment's examples (-1: all; nil: the eval's).
-	NumExamples *int `json:"num_examples,omitempty"`	// ExtraKwargs are a GEPA environment's extra_env_kwargs (set on the loaded env).
+	NumExamples *int           `json:"num_examples,omitempty"` // ExtraKwargs are a GEPA environment's extra_env_kwargs (set on the loaded env).
 	ExtraKwargs map[string]any `json:"extra_kwargs,omitempty"`
 }
 
