@@ -35,6 +35,7 @@ type rendered struct {
 	ports   upstream.Ports
 	spec    jobspec.Spec
 	secrets []string
+	ours    *gpuagent.Resolved // what the agent reports the run will do
 }
 
 // TestConformance renders every job the service accepts — the fixtures, the README's example
@@ -190,7 +191,7 @@ func TestConformance(t *testing.T) {
 				switch spec.Kind {
 				case jobspec.KindRL, jobspec.KindFFT:
 					rl = append(rl, rendered{what: what, file: filepath.Join(out, "rl.toml"), resume: resume, ports: upstream.Ports{Base: base},
-						spec: spec, secrets: secrets})
+						spec: spec, secrets: secrets, ours: r.Resolved})
 				case jobspec.KindGEPA:
 					gp = append(gp, rendered{what: what, file: filepath.Join(out, "gepa.toml")})
 				}
@@ -317,6 +318,35 @@ func resolvedProblems(r rendered, details map[string]any) []string {
 	}
 	s := r.spec
 	seqLen := num(dig(res, "seq_len", "trainer"))
+	// What the agent reports (gpuagent render -o json, its log) is upstream's resolution.
+	if o := r.ours; o != nil {
+		v := o.VLLM
+		if float64(o.SeqLen) != seqLen || float64(v.TensorParallelSize) != num(dig(res, "vllm", "tensor_parallel_size")) ||
+			float64(v.DataParallelSize) != num(dig(res, "vllm", "data_parallel_size")) || float64(v.MaxModelLen) != num(dig(res, "vllm", "max_model_len")) {
+			add("the agent reports seq_len %d and vLLM %+v; upstream resolves seq_len %v and vLLM %v", o.SeqLen, v, seqLen, res["vllm"])
+		}
+		var upTrain []any
+		upTrain, _ = res["train_sources"].([]any)
+		var ourTrain []gpuagent.ResolvedSource
+		for _, src := range o.Sources {
+			if src.Group == "train" {
+				ourTrain = append(ourTrain, src)
+			}
+		}
+		if len(ourTrain) != len(upTrain) {
+			add("the agent reports %d train sources; upstream resolves %d", len(ourTrain), len(upTrain))
+		} else {
+			for i, x := range upTrain {
+				h, _ := dig(x, "harness").(map[string]any)
+				if fmt.Sprint(h) != fmt.Sprint(ourTrain[i].Harness) {
+					add("the agent reports source %s's harness %v; upstream resolves %v", ourTrain[i].Name, ourTrain[i].Harness, h)
+				}
+				if mt := num(dig(x, "sampling", "max_completion_tokens")); mt != float64(intOf(ourTrain[i].Sampling["max_completion_tokens"])) {
+					add("the agent reports source %s's max_completion_tokens %v; upstream resolves %v", ourTrain[i].Name, ourTrain[i].Sampling["max_completion_tokens"], mt)
+				}
+			}
+		}
+	}
 	maxLen := num(dig(res, "vllm", "max_model_len"))
 	if maxLen < seqLen {
 		add("vLLM's max_model_len is %v, shorter than seq_len %v (or the model's whole context)", dig(res, "vllm", "max_model_len"), seqLen)
@@ -444,4 +474,16 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func intOf(v any) int {
+	switch x := v.(type) {
+	case int:
+		return x
+	case int64:
+		return int(x)
+	case float64:
+		return int(x)
+	}
+	return 0
 }

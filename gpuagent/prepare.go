@@ -135,6 +135,11 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	for _, n := range rendered.Notes {
 		r.note(n)
 	}
+	if rendered.Resolved != nil {
+		for _, l := range rendered.Resolved.Lines() {
+			r.note(l)
+		}
+	}
 	if rendered.Serve != nil {
 		p.key = newKey()
 	}

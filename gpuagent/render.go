@@ -68,6 +68,9 @@ type Rendered struct {
 	Serve *Serve
 	// Notes are the job's settings that do not reach the pipeline, for the job's log.
 	Notes []string
+	// Resolved is what an rl run will really do (nil for the other kinds and a full
+	// fine-tune, whose config is the job's own).
+	Resolved *Resolved
 	// RunDir is where prime-rl writes an rl run (metrics.jsonl, logs/, checkpoints/).
 	RunDir string
 	// OutputDir is where the pipeline writes its outputs.
@@ -121,7 +124,7 @@ func renderRL(in RenderInput, out *Rendered, vars map[string]string) error {
 		}
 		cfg, servers, broadcasts, err = run.fftConfig()
 	} else {
-		cfg, servers, err = run.rlConfig()
+		cfg, servers, out.Resolved, err = run.rlConfig()
 	}
 	if err != nil {
 		return err

@@ -223,13 +223,13 @@ type rlRun struct {
 
 // rlConfig is the rl.toml for the run and the number of environment servers prime-rl will
 // start (each on a port of the job's block).
-func (r rlRun) rlConfig() ([]byte, int, error) {
+func (r rlRun) rlConfig() ([]byte, int, *Resolved, error) {
 	s := r.spec
 	// The split and tensor parallelism that fit the model on these GPUs (fit.RL; prime-rl's
 	// even split for a model of no known size).
 	layout, _, err := s.Layout(r.gpus)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	split := layout.Split
 	ck := jobspec.Checkpoints{Interval: min(jobspec.DefaultCheckpointInterval, s.MaxSteps)}
@@ -278,7 +278,7 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 		f.Orchestrator.Concurrency = &rlConcurrency{MaxInflight: s.MaxInflightRollouts}
 	}
 	if f.Orchestrator.Renderer, err = rendererTable(s); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	if s.Loss == "sft" && s.TeacherClient != nil {
 		// The teacher at the endpoint the job named, with the key its secrets hold.
@@ -287,7 +287,7 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 	} else if s.Loss == "sft" {
 		hm, ok := upstream.ProviderModel(s.Teacher)
 		if !ok {
-			return nil, 0, fmt.Errorf("the sft teacher %s is not a provider-hosted model", s.Teacher)
+			return nil, 0, nil, fmt.Errorf("the sft teacher %s is not a provider-hosted model", s.Teacher)
 		}
 		p := hm.Provider
 		if o, ok := r.providers[p.Name]; ok && o.BaseURL != "" {
@@ -313,7 +313,7 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 		servers += len(e.Source)
 	}
 	if err := upstream.CheckEnvServers(servers); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 
 	var buf bytes.Buffer
@@ -327,9 +327,9 @@ func (r rlRun) rlConfig() ([]byte, int, error) {
 	enc := toml.NewEncoder(&buf)
 	enc.SetIndentTables(false)
 	if err := enc.Encode(f); err != nil {
-		return nil, 0, fmt.Errorf("render rl.toml: %w", err)
+		return nil, 0, nil, fmt.Errorf("render rl.toml: %w", err)
 	}
-	return buf.Bytes(), servers, nil
+	return buf.Bytes(), servers, f.resolve(split.Inference), nil
 }
 
 // rendererTable is [orchestrator.renderer]: written when prime-rl cannot find the model's

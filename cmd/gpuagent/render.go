@@ -36,6 +36,8 @@ type renderOutput struct {
 	Ports     []int             `json:"ports,omitempty"`
 	Notes     []string          `json:"notes,omitempty"`
 	Warnings  []string          `json:"warnings,omitempty"`
+	// Resolved is what an rl run will really do, upstream's defaults applied.
+	Resolved *gpuagent.Resolved `json:"resolved,omitempty"`
 }
 
 // render writes the files the agent would hand a job's pipeline and prints the commands it
@@ -139,7 +141,7 @@ func render(args []string, stdout io.Writer) error {
 		return err
 	}
 	res := renderOutput{Job: jobID, Kind: spec.Kind, GPUs: n, Resume: step, Files: map[string]string{},
-		Preflight: r.Preflight, Command: r.Command, Ports: r.Ports, Notes: r.Notes}
+		Preflight: r.Preflight, Command: r.Command, Ports: r.Ports, Notes: r.Notes, Resolved: r.Resolved}
 	if r.Serve != nil {
 		res.Serve = r.Serve.Command
 	}
@@ -171,6 +173,11 @@ func render(args []string, stdout io.Writer) error {
 	}
 	for _, note := range r.Notes {
 		fmt.Fprintf(stdout, "note: %s\n", note)
+	}
+	if r.Resolved != nil {
+		for _, l := range r.Resolved.Lines() {
+			fmt.Fprintln(stdout, l)
+		}
 	}
 	if len(r.Preflight) > 0 {
 		fmt.Fprintf(stdout, "preflight: %s\n", shellQuote(r.Preflight))
