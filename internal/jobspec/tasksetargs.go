@@ -29,6 +29,10 @@ var taskKeys = []string{"judges", "stops", "metrics", "rewards"}
 // must be callable with a key among the job's secrets (see judges).
 func (n *normalizer) tasksetArgs(ptr, argsPtr string, e *Env, eval bool) {
 	ts, known := upstream.LookupTaskset(e.ID)
+	if !known && len(e.Harness) == 0 {
+		n.warn(ptr+"/id", "%s is not a taskset upstream's examples run, so its seat runs verifiers' null harness: the model answers the task (with the taskset's own tools, if it has any), with no shell or editor; "+
+			"for a coding agent, or a harness the taskset ships, set harness = { id = \"…\" }", e.ID)
+	}
 	if known && ts.Vendored && len(e.Args) > 0 {
 		args := maps.Clone(e.Args)
 		task, _ := args["task"].(map[string]any)
