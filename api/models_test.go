@@ -73,7 +73,7 @@ gpus = 16
 		t.Errorf("the Prime surface with an unlisted model: %d %s", r.status, r.body)
 	}
 	// An eval job's model is not a training model.
-	r = call(t, "POST", s.URL+"/v1/jobs?kind=eval", writer, "application/toml", []byte("env_id = \"gsm8k\"\nmodel = \"Qwen/Qwen3-8B\"\n"))
+	r = call(t, "POST", s.URL+"/v1/jobs?kind=eval", writer, "application/toml", []byte("env_id = \"acme/math\"\nmodel = \"Qwen/Qwen3-8B\"\n"))
 	if r.status != http.StatusCreated {
 		t.Errorf("an eval job: %d %s", r.status, r.body)
 	}

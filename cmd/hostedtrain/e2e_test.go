@@ -447,7 +447,13 @@ func TestCLISubmitsGEPAAndEvalJobs(t *testing.T) {
 		{[]string{"gepa", "submit", filepath.Join(fixtures, "gepa.toml"), "-o", "json"}, "gepa"},
 		{[]string{"eval", "submit", filepath.Join(fixtures, "eval.toml"), "-o", "json"}, "eval"},
 		{[]string{"eval", "run", "my-env", "-m", "Qwen/Qwen3-4B-Instruct-2507", "-n", "100", "-r", "5", "-o", "json"}, "eval"},
-		{[]string{"gepa", "run", "wordle", "-m", "google/gemini-3-flash-preview", "-B", "1000", "--state-columns", "a,b", "-e", "GEMINI_API_KEY=sk-g", "-o", "json"}, "gepa"},
+		{[]string{"gepa", "run", "primeintellect/wordle", "-m", "google/gemini-3-flash-preview", "-B", "1000", "--state-columns", "a,b", "-e", "GEMINI_API_KEY=sk-g", "-o", "json"}, "gepa"},
+	}
+	// The taskset verifiers ships as `wordle` is v1-only: its legacy loader, which GEPA and
+	// evals run at the pin, cannot load it, and the CLI says so before anything is queued.
+	if out, code := d.cli(t, "gepa", "run", "wordle", "-m", "google/gemini-3-flash-preview", "-e", "GEMINI_API_KEY=sk-g"); code != 1 ||
+		!strings.Contains(out, "wordle is a verifiers v1 taskset") {
+		t.Errorf("gepa run of a v1-only taskset (%d): %s", code, out)
 	}
 	for _, c := range cases {
 		out, code := d.cli(t, c.args...)

@@ -158,6 +158,7 @@ func (n *normalizer) gepaEnvs(in input, s *Spec) error {
 			continue
 		}
 		s.Env = append(s.Env, Env{ID: n.envID(ptrs[i]+"/env_id", e.EnvID), Args: e.EnvArgs, ExtraKwargs: e.ExtraEnvKwargs, Weight: 1})
+		n.legacyLoadable(ptrs[i]+"/env_id", e.EnvID)
 	}
 	if len(s.Env) == 0 && len(list) == 0 {
 		n.fail("/env", `a GEPA job needs an environment: [[env]] with env_id = "owner/name"`)

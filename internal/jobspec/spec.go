@@ -1035,6 +1035,25 @@ func (n *normalizer) envFromID(in input, s *Spec) {
 		return
 	}
 	s.Env = []Env{{ID: n.envID("/env_id", in.EnvID), Args: in.Args, Weight: 1}}
+	n.legacyLoadable("/env_id", in.EnvID)
+}
+
+// legacyLoadable checks that verifiers' legacy loader — which its GEPA and eval scripts use at
+// the pinned version — can load an environment: a taskset package the pinned verifiers ships
+// v1-only (no load_environment) cannot. A bare id names that package, and is refused; an
+// Environments Hub id of the same name may be another version of it, and gets a warning.
+func (n *normalizer) legacyLoadable(ptr, id string) {
+	ts, known := upstream.LookupTaskset(id)
+	if !known || !ts.Vendored || ts.Legacy {
+		return
+	}
+	if !strings.Contains(id, "/") {
+		n.fail(ptr, "%s is a verifiers v1 taskset (its package defines no load_environment), and GEPA and evaluations run verifiers' legacy loader at the pinned version (%s), which cannot load it: "+
+			"train on it with an rl job, or name an Environments Hub version that ships load_environment", id, upstream.VerifiersCommit[:7])
+		return
+	}
+	n.warn(ptr, "the taskset %s that verifiers %s ships is v1-only (no load_environment), and GEPA and evaluations load environments with verifiers' legacy loader: "+
+		"if the Hub's %s is too, the run fails before it starts", ts.ID, upstream.VerifiersCommit[:7], id)
 }
 
 // envID checks what the schema's pattern cannot: an id must never be able to name a path.

@@ -28,6 +28,9 @@ type Taskset struct {
 	ExampleSeqLen, ExampleMaxTokens int
 	// Vendored: the pinned verifiers ships the package, so the fields below are known.
 	Vendored bool
+	// Legacy: the package defines load_environment, which verifiers' legacy loader (the one
+	// its GEPA and eval scripts use at the pin) calls; a v1-only package cannot be loaded so.
+	Legacy bool
 	// Fields are the taskset config's settings and their defaults (TasksetConfig's id,
 	// task and system_prompt excluded); TaskFields those of its task config (judges, stops,
 	// metrics and rewards excluded).

@@ -180,6 +180,7 @@ func generateTasksets(t *testing.T) []byte {
 		src, _ := list(resolved["train_sources"])[0].(map[string]any)
 		e := entry(ids[i])
 		e.Vendored = true
+		e.Legacy = definesLoadEnvironment(t, filepath.Dir(pkgs[i]))
 		ts := asMap(src["taskset"])
 		e.Fields, e.TaskFields = map[string]any{}, map[string]any{}
 		for k, v := range ts {
@@ -229,7 +230,7 @@ func generateTasksets(t *testing.T) []byte {
 	sort.Strings(mods)
 	for _, m := range mods {
 		e := entries[m]
-		fmt.Fprintf(&b, "%q: {ID: %q, Harness: %#v, HarnessFrom: %q, Vendored: %t", m, e.ID, e.Harness, e.HarnessFrom, e.Vendored)
+		fmt.Fprintf(&b, "%q: {ID: %q, Harness: %#v, HarnessFrom: %q, Vendored: %t, Legacy: %t", m, e.ID, e.Harness, e.HarnessFrom, e.Vendored, e.Legacy)
 		if e.ExampleSeqLen > 0 {
 			fmt.Fprintf(&b, ", ExampleSeqLen: %d, ExampleMaxTokens: %d", e.ExampleSeqLen, e.ExampleMaxTokens)
 		}
@@ -299,4 +300,22 @@ func whole(v any) any {
 		return out
 	}
 	return v
+}
+
+// definesLoadEnvironment says whether a taskset package's source defines load_environment, the
+// entry point of verifiers' legacy loader.
+func definesLoadEnvironment(t *testing.T, dir string) bool {
+	found := false
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".py") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		found = found || strings.Contains(string(b), "def load_environment(")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
 }
