@@ -2,6 +2,8 @@ package gpuagent
 
 import (
 	"strings"
+
+	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
 // Pipeline says which commands run a job's parts, one template per part. Templates take
@@ -44,32 +46,26 @@ type Pipeline struct {
 const DefaultPrimeRL = "/opt/prime-rl"
 
 // DefaultPipeline is real prime-rl and verifiers, in the prime-rl checkout at PrimeRL, as a
-// GPU node runs them. GEPA and evals run the verifiers commands that `prime gepa run` and
-// `prime eval run` hand over to (verifiers.cli.commands.gepa and .eval), in prime-rl's
-// Python: the prime CLI wrappers refuse to start without a Prime account key and default to
-// Prime's inference service, and a hostedtrain job uses neither.
+// GPU node runs them: the commands of the pinned runtime's description
+// (internal/upstream/runtime.toml), each but Install run in prime-rl's Python with uv.
 func DefaultPipeline() Pipeline {
+	rt := upstream.PinnedRuntime()
 	uvRun := []string{"uv", "run", "--no-sync", "--project", "{prime_rl}"}
-	with := func(args ...string) []string { return append(append([]string{}, uvRun...), args...) }
+	with := func(args []string) []string { return append(append([]string{}, uvRun...), args...) }
+	c := rt.Commands
 	return Pipeline{
 		Name:      "prime-rl",
 		PrimeRL:   DefaultPrimeRL,
-		RL:        with("rl", "@", "{config}", "--output-dir", "{output_dir}", "--run.name", "{run_name}", "{resume}"),
-		Preflight: with("rl", "@", "{config}", "--output-dir", "{output_dir}", "--run.name", "{run_name}", "{resume}", "--dry-run"),
-		GEPA:      with("python", "-m", "verifiers.cli.commands.gepa", "{config}"),
-		GEPACheck: with("python", "-c", gepaCheckProgram, "{config}"),
-		Eval: with("python", "-m", "verifiers.cli.commands.eval", "{env}", "-m", "{model}", "-n", "{num_examples}",
-			"-r", "{rollouts_per_example}", "-b", "{base_url}", "-k", "{key_var}", "-s", "-o", "{output_dir}", "{eval_flags}"),
-		Serve:    with("vllm", "serve", "{model}", "--host", "127.0.0.1", "--port", "{port}", "--tensor-parallel-size", "{tp}", "{max_model_len}"),
-		Install:  []string{"prime", "env", "install", "{env_id}"},
-		Versions: nil, // cmd/gpuagent fills in its own `versions` subcommand
+		RL:        with(c.RL),
+		Preflight: with(c.Preflight),
+		GEPA:      with(c.GEPA),
+		GEPACheck: with(c.GEPACheck),
+		Eval:      with(c.Eval),
+		Serve:     with(c.Serve),
+		Install:   append([]string{}, c.Install...),
+		Versions:  nil, // cmd/gpuagent fills in its own `versions` subcommand
 	}
 }
-
-// gepaCheckProgram is what `prime gepa run CONFIG` does with the file before any work:
-// verifiers' GEPA TOML loader, which refuses a file it cannot run.
-const gepaCheckProgram = "import sys; from pathlib import Path; " +
-	"from verifiers.legacy.scripts.gepa import load_gepa_toml_config; load_gepa_toml_config(Path(sys.argv[1]))"
 
 // EmulatedPipeline runs the project's prime-rl-emulator at bin for every part; flags go to
 // each command (--emulate.step-time and the like). primeRL is the folder the emulator treats

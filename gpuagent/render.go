@@ -280,6 +280,9 @@ func renderGEPA(in RenderInput, out *Rendered, vars map[string]string) error {
 	if s.GEPA == nil || len(s.Env) == 0 {
 		return fmt.Errorf("the GEPA job has no environment or GEPA settings")
 	}
+	if shape := upstream.PinnedRuntime().Shapes.GEPAConfig; shape != "legacy" {
+		return fmt.Errorf("the runtime's GEPA config shape %q has no renderer here (only verifiers' legacy loader's)", shape)
+	}
 	g := s.GEPA
 	reflection := g.ReflectionModel
 	if reflection == "" {

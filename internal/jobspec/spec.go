@@ -1044,7 +1044,7 @@ func (n *normalizer) envFromID(in input, s *Spec) {
 // Environments Hub id of the same name may be another version of it, and gets a warning.
 func (n *normalizer) legacyLoadable(ptr, id string) {
 	ts, known := upstream.LookupTaskset(id)
-	if !known || !ts.Vendored || ts.Legacy {
+	if !known || !ts.Vendored || ts.Legacy || upstream.PinnedRuntime().Shapes.EnvLoader != "legacy" {
 		return
 	}
 	if !strings.Contains(id, "/") {

@@ -69,3 +69,18 @@ func TestChooseRenderer(t *testing.T) {
 		}
 	}
 }
+
+// The runtime description loads, names every part's command and a shape the agent renders.
+func TestPinnedRuntime(t *testing.T) {
+	t.Parallel()
+	rt := PinnedRuntime()
+	c := rt.Commands
+	for name, cmd := range map[string][]string{"rl": c.RL, "preflight": c.Preflight, "gepa": c.GEPA, "gepa_check": c.GEPACheck, "eval": c.Eval, "serve": c.Serve, "install": c.Install} {
+		if len(cmd) == 0 {
+			t.Errorf("runtime.toml has no %s command", name)
+		}
+	}
+	if rt.Shapes.GEPAConfig != "legacy" || rt.Shapes.EnvLoader != "legacy" || !strings.Contains(rt.Name, PrimeRLCommit[:7]) {
+		t.Errorf("runtime %+v", rt)
+	}
+}
