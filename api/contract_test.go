@@ -131,6 +131,20 @@ func TestBadJobsGetTheirOwnErrors(t *testing.T) {
 			[]fieldWant{{"/env/0/args/task/judges/0", 4, "add OPENAI_API_KEY to the job's secrets"}}},
 		{"a judge that names a key the job lacks", "", "application/toml", "model = \"Qwen/Qwen3-4B\"\n[[env]]\nid = \"acme/my-judged-env\"\n[[env.args.task.judges]]\nmodel = \"acme/judge\"\nbase_url = \"https://judge.example/v1\"\napi_key_var = \"JUDGE_KEY\"\n", 422,
 			[]fieldWant{{"/env/0/args/task/judges/0", 4, "JUDGE_KEY, which is not among the job's secrets"}}},
+		{"a model no node holds", "", "application/toml", "model = \"Qwen/Qwen3-235B-A22B\"" + env, 422,
+			[]fieldWant{{"/model", 1, "does not fit 8 H100s for an rl run"}}},
+		{"full fine-tuning past its GPUs", "", "application/toml", "model = \"Qwen/Qwen3-30B-A3B-Instruct-2507\"\nnum_gpus = 8\nuse_lora = false" + env, 422,
+			[]fieldWant{{"/num_gpus", 2, "try LoRA (use_lora = true)"}}},
+		{"a GEPA setting given twice", "gepa", "application/toml", "env_id = \"acme/e\"\nmodel = \"Qwen/Qwen3-4B\"\nmax_calls = 5\n[gepa]\nmax_calls = 6\n", 422,
+			[]fieldWant{{"/gepa/max_calls", 5, "keep one"}}},
+		{"a GEPA model alias with no registry", "gepa", "application/toml", "model = \"qwen3-30b-i\"\nendpoints_path = \"../endpoints.toml\"\n[[env]]\nenv_id = \"acme/e\"\n", 422,
+			[]fieldWant{{"/endpoints_path", 2, "an alias of the endpoint registry"}}},
+		{"a GEPA endpoint whose key the job lacks", "gepa", "application/toml", "model = \"qwen3-30b-i\"\n[[env]]\nenv_id = \"acme/e\"\n[[endpoints]]\nendpoint_id = \"qwen3-30b-i\"\nmodel = \"qwen/qwen3-30b-a3b-instruct-2507\"\nurl = \"https://api.pinference.ai/api/v1\"\nkey = \"PRIME_API_KEY\"\n", 422,
+			[]fieldWant{{"/model", 1, "PRIME_API_KEY (its endpoint entry), which is not among the job's secrets"}}},
+		{"a temperature schedule in an eval", "eval", "application/toml", "env_id = \"acme/e\"\nmodel = \"Qwen/Qwen3-4B\"\n[sampling.temp_scheduler]\ntype = \"linear\"\n", 422,
+			[]fieldWant{{"/sampling/temp_scheduler", 3, "has none: set sampling.temperature"}}},
+		{"an eval on fewer GPUs than its model needs", "eval", "application/toml", "env_id = \"acme/e\"\nmodel = \"Qwen/Qwen3-235B-A22B\"\ntensor_parallel_size = 2\n", 422,
+			[]fieldWant{{"/tensor_parallel_size", 3, "needs 8 GPUs (tensor parallelism 8)"}}},
 		{"TOML that does not parse", "", "application/toml", "model = \"Qwen/Qwen3-4B\"\nmax_steps = [\n", 400,
 			[]fieldWant{{"", 2, "array is incomplete"}}},
 		{"JSON that does not parse", "", "application/json", "{\n  \"model\": \"m\",\n  \"env\": [,]\n}", 400,
@@ -332,4 +346,32 @@ func TestProblemsInLineOrder(t *testing.T) {
 	if r.status != http.StatusUnprocessableEntity || fmt.Sprint(lines) != "[2 3 5 8]" {
 		t.Errorf("problems at lines %v (%d): %s", lines, r.status, r.body)
 	}
+}
+
+// verifiers' own GEPA files (its configs/gepa) are GEPA jobs as they are: [[env]] with
+// env_id, [gepa], [sampling]; served on the GPUs the model needs, with a completion limit.
+func TestVerifiersGEPAFilesAreTakenAsWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := "model = \"openai/gpt-oss-20b\"\nreflection_model = \"openai/gpt-oss-20b\"\n\n[[env]]\nenv_id = \"primeintellect/reverse-text\"\n\n" +
+		"[gepa]\nmax_calls = 500\nnum_train = 100\nnum_val = 50\nminibatch_size = 3\nmax_concurrent = 32\n\n[sampling]\nmax_tokens = 1024\nreasoning_effort = \"low\"\n"
+	r := b.submitKind(t, "gepa", "application/toml", []byte(body))
+	if r.status != http.StatusCreated {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var j submitted
+	r.decode(t, &j)
+	g := j.Config.GEPA
+	want(t, len(j.Config.Env) == 1 && j.Config.Env[0].ID == "primeintellect/reverse-text" && g.MaxCalls == 500 && g.NumTrain == 100 &&
+		g.MaxConcurrent == 32 && g.Sampling.MaxTokens == 1024 && g.Sampling.ReasoningEffort == "low" &&
+		j.Config.Resources.GPUs == 1 && j.Config.ContextLength == 2048, j.Config)
+	// The deprecated [execution] table is read as verifiers' loader reads it, with its warning.
+	r = b.submitKind(t, "gepa", "application/toml", []byte("model = \"Qwen/Qwen3-4B-Instruct-2507\"\n[env]\nenv_id = \"acme/e\"\nenv_args = { n = 3 }\n"+
+		"[execution]\nmax_concurrent = 8\nseed = 7\nsampling_args = { max_tokens = 512, temperature = 0.7 }\n"))
+	if r.status != http.StatusCreated || !strings.Contains(string(r.body), "[execution] is deprecated") {
+		t.Fatalf("[execution]: %d %s", r.status, r.body)
+	}
+	r.decode(t, &j)
+	g = j.Config.GEPA
+	want(t, g.MaxConcurrent == 8 && *g.Seed == 7 && g.Sampling.MaxTokens == 512 && *g.Sampling.Temperature == 0.7 && j.Config.Env[0].Args["n"] == 3.0, j.Config)
 }

@@ -206,7 +206,10 @@ func (n *normalizer) gepaEndpoints(in input, s *Spec) {
 			}
 		}
 	}
-	for _, at := range []modelAt{{s.Model, "/model"}, {g.ReflectionModel, "/reflection_model"}} {
+	for i, at := range []modelAt{{s.Model, "/model"}, {g.ReflectionModel, ptrOr(in.ReflectionModel != "", "/reflection_model", "/model")}} {
+		if i == 1 && at.model == s.Model {
+			break // the same model: said once
+		}
 		if e, ok := g.Endpoint(at.model); ok && n.res.Secrets[e.Key] == "" {
 			n.fail(at.ptr, "%s is called at %s with %s (its endpoint entry), which is not among the job's secrets: add it (an env_file, or -e %s)", at.model, e.URL, e.Key, e.Key)
 		}
