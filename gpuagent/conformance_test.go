@@ -193,7 +193,7 @@ func TestConformance(t *testing.T) {
 					rl = append(rl, rendered{what: what, file: filepath.Join(out, "rl.toml"), resume: resume, ports: upstream.Ports{Base: base},
 						spec: spec, secrets: secrets, ours: r.Resolved})
 				case jobspec.KindGEPA:
-					gp = append(gp, rendered{what: what, file: filepath.Join(out, "gepa.toml")})
+					gp = append(gp, rendered{what: what, file: filepath.Join(out, "gepa.toml"), spec: spec, secrets: secrets})
 				}
 			}
 		}
@@ -266,6 +266,11 @@ func checkAll(t *testing.T, kind string, files []rendered) int {
 			if kind == "prime-rl" && r.OK {
 				for _, p := range resolvedProblems(group[i], r.Details) {
 					t.Errorf("%s: as upstream resolves it, %s", what, p)
+				}
+			}
+			if kind == "gepa" && r.OK {
+				for _, p := range gepaProblems(group[i], r.Details) {
+					t.Errorf("%s: as verifiers' loader resolves it, %s", what, p)
 				}
 			}
 		}
@@ -449,6 +454,42 @@ func resolvedProblems(r rendered, details map[string]any) []string {
 			}
 		}
 	}
+	// Eval sources: every sampling setting the job gave its evaluation.
+	if s.Kind == jobspec.KindRL && s.Eval != nil {
+		srcs, _ := dig(res, "eval", "sources").([]any)
+		for i, x := range srcs {
+			if i >= len(s.Eval.Env) {
+				break
+			}
+			want := map[string]any{}
+			for _, sp := range []*jobspec.Sampling{s.Eval.Sampling, s.Eval.Env[i].Sampling} {
+				if sp == nil {
+					continue
+				}
+				if sp.Temperature != nil {
+					want["temperature"] = *sp.Temperature
+				}
+				if sp.TopP != nil {
+					want["top_p"] = *sp.TopP
+				}
+				if sp.MaxTokens > 0 {
+					want["max_completion_tokens"] = float64(sp.MaxTokens)
+				}
+				if sp.ReasoningEffort != "" {
+					want["reasoning_effort"] = sp.ReasoningEffort
+				}
+			}
+			sampling, _ := dig(x, "sampling").(map[string]any)
+			if num(sampling["max_completion_tokens"]) == 0 {
+				add("eval source %v has no completion limit", dig(x, "name"))
+			}
+			for k, v := range want {
+				if sampling[k] != v {
+					add("eval source %v samples with %s = %v; the job set %v", dig(x, "name"), k, sampling[k], v)
+				}
+			}
+		}
+	}
 	return out
 }
 
@@ -486,4 +527,36 @@ func intOf(v any) int {
 		return int(x)
 	}
 	return 0
+}
+
+// gepaProblems checks a GEPA config as verifiers' loader resolves it: every sampling setting
+// the job gave (and the completion limit) reaches sampling_args, every environment is there.
+func gepaProblems(r rendered, details map[string]any) []string {
+	var out []string
+	res, _ := details["resolved"].(map[string]any)
+	g := r.spec.GEPA
+	if res == nil || g == nil {
+		return []string{"no resolution"}
+	}
+	sa, _ := res["sampling_args"].(map[string]any)
+	if sp := g.Sampling; sp == nil || sp.MaxTokens == 0 || num(sa["max_tokens"]) != float64(sp.MaxTokens) {
+		out = append(out, fmt.Sprintf("sampling_args %v has no completion limit, or not the job's", sa))
+	} else {
+		if sp.Temperature != nil && num(sa["temperature"]) != *sp.Temperature {
+			out = append(out, fmt.Sprintf("temperature %v; the job set %v", sa["temperature"], *sp.Temperature))
+		}
+		if sp.ReasoningEffort != "" && sa["reasoning_effort"] != sp.ReasoningEffort {
+			out = append(out, fmt.Sprintf("reasoning_effort %v; the job set %v", sa["reasoning_effort"], sp.ReasoningEffort))
+		}
+		if sp.EnableThinking != nil && dig(sa, "extra_body", "chat_template_kwargs", "enable_thinking") != *sp.EnableThinking {
+			out = append(out, fmt.Sprintf("enable_thinking is not sent: %v", sa))
+		}
+	}
+	if envs, _ := res["envs"].([]any); len(envs) != len(r.spec.Env) {
+		out = append(out, fmt.Sprintf("%d environments; the job has %d", len(envs), len(r.spec.Env)))
+	}
+	if mc := g.MaxConcurrent; mc > 0 && num(res["max_concurrent"]) != float64(mc) {
+		out = append(out, fmt.Sprintf("max_concurrent %v; the job set %d", res["max_concurrent"], mc))
+	}
+	return out
 }
