@@ -3,6 +3,7 @@ package gpuagent
 import (
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -75,6 +76,9 @@ func TestGoldenPipelineConfigs(t *testing.T) {
 				golden(t, base+"."+f, r.Files[f])
 			}
 			var cmds strings.Builder
+			if len(r.EnvCheck) > 0 {
+				cmds.WriteString("env check: " + strings.Join(r.EnvCheck, " ") + "\n")
+			}
 			if len(r.Preflight) > 0 {
 				cmds.WriteString("preflight: " + strings.Join(r.Preflight, " ") + "\n")
 			}
@@ -97,5 +101,37 @@ func TestExpandSplatsListsAndDropsEmptyOnes(t *testing.T) {
 	got = expand([]string{"a", "{eval_flags}", "b"}, nil, map[string][]string{"eval_flags": nil})
 	if strings.Join(got, " ") != "a b" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// The environment check a GEPA or eval job runs before its model server (the runtime's
+// env_check) passes an environment the legacy loader can load and stops one it cannot (a
+// verifiers v1 taskset: no load_environment), with a message that says so.
+func TestEnvCheckStopsAV1OnlyEnvironment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"legacy_env.py": "def load_environment(**kwargs):\n    return None\n",
+		"v1_only.py":    "class Taskset:\n    pass\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prog := upstream.PinnedRuntime().Commands.EnvCheck
+	if len(prog) != 4 || prog[0] != "python" || prog[1] != "-c" || prog[3] != "{envs}" {
+		t.Fatalf("env_check is %q; this test runs its program", prog)
+	}
+	run := func(ids ...string) (string, error) {
+		cmd := exec.Command("python3", append([]string{"-c", prog[2]}, ids...)...)
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+dir)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("acme/legacy-env@1.0"); err != nil {
+		t.Errorf("a legacy environment: %v\n%s", err, out)
+	}
+	if out, err := run("acme/legacy-env", "owner/v1-only"); err == nil || !strings.Contains(out, "cannot load owner/v1-only: a verifiers v1 taskset") {
+		t.Errorf("a v1-only environment: %v\n%s", err, out)
 	}
 }

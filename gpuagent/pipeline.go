@@ -15,6 +15,8 @@ import (
 //	          {resume_set} becomes `--set resume.step=N` (the upstream kit's check.py form)
 //	gepa      {config} (the GEPA config written for the job)
 //	gepa_check {config}: validates the GEPA config with the installed verifiers
+//	env_check {envs}: the installed environments of a GEPA or eval job can be loaded by the
+//	          loader it runs (before its model server starts)
 //	eval      {env}, {model}, {num_examples}, {rollouts_per_example}, {base_url}, {key_var},
 //	          {output_dir}; {eval_flags} becomes -a (environment arguments) and -S (sampling)
 //	serve     {model}, {port}, {tp}: an OpenAI-compatible server of an open-weight model on
@@ -35,8 +37,10 @@ type Pipeline struct {
 	Preflight []string
 	GEPA      []string
 	GEPACheck []string
-	Eval      []string
-	Serve     []string
+	// EnvCheck runs before a GEPA or eval job's model server: its environments can be loaded.
+	EnvCheck []string
+	Eval     []string
+	Serve    []string
 	// Install runs once per Environments Hub environment before the pipeline; empty skips.
 	Install  []string
 	Versions []string
@@ -60,6 +64,7 @@ func DefaultPipeline() Pipeline {
 		Preflight: with(c.Preflight),
 		GEPA:      with(c.GEPA),
 		GEPACheck: with(c.GEPACheck),
+		EnvCheck:  with(c.EnvCheck),
 		Eval:      with(c.Eval),
 		Serve:     with(c.Serve),
 		Install:   append([]string{}, c.Install...),

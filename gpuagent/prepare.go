@@ -155,6 +155,11 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	if err := r.installEnvironments(prep); err != nil {
 		return stopped(failedIn(stageOr(err, failure.StageInstall), "%v", err))
 	}
+	if len(rendered.EnvCheck) > 0 {
+		if err := r.preflight(prep, rendered.EnvCheck); err != nil {
+			return stopped(failedIn(stageOr(err, failure.StagePreflight), "%v", err))
+		}
+	}
 	if len(rendered.Preflight) > 0 {
 		if err := r.preflight(prep, rendered.Preflight); err != nil {
 			return stopped(failedIn(stageOr(err, failure.StagePreflight), "%v", err))

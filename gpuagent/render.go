@@ -63,6 +63,9 @@ type Rendered struct {
 	// Preflight validates the written config with the installed upstream code before GPU
 	// time is spent; empty when the pipeline has none for the job's kind.
 	Preflight []string
+	// EnvCheck runs after the environments are installed and before anything else of a GEPA
+	// or eval job: its environments can be loaded as the pipeline loads them.
+	EnvCheck []string
 	// Serve starts first: an inference server for the open-weight model a GEPA or eval job
 	// calls. Nil when none is needed.
 	Serve *Serve
@@ -215,6 +218,19 @@ func access(in RenderInput, out *Rendered, models ...string) (map[string]modelAc
 	return got, nil
 }
 
+// envCheck is the command that checks a GEPA or eval job's installed environments can be
+// loaded (nil when the pipeline has none).
+func envCheck(in RenderInput) []string {
+	if len(in.Pipeline.EnvCheck) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(in.Spec.Env))
+	for _, e := range in.Spec.Env {
+		ids = append(ids, e.ID)
+	}
+	return expand(in.Pipeline.EnvCheck, map[string]string{"prime_rl": in.Pipeline.PrimeRL}, map[string][]string{"envs": ids})
+}
+
 // maxModelLen is the serve command's --max-model-len: the job's longest sequence, so that
 // vLLM reserves KV cache for it rather than for the model's whole context (none for a job
 // stored before submit set it).
@@ -344,6 +360,7 @@ func renderGEPA(in RenderInput, out *Rendered, vars map[string]string) error {
 	if len(in.Pipeline.GEPACheck) > 0 {
 		out.Preflight = expand(in.Pipeline.GEPACheck, vars, nil)
 	}
+	out.EnvCheck = envCheck(in)
 	return nil
 }
 
@@ -382,6 +399,7 @@ func renderEval(in RenderInput, out *Rendered, vars map[string]string) error {
 	vars["base_url"] = m.baseURL
 	vars["key_var"] = m.keyVar
 	out.Command = expand(in.Pipeline.Eval, vars, map[string][]string{"eval_flags": flags})
+	out.EnvCheck = envCheck(in)
 	return nil
 }
 

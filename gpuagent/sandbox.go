@@ -754,7 +754,7 @@ func (p Pipeline) programs() []string {
 		}
 	}
 	add(p.PrimeRL)
-	for _, t := range [][]string{p.RL, p.Preflight, p.GEPA, p.GEPACheck, p.Eval, p.Serve, p.Install} {
+	for _, t := range [][]string{p.RL, p.Preflight, p.GEPA, p.GEPACheck, p.EnvCheck, p.Eval, p.Serve, p.Install} {
 		if len(t) > 0 && filepath.IsAbs(t[0]) {
 			add(t[0])
 		}

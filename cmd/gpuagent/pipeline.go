@@ -83,7 +83,7 @@ func (o *pipelineOptions) pipeline() (gpuagent.Pipeline, error) {
 	p := gpuagent.Pipeline{
 		Name: "prime-rl", PrimeRL: *o.primeRL,
 		RL: gpuagent.ParseCommand(*o.rl), Preflight: gpuagent.ParseCommand(*o.preflight),
-		GEPA: gpuagent.ParseCommand(*o.gepa), GEPACheck: def.GEPACheck,
+		GEPA: gpuagent.ParseCommand(*o.gepa), GEPACheck: def.GEPACheck, EnvCheck: def.EnvCheck,
 		Eval: gpuagent.ParseCommand(*o.eval), Serve: gpuagent.ParseCommand(*o.serve),
 		Install: gpuagent.ParseCommand(*o.install), Versions: gpuagent.ParseCommand(*o.version),
 	}

@@ -31,6 +31,7 @@ type renderOutput struct {
 	Resume    int               `json:"resume_step,omitempty"`
 	Files     map[string]string `json:"files"`
 	Preflight []string          `json:"preflight,omitempty"`
+	EnvCheck  []string          `json:"env_check,omitempty"`
 	Serve     []string          `json:"serve,omitempty"`
 	Command   []string          `json:"command"`
 	Ports     []int             `json:"ports,omitempty"`
@@ -141,7 +142,7 @@ func render(args []string, stdout io.Writer) error {
 		return err
 	}
 	res := renderOutput{Job: jobID, Kind: spec.Kind, GPUs: n, Resume: step, Files: map[string]string{},
-		Preflight: r.Preflight, Command: r.Command, Ports: r.Ports, Notes: r.Notes, Resolved: r.Resolved}
+		Preflight: r.Preflight, EnvCheck: r.EnvCheck, Command: r.Command, Ports: r.Ports, Notes: r.Notes, Resolved: r.Resolved}
 	if r.Serve != nil {
 		res.Serve = r.Serve.Command
 	}
@@ -178,6 +179,9 @@ func render(args []string, stdout io.Writer) error {
 		for _, l := range r.Resolved.Lines() {
 			fmt.Fprintln(stdout, l)
 		}
+	}
+	if len(r.EnvCheck) > 0 {
+		fmt.Fprintf(stdout, "env check: %s\n", shellQuote(r.EnvCheck))
 	}
 	if len(r.Preflight) > 0 {
 		fmt.Fprintf(stdout, "preflight: %s\n", shellQuote(r.Preflight))

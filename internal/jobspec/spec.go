@@ -1041,7 +1041,8 @@ func (n *normalizer) envFromID(in input, s *Spec) {
 // legacyLoadable checks that verifiers' legacy loader — which its GEPA and eval scripts use at
 // the pinned version — can load an environment: a taskset package the pinned verifiers ships
 // v1-only (no load_environment) cannot. A bare id names that package, and is refused; an
-// Environments Hub id of the same name may be another version of it, and gets a warning.
+// Environments Hub id of the same name may be another version of it, and gets a warning (the
+// agent's env_check of the installed package stops it before its model server starts).
 func (n *normalizer) legacyLoadable(ptr, id string) {
 	ts, known := upstream.LookupTaskset(id)
 	if !known || !ts.Vendored || ts.Legacy || upstream.PinnedRuntime().Shapes.EnvLoader != "legacy" {

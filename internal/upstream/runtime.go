@@ -22,6 +22,7 @@ type Runtime struct {
 		Preflight []string `toml:"preflight"`
 		GEPA      []string `toml:"gepa"`
 		GEPACheck []string `toml:"gepa_check"`
+		EnvCheck  []string `toml:"env_check"`
 		Eval      []string `toml:"eval"`
 		Serve     []string `toml:"serve"`
 		Install   []string `toml:"install"`
