@@ -77,6 +77,7 @@ func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	cl.HeartbeatIntervalSeconds = s.cfg.Queue.HeartbeatInterval().Seconds()
+	cl.Judge = s.judgeAccess(r, cl.Job)
 	writeJSON(w, http.StatusOK, cl)
 }
 

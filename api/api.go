@@ -42,6 +42,8 @@ type Queue interface {
 	Cancel(ctx context.Context, id string) (*job.Job, error)
 	Restart(ctx context.Context, id string) (*job.Job, error)
 	BeginDelete(ctx context.Context, id string) error
+	AddJudgeUsage(ctx context.Context, org, id string, in, out int64) error
+	JudgeUsage(ctx context.Context, org, id string) (in, out int64, err error)
 	StopThenDelete(ctx context.Context, id string) (done bool, err error)
 	OpenStream(ctx context.Context, org, stream string, max int, lease time.Duration) (bool, error)
 	RenewStream(ctx context.Context, org, stream string, lease time.Duration) (bool, error)
@@ -111,6 +113,10 @@ type Config struct {
 	// Models, if set, are the only models training jobs may name (ParseModels); nil offers
 	// every model prime-rl can render.
 	Models []Model
+	// Judge, if set, is the operator's judge endpoint: a job graded by a judge it has no key
+	// for is graded through it (POST /v1/judge/chat/completions), billed to its organization;
+	// nil refuses such a job at submit, naming the key.
+	Judge *Judge
 }
 
 func (c *Config) validate() error {
@@ -189,6 +195,7 @@ func New(cfg Config) (*Server, error) {
 		"getJobUsage":              s.getJobUsage,
 		"primeRunUsage":            s.primeRunUsage,
 		"download":                 s.download,
+		"judgeChat":                s.judgeChat,
 		"getJobMetrics":            s.getJobMetrics,
 		"listJobCheckpoints":       s.listJobCheckpoints,
 		"pinCheckpoint":            s.pinCheckpoint,

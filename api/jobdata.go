@@ -380,6 +380,12 @@ func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.StorageBytes = stored[j.ID]
+	if jt, err := s.judgeTokens(r, j); err != nil {
+		s.internalError(w, r, err)
+		return
+	} else if jt != nil {
+		u.JudgeTokens = &client.TokenCounts{Input: jt.in, Output: jt.out, Total: jt.in + jt.out}
+	}
 	for _, m := range s.cfg.Models {
 		if m.Name == c.Model && m.PricePerGPUHour > 0 {
 			u.PricePerGPUHour = m.PricePerGPUHour

@@ -17,6 +17,11 @@ import (
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
+// normalizeOptions are the service's settings jobs are normalized under.
+func (s *Server) normalizeOptions() jobspec.Options {
+	return jobspec.Options{OperatorJudge: s.cfg.Judge != nil}
+}
+
 // admitted is a job file that passed the schema and the rules.
 type admitted struct {
 	spec     jobspec.Spec
@@ -26,7 +31,7 @@ type admitted struct {
 }
 
 // admit normalizes a validated job file and checks the rules the schema cannot say.
-func admit(r *http.Request) (*admitted, *Problem) {
+func admit(r *http.Request, opts jobspec.Options) (*admitted, *Problem) {
 	v, _ := validatedBody(r)
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -40,7 +45,7 @@ func admit(r *http.Request) (*admitted, *Problem) {
 		b.place(&fe)
 		return nil, invalidJob([]FieldError{fe}, b)
 	}
-	res, err := jobspec.Normalize(m)
+	res, err := jobspec.NormalizeWith(m, opts)
 	if err != nil {
 		return nil, newProblem(http.StatusUnprocessableEntity, "invalid-job", err.Error())
 	}
@@ -68,7 +73,7 @@ type submitted struct {
 }
 
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
-	a, prob := admit(r)
+	a, prob := admit(r, s.normalizeOptions())
 	if prob == nil {
 		prob = s.offered(r, a)
 	}
@@ -175,7 +180,7 @@ type previewQueue struct {
 }
 
 func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
-	a, prob := admit(r)
+	a, prob := admit(r, s.normalizeOptions())
 	if prob == nil {
 		prob = s.offered(r, a)
 	}

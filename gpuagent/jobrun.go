@@ -216,6 +216,10 @@ func (r *jobRun) pipelineEnv(localKey string) []string {
 	if localKey != "" {
 		env = append(env, LocalKeyVar+"="+localKey)
 	}
+	if j := r.claim.Judge; j != nil {
+		// The job's own token for the service's judge (never the operator's key).
+		env = append(env, jobspec.JudgeKeyVar+"="+j.Token)
+	}
 	return env
 }
 

@@ -118,9 +118,16 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	}
 	r.data.metrics = jobdata.NewMetricsWriter(r.store, r.claim.Job.ID, r.claim.Lease.Fence, p.resume+1)
 
+	judgeURL := ""
+	if j := r.claim.Judge; j != nil {
+		judgeURL = j.URL
+	} else if spec.UsesOperatorJudge() {
+		return nil, failed("the job is graded by the service's judge, and its claim named none (the service's judge endpoint is no longer configured): restart it, or give it a key for its judge")
+	}
 	rendered, err := Render(RenderInput{
 		JobID: r.claim.Job.ID, Spec: spec, Secrets: secretNames(r.claim.Secrets), GPUs: len(r.devices),
 		Ports: r.ports, Resume: p.resume, Dir: r.dir, Pipeline: cfg.Pipeline, Endpoint: cfg.Endpoint, Providers: cfg.Providers,
+		JudgeURL: judgeURL,
 	})
 	if err != nil {
 		return nil, failed("prepare the %s pipeline: %v", spec.Kind, err)

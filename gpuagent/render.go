@@ -40,6 +40,9 @@ type RenderInput struct {
 	// Providers overrides where provider-hosted models are called (tests point them at a
 	// local stand-in); nil uses upstream.Providers.
 	Providers map[string]upstream.Provider
+	// JudgeURL is the service's judge (the claim's), written where a job's judges name it
+	// (jobspec.OperatorJudgeURL); "" leaves the marker (gpuagent render).
+	JudgeURL string
 }
 
 // Endpoint is an OpenAI-compatible server an operator runs for open-weight models.
@@ -116,7 +119,7 @@ func renderRL(in RenderInput, out *Rendered, vars map[string]string) error {
 	if len(in.Pipeline.RL) == 0 {
 		return fmt.Errorf("this agent has no rl command configured")
 	}
-	run := rlRun{jobID: in.JobID, spec: in.Spec, gpus: in.GPUs, ports: in.Ports, secrets: in.Secrets, providers: in.Providers}
+	run := rlRun{jobID: in.JobID, spec: in.Spec, gpus: in.GPUs, ports: in.Ports, secrets: in.Secrets, providers: in.Providers, judgeURL: in.JudgeURL}
 	var cfg []byte
 	var servers int
 	var err error

@@ -219,6 +219,7 @@ type rlRun struct {
 	ports     upstream.Ports
 	secrets   []string
 	providers map[string]upstream.Provider // where provider-hosted models are called (the SFT teacher)
+	judgeURL  string                       // the service's judge (RenderInput.JudgeURL)
 }
 
 // rlConfig is the rl.toml for the run and the number of environment servers prime-rl will
@@ -297,11 +298,11 @@ func (r rlRun) rlConfig() ([]byte, int, *Resolved, error) {
 			Name: hm.Name, BaseURL: p.BaseURL, APIKeyVar: p.KeyVar}}}
 	}
 	f.Orchestrator.Train.FilterZeroAdvantages = s.FilterZeroAdvantages
-	f.Orchestrator.Train.Source = sources(s.Env, false)
+	f.Orchestrator.Train.Source = sources(s.Env, false, r.judgeURL)
 	servers := len(f.Orchestrator.Train.Source)
 	if ev := s.Eval; ev != nil && len(ev.Env) > 0 {
 		e := &rlEval{Interval: ev.Interval, GroupSize: ev.RolloutsPerExample, SkipFirstStep: ev.SkipFirstStep,
-			Source: sources(ev.Env, true)}
+			Source: sources(ev.Env, true, r.judgeURL)}
 		if ev.NumExamples != 0 {
 			e.NumExamples = &ev.NumExamples
 		}
@@ -359,7 +360,7 @@ func rendererTable(s jobspec.Spec) (map[string]any, error) {
 // each names its environment's taskset (env.taskset.id, an Environments Hub id or an
 // installed taskset package) with the job's arguments as the taskset's settings, under a name
 // unique in its group.
-func sources(envs []jobspec.Env, eval bool) []rlSource {
+func sources(envs []jobspec.Env, eval bool, judgeURL string) []rlSource {
 	out := make([]rlSource, 0, len(envs))
 	used := map[string]int{}
 	for _, e := range envs {
@@ -375,6 +376,9 @@ func sources(envs []jobspec.Env, eval bool) []rlSource {
 			taskset[k] = v
 		}
 		taskset["id"] = e.ID
+		if judgeURL != "" {
+			serviceJudge(taskset, judgeURL)
+		}
 		src := rlSource{Name: name, GroupSize: e.GroupSize, Env: map[string]any{"taskset": taskset}}
 		if eval {
 			src.NumExamples = e.NumExamples
@@ -401,6 +405,17 @@ func sources(envs []jobspec.Env, eval bool) []rlSource {
 		out = append(out, src)
 	}
 	return out
+}
+
+// serviceJudge writes the service's judge URL where a taskset's judges name it.
+func serviceJudge(taskset map[string]any, url string) {
+	task, _ := taskset["task"].(map[string]any)
+	judges, _ := task["judges"].([]any)
+	for _, j := range judges {
+		if m, _ := j.(map[string]any); m["base_url"] == jobspec.OperatorJudgeURL {
+			m["base_url"] = url
+		}
+	}
 }
 
 // sourceSampling is an environment's own sampling as prime-rl's per-source sampling takes it

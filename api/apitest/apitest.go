@@ -60,6 +60,8 @@ type Options struct {
 	MaxStreams int
 	// Models is the operator's list of models (nil: none).
 	Models []api.Model
+	// Judge is the operator's judge endpoint (nil: none).
+	Judge *api.Judge
 }
 
 // ClusterEnv set to "cluster" runs every stack whose test brings no Redis of its own on a
@@ -109,7 +111,7 @@ func Start(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	cfg := api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: o.Store, Storage: o.Storage, Logger: o.Logger,
-		RevocationCheck: 100 * time.Millisecond, LogRecheck: o.LogRecheck, Models: o.Models, MaxStreams: o.MaxStreams}
+		RevocationCheck: 100 * time.Millisecond, LogRecheck: o.LogRecheck, Models: o.Models, MaxStreams: o.MaxStreams, Judge: o.Judge}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}

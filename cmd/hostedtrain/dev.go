@@ -49,6 +49,9 @@ type devOptions struct {
 	emulateCheck string
 	// models is the operator's list of models (a TOML file), or "".
 	models string
+	// judgeURL and judgeKeyEnv are the operator's judge endpoint and the variable of this
+	// environment that holds its key.
+	judgeURL, judgeKeyEnv string
 	// portRange is where the agents' jobs get their ports, split evenly among the agents.
 	portRange string
 	leaseTTL  time.Duration
@@ -93,6 +96,8 @@ them at once.`,
 	f.DurationVar(&o.stepTime, "step-time", 250*time.Millisecond, "emulated time of one training step")
 	f.StringVar(&o.portRange, "port-range", fmt.Sprintf("%d-%d", gpuagent.DefaultPortRange[0], gpuagent.DefaultPortRange[1]),
 		"where the agents' jobs get their blocks of 64 ports (every port prime-rl binds), split among the agents; give each of several dev stacks on one machine its own")
+	f.StringVar(&o.judgeURL, "judge-base-url", "", "an OpenAI-compatible judge endpoint: jobs graded by a judge they hold no key for are graded through it (POST /v1/judge/chat/completions)")
+	f.StringVar(&o.judgeKeyEnv, "judge-key-env", "HOSTEDTRAIN_JUDGE_KEY", "the variable of this environment that holds --judge-base-url's key")
 	f.StringVar(&o.models, "models", "", "a TOML file of [[model]] tables (name, gpus, price_per_gpu_hour): the only models training jobs may name")
 	f.StringVar(&o.emulateCheck, "emulate-check", "", "the command the emulator checks each config with, as upstream would (the conformance kit: \"python3 ../shared/upstream/check.py\")")
 	sf := flag.NewFlagSet("sandbox", flag.ContinueOnError)
@@ -239,6 +244,14 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 		return err
 	}
 	var ready atomic.Bool
+	var judge *api.Judge
+	if o.judgeURL != "" {
+		key := os.Getenv(o.judgeKeyEnv)
+		if key == "" {
+			return fmt.Errorf("--judge-base-url needs its key in $%s (--judge-key-env)", o.judgeKeyEnv)
+		}
+		judge = &api.Judge{BaseURL: o.judgeURL, Key: key}
+	}
 	var models []api.Model
 	if o.models != "" {
 		data, err := os.ReadFile(o.models)
@@ -252,6 +265,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	handler, err := api.New(api.Config{
 		Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Webhooks: hooks, Logger: logger.With("part", "api"),
 		Models: models,
+		Judge:  judge,
 		Ready: func() error {
 			if !ready.Load() {
 				return errors.New("the local stack is still starting")

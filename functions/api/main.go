@@ -5,11 +5,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -75,8 +77,26 @@ func newHandler(ctx context.Context, getenv lambdaenv.Getenv, clients lambdaenv.
 			return nil, fmt.Errorf("HOSTEDTRAIN_MODELS: %w", err)
 		}
 	}
+	judge, err := judgeEndpoint(getenv)
+	if err != nil {
+		return nil, err
+	}
 	return api.New(api.Config{Queue: q, Verifier: auth.NewVerifier(keys, nil), Secrets: secrets, Store: store, Storage: storage, Webhooks: hooks,
-		StreamLimit: streamLimit, Logger: logger, Models: models})
+		StreamLimit: streamLimit, Logger: logger, Models: models, Judge: judge})
+}
+
+// judgeEndpoint is the operator's judge (HOSTEDTRAIN_JUDGE_BASE_URL and _KEY), if set.
+func judgeEndpoint(getenv func(string) string) (*api.Judge, error) {
+	u, key := getenv("HOSTEDTRAIN_JUDGE_BASE_URL"), getenv("HOSTEDTRAIN_JUDGE_KEY")
+	switch {
+	case u == "" && key == "":
+		return nil, nil
+	case !strings.HasPrefix(u, "https://"):
+		return nil, fmt.Errorf("HOSTEDTRAIN_JUDGE_BASE_URL must be an https URL, got %q", u)
+	case key == "":
+		return nil, errors.New("HOSTEDTRAIN_JUDGE_BASE_URL needs HOSTEDTRAIN_JUDGE_KEY (or HOSTEDTRAIN_JUDGE_KEY_SECRET)")
+	}
+	return &api.Judge{BaseURL: u, Key: key}, nil
 }
 
 // lambdaHandler converts API Gateway HTTP API events to requests of h and back.

@@ -6,7 +6,9 @@
 package auth
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -327,4 +329,26 @@ func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
 		return nil, fmt.Errorf("unknown key id %q", kid)
 	}
 	return key, nil
+}
+
+// Sign is a MAC of payload for one purpose with the key set's current key, as "<kid>.<mac>":
+// a credential the service makes for itself (a job's judge token) that every instance with
+// the key set checks, and that survives key rotation while its key is kept.
+func (v *Verifier) Sign(purpose, payload string) string {
+	kid := v.keys.Current
+	return kid + "." + base64.RawURLEncoding.EncodeToString(purposeMAC(v.keys.Keys[kid], purpose, payload))
+}
+
+// CheckSigned says whether sig is Sign's of payload for purpose, by a key the set still has.
+func (v *Verifier) CheckSigned(purpose, payload, sig string) bool {
+	kid, mac64, ok := strings.Cut(sig, ".")
+	key, known := v.keys.Keys[kid]
+	mac, err := base64.RawURLEncoding.DecodeString(mac64)
+	return ok && known && err == nil && hmac.Equal(mac, purposeMAC(key, purpose, payload))
+}
+
+func purposeMAC(key []byte, purpose, payload string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("hostedtrain-" + purpose + "\n" + payload))
+	return m.Sum(nil)
 }

@@ -949,7 +949,10 @@ type JobUsage struct {
 	// StorageBytes is what the job keeps in object storage as last measured; 0 before.
 	StorageBytes int64       `json:"storage_bytes,omitempty"`
 	Tokens       TokenCounts `json:"tokens"`
-	UpdatedAt    time.Time   `json:"updated_at"`
+	// JudgeTokens are the tokens of the service's judge calls for the job (billed to its
+	// organization); absent when it used none.
+	JudgeTokens *TokenCounts `json:"judge_tokens,omitempty"`
+	UpdatedAt   time.Time    `json:"updated_at"`
 }
 
 // TokenCounts are tokens of the run's rollouts: prompts (input) and completions (output).

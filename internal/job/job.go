@@ -331,8 +331,18 @@ type Claim struct {
 	Secrets                  map[string]string `json:"secrets,omitempty"`
 	// Storage reaches this job's data alone, when the service hands out scoped credentials.
 	Storage *StorageGrant `json:"storage,omitempty"`
+	// Judge is the service's judge, for a job graded by it (jobspec.OperatorJudgeURL): where
+	// it answers and the job's own token for it.
+	Judge *JudgeAccess `json:"judge,omitempty"`
 	// SealedSecrets is the stored, encrypted form; it never leaves the service.
 	SealedSecrets string `json:"-"`
+}
+
+// JudgeAccess is the service's judge endpoint (OpenAI-compatible; /v1/judge) and the token
+// one job calls it with (jobspec.JudgeKeyVar in the job's environment).
+type JudgeAccess struct {
+	URL   string `json:"url"`
+	Token string `json:"token"`
 }
 
 // StorageGrant is object-storage access limited to one job's data (Prefix + "jobs/{id}/"),

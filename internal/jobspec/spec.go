@@ -520,7 +520,8 @@ type envInput struct {
 
 // normalizer carries the issues found while normalizing one file.
 type normalizer struct {
-	res *Result
+	res  *Result
+	opts Options
 }
 
 func (n *normalizer) fail(ptr, format string, args ...any) {
@@ -534,7 +535,17 @@ func (n *normalizer) warn(ptr, format string, args ...any) {
 // Normalize turns a schema-valid job value (decoded from TOML or JSON, `kind` set) into a
 // Spec and its secrets, and checks the rules the schema cannot say. The value is not modified.
 // The error is for values the schema should have refused; rule violations are Result.Errors.
-func Normalize(v map[string]any) (Result, error) {
+func Normalize(v map[string]any) (Result, error) { return NormalizeWith(v, Options{}) }
+
+// Options are the service's settings a job is normalized under.
+type Options struct {
+	// OperatorJudge: the service calls judges for jobs that have no key of their own, through
+	// its judge endpoint (api's /v1/judge), billed to the job.
+	OperatorJudge bool
+}
+
+// NormalizeWith is Normalize under the service's options.
+func NormalizeWith(v map[string]any, opts Options) (Result, error) {
 	top := v
 	if v["kind"] == KindFFT {
 		// A full fine-tune is a prime-rl config: only the service's own keys read as the
@@ -555,7 +566,7 @@ func Normalize(v map[string]any) (Result, error) {
 		return Result{}, fmt.Errorf("jobspec: decode: %w", err)
 	}
 	res := Result{Secrets: in.Secrets}
-	n := &normalizer{res: &res}
+	n := &normalizer{res: &res, opts: opts}
 	s := &res.Spec
 	s.Kind = in.Kind
 	if s.Kind == "" {

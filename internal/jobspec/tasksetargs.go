@@ -14,6 +14,32 @@ import (
 // every judge and client a taskset builds from verifiers' defaults.
 const PrimeKeyVar = "PRIME_API_KEY"
 
+// The service's judge: a judge the job has no key for is called at OperatorJudgeURL (the
+// agent writes the API's /v1/judge there) with the job's own judge token, JudgeKeyVar, which
+// the claim hands out; the service calls the operator's endpoint with its key, never given to
+// the job, and counts the job's tokens.
+const (
+	OperatorJudgeURL = "hostedtrain://judge"
+	JudgeKeyVar      = "HOSTEDTRAIN_JUDGE_KEY"
+)
+
+// UsesOperatorJudge says whether any environment of the job is graded by the service's judge.
+func (s Spec) UsesOperatorJudge() bool {
+	envs := slices.Clone(s.Env)
+	if s.Eval != nil {
+		envs = append(envs, s.Eval.Env...)
+	}
+	for _, e := range envs {
+		judges, _ := Dig(e.Args, "task", "judges").([]any)
+		for _, j := range judges {
+			if m, _ := j.(map[string]any); m["base_url"] == OperatorJudgeURL {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // taskKeys are a task config's own tables (verifiers' TaskConfig), beside a taskset's
 // settings of its task.
 var taskKeys = []string{"judges", "stops", "metrics", "rewards"}
@@ -105,7 +131,8 @@ func (n *normalizer) tasksetArgs(ptr, argsPtr string, e *Env, eval bool) {
 // among the secrets; one whose model is a provider's (openai/…, anthropic/…, google/…) is
 // called at the provider with the job's key for it, when the job has that key; any other is
 // called where verifiers' default sends it, Prime's inference service, with PRIME_API_KEY.
-// Without the key, the job is refused: every reward of the run would fail. The resolved
+// Without the key, the service's judge calls it where the operator has one (Options), else
+// the job is refused: every reward of the run would fail. The resolved
 // judges are written into the environment's args, so the node runs what was checked.
 func (n *normalizer) judges(argsPtr string, e *Env, ts upstream.Taskset) {
 	task, _ := e.Args["task"].(map[string]any)
@@ -161,6 +188,14 @@ func (n *normalizer) judges(argsPtr string, e *Env, ts upstream.Taskset) {
 			changed = true
 		case secrets[PrimeKeyVar] != "" || secrets[cmp.Or(def.APIKeyVar, PrimeKeyVar)] != "":
 			// verifiers' default: Prime's inference service, with the key the job holds.
+		case n.opts.OperatorJudge:
+			// No key of the job's: the service's judge, called for the job and billed to it.
+			j["model"] = providerQualified(model)
+			j["base_url"], j["api_key_var"] = OperatorJudgeURL, JudgeKeyVar
+			if id == "" && def.ID != "" {
+				j["id"] = def.ID
+			}
+			changed = true
 		case provider:
 			n.fail(ptr, "%s (%s) grades every rollout, and the job has no key to call it with: add %s to the job's secrets to call %s's API (or %s for Prime's inference service, where verifiers sends it by default)",
 				where, model, hm.Provider.KeyVar, hm.Provider.Name, PrimeKeyVar)

@@ -175,6 +175,7 @@ var Queue = Set{
 		{Lua: "orgexpiring", Pre: "org:", Post: ":expiring", What: "an organization with a checkpoint TTL: its ended jobs by when they ended, whose checkpoints the reaper deletes once the TTL has passed"},
 		{Lua: "orgusage", Pre: "org:", Post: ":usage", What: "an organization's GPU time by who used it: u:<user> and t:<token id> in GPU-ms, uc:/tc: their cost in micro-dollars"},
 		{Lua: "orgstored", Pre: "org:", Post: ":stored", What: "an organization's bytes in object storage by job, as the storage meter last measured them (storage.go); the total is the org hash's `stored`"},
+		{Lua: "orgjudge", Pre: "org:", Post: ":judge", What: "an organization's tokens of the service's judge (api's /v1/judge): in and out in all, j:<job>:in and j:<job>:out by job"},
 		{Lua: "orgstreams", Pre: "org:", Post: ":streams", What: "an organization's open event and log streams by when each must be renewed (the API's cap per organization)"},
 		{Lua: "orgindex", Pre: "org:", Post: ":by", What: "an organization's job ids scored by kind, status and creation time (List's filters)"},
 		{Lua: "classq", Pre: "q:", Args: 2, What: "an organization's queue of ready jobs in a GPU class, by rank"},

@@ -121,7 +121,7 @@ try {
   // chart's legend (their cursors are one).
   const over = await page.locator('#charts .chart[data-metric="loss"] .u-over').boundingBox();
   await page.mouse.move(over.x + over.width / 2, over.y + over.height / 2);
-  await page.waitForFunction(() => document.querySelector('#readout').dataset.step, null, timeout);
+  await page.waitForFunction(() => document.querySelector('#readout')?.dataset.step, null, timeout);
   const readout = await page.textContent('#readout');
   if (!/^step \d+ · Reward mean [\d.]+, p10 [\d.]+, p90 [\d.]+ · Loss [\d.]+ · Entropy [\d.]+ .* · Grad norm [\d.]+ .* · Learning rate [\d.e+-]+$/.test(readout)) fail('the read-out: ' + readout);
   const legends = await page.$$eval('#charts .chart', (cs) => cs.map((c) => c.querySelector('.u-legend .u-series:nth-child(2) .u-value').textContent));
@@ -131,9 +131,9 @@ try {
   // can be charted, from the picker, and removed.
   const rawLast = await page.getAttribute('#charts .chart[data-metric="reward"]', 'data-last');
   await page.fill('#smoothing', '0.9');
-  await page.waitForFunction((raw) => document.querySelector('#charts .chart[data-metric="reward"]').dataset.last !== raw, rawLast, timeout);
+  await page.waitForFunction((raw) => document.querySelector('#charts .chart[data-metric="reward"]')?.dataset.last !== raw, rawLast, timeout);
   await page.check('#log-scale');
-  await page.waitForFunction(() => document.querySelector('#charts .chart[data-metric="reward"]').dataset.scale === 'log', null, timeout);
+  await page.waitForFunction(() => document.querySelector('#charts .chart[data-metric="reward"]')?.dataset.scale === 'log', null, timeout);
   await page.waitForFunction(() => [...document.querySelectorAll('#charts .chart')].every((c) => Number(c.dataset.points) > 0), null, timeout);
   const groups = await page.$$eval('#metric-pick optgroup', (gs) => gs.map((g) => g.label));
   for (const g of ['headline', 'loss', 'optim', 'perf', 'train/agg', 'train/alphabet-sort']) if (!groups.includes(g)) fail('the metric picker lacks the group ' + g + ': ' + groups.join(', '));
@@ -230,7 +230,7 @@ try {
   await page.check(`#jobs input.pick[data-id="${jobID}"]`);
   await page.check(`#jobs input.pick[data-id="${forkedID}"]`);
   await page.click('#compare');
-  await page.waitForFunction(() => /^\d+,\d+$/.test(document.querySelector('#compare-chart').dataset.points || ''), null, timeout);
+  await page.waitForFunction(() => /^\d+,\d+$/.test(document.querySelector('#compare-chart')?.dataset.points || ''), null, timeout);
   const points = (await page.getAttribute('#compare-chart', 'data-points')).split(',').map(Number);
   if (points[0] !== 20 || points[1] < 1) fail('the compared rewards: ' + points.join(','));
   const differs = await page.$$eval('#compare-config tbody tr', (trs) => trs.map((tr) => tr.dataset.key + (tr.classList.contains('differs') ? '' : ' (same)')));
@@ -239,7 +239,7 @@ try {
   await page.uncheck('#only-differences');
   await page.waitForSelector('#compare-config tr[data-key="model"]:not(.differs)', timeout);
   await page.selectOption('#compare-metric', 'loss');
-  await page.waitForFunction(() => document.querySelector('#compare-chart').dataset.metric === 'loss', null, timeout);
+  await page.waitForFunction(() => document.querySelector('#compare-chart')?.dataset.metric === 'loss', null, timeout);
   await page.screenshot({ path: out + '/compare.png', fullPage: true });
 
   where = 'the fork';
@@ -320,7 +320,7 @@ try {
   await page.goto(url + '/#/jobs/' + liveID);
   await page.waitForFunction(() => Number(document.querySelector('#charts .chart[data-metric="loss"]')?.dataset.points) > 0, null, timeout);
   const before = Number(await page.getAttribute('#charts .chart[data-metric="loss"]', 'data-points'));
-  await page.waitForFunction((n) => Number(document.querySelector('#charts .chart[data-metric="loss"]').dataset.points) > n + 5, before, timeout);
+  await page.waitForFunction((n) => Number(document.querySelector('#charts .chart[data-metric="loss"]')?.dataset.points) > n + 5, before, timeout);
   const gaps = await page.$$eval('#charts .chart', (cs) => cs.map((c) => c.dataset.lines));
   page.once('dialog', (d) => { asked = d.message(); d.accept(); });
   await page.click('#stop');
@@ -329,7 +329,7 @@ try {
   // Once the run has stopped, the trainer's charts hold every step it trained: none lost a value
   // written after the orchestrator's part of its step was read.
   const trained = Number((await page.textContent('#facts')).match(/step(\d+)\//)[1]);
-  await page.waitForFunction((n) => ['loss', 'entropy', 'grad_norm'].every((m) => Number(document.querySelector(`#charts .chart[data-metric="${m}"]`).dataset.points) === n), trained, timeout)
+  await page.waitForFunction((n) => ['loss', 'entropy', 'grad_norm'].every((m) => Number(document.querySelector(`#charts .chart[data-metric="${m}"]`)?.dataset.points) === n), trained, timeout)
     .catch(() => fail(`the trainer's charts of the stopped run do not hold its ${trained} steps (while it ran: ${gaps.join(' | ')})`));
 
   where = 'docs';

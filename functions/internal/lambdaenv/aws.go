@@ -18,7 +18,7 @@ import (
 // SecretVars are the variables whose values may come from Secrets Manager instead: set
 // NAME_SECRET to the secret's ARN (or name) and NAME is read from it at start. The values then
 // never appear in the function's configuration.
-var SecretVars = []string{"HOSTEDTRAIN_JWT_KEYS", "HOSTEDTRAIN_SECRETS_KEYS", "HOSTEDTRAIN_REDIS_AUTH"}
+var SecretVars = []string{"HOSTEDTRAIN_JWT_KEYS", "HOSTEDTRAIN_SECRETS_KEYS", "HOSTEDTRAIN_REDIS_AUTH", "HOSTEDTRAIN_JUDGE_KEY"}
 
 // SecretGetter is the one Secrets Manager call made (*secretsmanager.Client in production).
 type SecretGetter interface {

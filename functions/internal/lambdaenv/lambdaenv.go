@@ -34,6 +34,9 @@
 //	                           (default 5s,5m,30m,2h,5h,10h,10h)
 //	HOSTEDTRAIN_STREAM_LIMIT   how long an event or log stream lasts before the client reconnects
 //	                           (default 25s: API Gateway buffers the answer)
+//	HOSTEDTRAIN_JUDGE_BASE_URL the operator's OpenAI-compatible judge endpoint (https): jobs graded by
+//	                           a judge they hold no key for are graded through it, billed to them
+//	HOSTEDTRAIN_JUDGE_KEY      its key (may come from Secrets Manager); required with the URL
 //	HOSTEDTRAIN_MODELS         the operator's list of models training jobs may name: TOML [[model]]
 //	                           tables (name, gpus, price_per_gpu_hour); unset: any model
 //	HOSTEDTRAIN_STORE_KMS_KEY  the bucket's SSE-KMS key ARN, which agents' credentials may use
