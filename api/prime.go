@@ -365,10 +365,16 @@ func (s *Server) primeCreateRun(w http.ResponseWriter, r *http.Request) {
 // primeListRuns lists the caller's rl and full fine-tune jobs, newest first: up to
 // primeListMax of them (the prime CLI's list takes no page), each kind read by its index.
 func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
+	in := r.URL.Query()
+	paged := in.Has("page") || in.Has("limit") || in.Has("mine")
+	upTo := primeListMax
+	if paged {
+		upTo = primePagedMax // a page, its total and the caller's own runs count them all
+	}
 	var jobs []job.Job
 	for _, kind := range []string{jobspec.KindRL, jobspec.KindFFT} {
 		cursor := ""
-		for n := 0; n < primeListMax; n += 100 {
+		for n := 0; n < upTo; n += 100 {
 			q := url.Values{"limit": {"100"}, "kind": {kind}}
 			if cursor != "" {
 				q.Set("cursor", cursor)
@@ -387,8 +393,7 @@ func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].CreatedAt.After(jobs[j].CreatedAt) })
-	in := r.URL.Query()
-	if !in.Has("page") && !in.Has("limit") && !in.Has("mine") {
+	if !paged {
 		// The prime CLI before 0.6.31 sends none and reads every run.
 		runs := make([]map[string]any, 0, min(len(jobs), primeListMax))
 		for i := range jobs[:min(len(jobs), primeListMax)] {
@@ -403,9 +408,9 @@ func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
 	limit, lerr := strconv.Atoi(orString(in.Get("limit"), strconv.Itoa(primePageDefault)))
 	mine, merr := strconv.ParseBool(orString(in.Get("mine"), "false"))
 	switch {
-	case perr != nil || page < 1:
+	case perr != nil || page < 1 || page > primePagedMax:
 		p := newProblem(http.StatusUnprocessableEntity, "bad-query", "a query parameter is not valid")
-		p.Errors = []FieldError{{Parameter: "page", Message: "page is a page number from 1"}}
+		p.Errors = []FieldError{{Parameter: "page", Message: fmt.Sprintf("page is a page number from 1 to %d", primePagedMax)}}
 		writePrimeError(w, p, jobLoc)
 		return
 	case lerr != nil || limit < 1 || limit > primePageMax:
@@ -433,10 +438,12 @@ func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
 		"total_pages": (total + limit - 1) / limit})
 }
 
-// A page of runs: primePageDefault unless the client says, at most primePageMax.
+// A page of runs: primePageDefault unless the client says, at most primePageMax; pages count
+// up to primePagedMax runs of each kind.
 const (
 	primePageDefault = 20
 	primePageMax     = 100
+	primePagedMax    = 10000
 )
 
 // primeListMax bounds a list of runs.

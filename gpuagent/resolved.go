@@ -117,22 +117,34 @@ func (f rlFile) resolve(split int) *Resolved {
 // judgesOf are the judges a source's tasks are graded by: the job's (its args'
 // task.judges, resolved at submit), else the taskset's own.
 func judgesOf(id string, taskset map[string]any) []ResolvedJudge {
+	ts, _ := upstream.LookupTaskset(id)
 	task, _ := taskset["task"].(map[string]any)
-	if given, ok := task["judges"].([]any); ok {
+	given, ok := task["judges"].([]any)
+	if !ok {
 		var out []ResolvedJudge
-		for _, g := range given {
-			j, _ := g.(map[string]any)
-			m, _ := j["model"].(string)
-			u, _ := j["base_url"].(string)
-			k, _ := j["api_key_var"].(string)
-			out = append(out, ResolvedJudge{Model: m, BaseURL: u, APIKeyVar: k})
+		for _, j := range ts.Judges {
+			out = append(out, ResolvedJudge{Model: j.Model, BaseURL: j.BaseURL, APIKeyVar: j.APIKeyVar})
 		}
 		return out
 	}
-	ts, _ := upstream.LookupTaskset(id)
 	var out []ResolvedJudge
-	for _, j := range ts.Judges {
-		out = append(out, ResolvedJudge{Model: j.Model, BaseURL: j.BaseURL, APIKeyVar: j.APIKeyVar})
+	for _, g := range given {
+		j, _ := g.(map[string]any)
+		// What the entry leaves out is its judge class's: the taskset's judge of that id,
+		// else verifiers' JudgeConfig defaults.
+		def := upstream.Judge{Model: "openai/gpt-5.4-nano", BaseURL: "https://api.pinference.ai/api/v1", APIKeyVar: "PRIME_API_KEY"}
+		for _, d := range ts.Judges {
+			if d.ID == j["id"] {
+				def = d
+			}
+		}
+		str := func(k, or string) string {
+			if v, _ := j[k].(string); v != "" {
+				return v
+			}
+			return or
+		}
+		out = append(out, ResolvedJudge{Model: str("model", def.Model), BaseURL: str("base_url", def.BaseURL), APIKeyVar: str("api_key_var", def.APIKeyVar)})
 	}
 	return out
 }

@@ -138,6 +138,8 @@ func (c *Client) StopThenDelete(ctx context.Context, id string) (done bool, err 
 		return false, fmt.Errorf("queue: stop then delete %s: %w", id, err)
 	}
 	if _, err := c.Cancel(ctx, id); err != nil && !errors.Is(err, job.ErrConflict) {
+		// Not stopped: not to be deleted either (the caller is told the delete failed).
+		_ = c.rdb.SRem(ctx, c.keys.fixed("DELETE_ON_END"), id).Err()
 		return false, err
 	}
 	j, err = c.Get(ctx, id)
@@ -147,19 +149,22 @@ func (c *Client) StopThenDelete(ctx context.Context, id string) (done bool, err 
 // DeleteEnded deletes, with their data in storage, up to batch of the jobs StopThenDelete
 // marked that have ended since; those still stopping stay marked. It reports how many went.
 func (c *Client) DeleteEnded(ctx context.Context, batch int) (int, error) {
-	ids, _, err := c.rdb.SScan(ctx, c.keys.fixed("DELETE_ON_END"), 0, "", int64(batch)).Result()
+	// A random sample each pass: jobs still stopping never keep the others waiting.
+	ids, err := c.rdb.SRandMemberN(ctx, c.keys.fixed("DELETE_ON_END"), int64(batch)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("queue: delete ended: %w", err)
 	}
 	n := 0
+	var failed error
 	for _, id := range ids {
 		err := c.deleteEnded(ctx, id)
 		switch {
 		case errors.Is(err, job.ErrNotFound):
-		case errors.Is(err, job.ErrConflict):
-			continue // still stopping: the next pass
+		case errors.Is(err, job.ErrConflict), errors.Is(err, ErrDeleting):
+			continue // still stopping, or restarted: the next pass, or never
 		case err != nil:
-			return n, err
+			failed = errors.Join(failed, err) // this job the next pass; the others now
+			continue
 		default:
 			n++
 		}
@@ -167,7 +172,7 @@ func (c *Client) DeleteEnded(ctx context.Context, batch int) (int, error) {
 			return n, fmt.Errorf("queue: delete ended: %w", err)
 		}
 	}
-	return n, nil
+	return n, failed
 }
 
 // deleteEnded deletes one job that has ended, as the API's delete does: marked first, its

@@ -83,3 +83,64 @@ func TestDeleteForgetsAnEndedJob(t *testing.T) {
 		}
 	}, func(c *Config) { c.Store = store })
 }
+
+// A delete of a live job that asks to stop it first: a queued job is stopped at once; a
+// running one is deleted by the reaper once it has stopped; and a restart after the mark takes
+// the delete back, so the restarted run is never deleted when it ends.
+func TestStopThenDelete(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		queued := b.submit(t, "acme", "queued")
+		if done, err := b.q.StopThenDelete(b.ctx, queued.ID); err != nil || !done {
+			t.Fatalf("stop then delete of a queued job: %t %v", done, err)
+		}
+
+		running := b.submitSpec(t, "acme", jobSpec("running", 8))
+		b.claim(t)
+		if done, err := b.q.StopThenDelete(b.ctx, running.ID); err != nil || done {
+			t.Fatalf("stop then delete of a running job: %t %v, want it stopping", done, err)
+		}
+		// The queued one (which the API deletes at once; the mark finishes it if that fails)
+		// goes, the running one stays until it has stopped.
+		if n, err := b.q.DeleteEnded(b.ctx, 100); err != nil || n != 1 {
+			t.Fatalf("deleted %d (%v); want the queued job alone", n, err)
+		}
+		if j, err := b.q.Get(b.ctx, running.ID); err != nil || j.Status.Terminal() {
+			t.Fatalf("the running job after a pass: %+v %v", j, err)
+		}
+		// Its agent never confirms: the stop's grace ends, the reaper stops it and deletes it.
+		b.clock.Advance(b.cfg.StopGrace + time.Minute)
+		if _, err := NewReaper(b.q, time.Second, nil).RunOnce(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.q.Get(b.ctx, running.ID); !errors.Is(err, job.ErrNotFound) {
+			t.Fatalf("the stopped job after the reaper: %v, want it deleted", err)
+		}
+
+		again := b.submitSpec(t, "acme", jobSpec("again", 8))
+		b.claim(t)
+		if _, err := b.q.StopThenDelete(b.ctx, again.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.q.Restart(b.ctx, again.ID); err != nil {
+			t.Fatalf("restart after a stop-then-delete: %v", err)
+		}
+		b.clock.Advance(b.cfg.StopGrace + time.Minute)
+		if _, err := NewReaper(b.q, time.Second, nil).RunOnce(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		cl := b.claim(t)
+		if cl.Job.ID != again.ID {
+			t.Fatalf("claimed %s, want the restarted %s", cl.Job.ID, again.ID)
+		}
+		if _, err := b.q.Complete(b.ctx, again.ID, job.Outcome{Token: cl.Lease.Token, Progress: &job.Progress{Step: 10, MaxSteps: 10}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewReaper(b.q, time.Second, nil).RunOnce(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if j, err := b.q.Get(b.ctx, again.ID); err != nil || j.Status != job.Completed {
+			t.Errorf("the restarted run once it completed: %+v %v, want it kept", j, err)
+		}
+	})
+}

@@ -613,6 +613,11 @@ var ErrArchived = fmt.Errorf("the job ended more than the retention ago and is a
 // queued limit as a submit does: past it the answer is a *job.LimitError. An archived job is
 // ErrArchived.
 func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
+	// A restart takes back a stop-then-delete: the job is wanted again. (Once the reaper has
+	// begun its delete, the restart is refused: ErrDeleting.)
+	if err := c.rdb.SRem(ctx, c.keys.fixed("DELETE_ON_END"), id).Err(); err != nil {
+		return nil, fmt.Errorf("queue: restart %s: %w", id, err)
+	}
 	// An ended job's inputs left Redis: they come back from their copy first.
 	if rec, err := c.jobHash(ctx, id); err != nil {
 		return nil, fmt.Errorf("queue: restart %s: %w", id, err)

@@ -28,13 +28,15 @@ const (
 )
 
 // Reserves a GPU keeps beside the weights and cache: vLLM's activations and CUDA graphs; the
-// trainer's CUDA context, activations (checkpointed) and the logits of a sequence.
+// trainer's CUDA context and allocator slack (a sequence's logits and activations are counted
+// by its length, trainBytes).
 const (
 	inferReserve   = 4 * gib
 	trainerReserve = 8 * gib
 	// logitsPerToken: a token's bf16 logits over a vocabulary of about 150,000, and their
 	// gradient.
 	logitsPerToken = 150_000 * 2 * 2
+	logitsChunk    = 8192
 )
 
 // Bytes a parameter takes in the trainer, sharded over its GPUs: bf16 weights with LoRA
@@ -86,7 +88,9 @@ func trainBytes(a Arch, n, seqLen int, lora bool) float64 {
 	if lora {
 		per = loraBytesPerParam
 	}
-	return a.ParamsB*1e9*per/float64(n) + trainerReserve + float64(seqLen)*logitsPerToken
+	// A micro-batch of one sequence: its logits, computed in chunks of at most logitsChunk
+	// tokens, and its checkpointed activations, about a KV cache's worth a token.
+	return a.ParamsB*1e9*per/float64(n) + trainerReserve + float64(min(seqLen, logitsChunk))*logitsPerToken + float64(seqLen)*a.kvBytes()
 }
 
 func fits(b float64) bool { return b <= Usable*Card }
@@ -237,6 +241,10 @@ func Serve(model string, contextLen int) (tp int, known bool, err error) {
 	}
 	if !a.Known() {
 		contextLen = 0
+	}
+	if a.Context > 0 && contextLen > a.Context {
+		return 0, true, fmt.Errorf("%s takes sequences of at most %d tokens (its max_position_embeddings); the job's need %d: lower max_tokens or max_turns",
+			model, a.Context, contextLen)
 	}
 	for _, tp := range []int{1, 2, 4, 8} {
 		if fits(inferBytes(a, tp, contextLen)) {

@@ -22,7 +22,7 @@ func TestLayouts(t *testing.T) {
 		{"30B-A3B, the run's length", Run{Model: a3b, GPUs: 8, ContextLen: 4096, SeqLen: 4096, LoRA: true}, "4", "1", ""},
 		{"30B-A3B, tp 4 as the job asks", Run{Model: a3b, GPUs: 8, TP: 4, ContextLen: 4096, SeqLen: 4096, LoRA: true}, "4", "4", ""},
 		{"8B full fine-tune on 2 GPUs", Run{Model: "Qwen/Qwen3-8B", GPUs: 2, ContextLen: 4096, SeqLen: 4096}, "", "",
-			"the trainer needs 2 GPU(s) for full fine-tuning; try num_gpus = 3 or LoRA"},
+			"the trainer needs 3 GPU(s) for full fine-tuning; try num_gpus = 4 or LoRA"},
 		{"30B-A3B full fine-tune", Run{Model: a3b, GPUs: 8, ContextLen: 4096, SeqLen: 4096}, "", "", "try LoRA (use_lora = true)"},
 		{"235B", Run{Model: "Qwen/Qwen3-235B-A22B", GPUs: 8, ContextLen: 4096, SeqLen: 4096, LoRA: true}, "", "",
 			"a vLLM replica needs 8 GPU(s) (tensor_parallel_size 8: 438 GiB of weights"},

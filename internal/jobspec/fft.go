@@ -360,9 +360,9 @@ func (n *normalizer) fftLengths(cfg map[string]any, s *Spec) {
 		}
 		e.Sampling = &Sampling{MaxTokens: int(perTurn)}
 		b := budget(e, nil)
-		if b.turns*b.perTurn > s.SeqLen {
-			n.warn(ptr, "a sample of %s may take %d turn(s) (%s) × %d tokens, longer than seq_len (%d): longer samples are truncated for training; set seq_len = %d",
-				e.ID, b.turns, b.turnsFrom, b.perTurn, s.SeqLen, powerOfTwoAtLeast(b.tokens()))
+		if b.tokens() > s.SeqLen {
+			n.warn(ptr, "a sample of %s may take %d turn(s) (%s) × %d tokens and %d for the prompt, longer than seq_len (%d): longer samples are truncated for training; set seq_len = %d",
+				e.ID, b.turns, b.turnsFrom, b.perTurn, PromptRoom, s.SeqLen, powerOfTwoAtLeast(b.tokens()))
 		}
 	}
 }

@@ -40,6 +40,8 @@ func (n *normalizer) fitRL(in input, s *Spec) {
 		for _, g := range []int{4, upstream.GPUsPerNode} {
 			if g > s.Resources.GPUs {
 				if _, _, e := s.Layout(g); e == nil {
+					n.warn(ptrOr(in.ModelName != "" && in.Model == "", "/model_name", "/model"),
+						"%s does not fit the %d GPUs a job of it takes by default (%v); it takes %d: set num_gpus to choose", s.Model, s.Resources.GPUs, err, g)
 					s.Resources.GPUs, err = g, nil
 					break
 				}
@@ -73,6 +75,9 @@ func (n *normalizer) serveGPUs(in input, model string, contextLen int) int {
 			"%s needs %d GPUs (tensor parallelism %d) to hold its weights and a %d-token sequence; it was given %d", model, tp, tp, contextLen, asked)
 	case asked > upstream.GPUsPerNode:
 		n.fail(ptrOr(in.TensorParallelSize > 0, "/tensor_parallel_size", "/num_gpus"), "a job runs on one node of at most %d GPUs", upstream.GPUsPerNode)
+	case asked&(asked-1) != 0:
+		n.fail(ptrOr(in.TensorParallelSize > 0, "/tensor_parallel_size", "/num_gpus"),
+			"the model is served with tensor parallelism over every GPU of the job, which must divide its attention heads: use 1, 2, 4 or 8, not %d", asked)
 	case asked > 0:
 		return asked
 	case !known:

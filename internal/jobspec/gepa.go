@@ -188,11 +188,17 @@ func (n *normalizer) gepaEndpoints(in input, s *Spec) {
 		g.Endpoints = append(g.Endpoints, e)
 	}
 	if in.APIBaseURL != "" {
+		// verifiers calls the model there (before any registry entry of the same name), and
+		// a reflection model the registry does not name too.
 		key := or(in.APIKeyVar, PrimeKeyVar)
 		if !strings.HasPrefix(in.APIBaseURL, "https://") {
 			n.fail("/api_base_url", "the model is called over https; %q is not", in.APIBaseURL)
 		}
-		g.Endpoints = append(g.Endpoints, Endpoint{EndpointID: s.Model, Model: s.Model, URL: in.APIBaseURL, Key: key})
+		at := []Endpoint{{EndpointID: s.Model, Model: s.Model, URL: in.APIBaseURL, Key: key}}
+		if _, alias := g.Endpoint(g.ReflectionModel); !alias && g.ReflectionModel != s.Model {
+			at = append(at, Endpoint{EndpointID: g.ReflectionModel, Model: g.ReflectionModel, URL: in.APIBaseURL, Key: key})
+		}
+		g.Endpoints = append(at, g.Endpoints...)
 	} else if in.APIKeyVar != "" {
 		n.warn("/api_key_var", "not applied without api_base_url: each model is called where it is served, with the key that place needs")
 	}
@@ -210,10 +216,28 @@ func (n *normalizer) gepaEndpoints(in input, s *Spec) {
 		if i == 1 && at.model == s.Model {
 			break // the same model: said once
 		}
+		_, alias := g.Endpoint(at.model)
+		if _, provider := upstream.ProviderModel(at.model); !alias && !provider && !strings.Contains(at.model, "/") && in.EndpointsPath == "" {
+			n.fail(at.ptr, "%s is neither a Hugging Face id (owner/name), a provider's model, nor an alias of the endpoint registry: verifiers could not call it", at.model)
+			continue
+		} else if !alias && !provider && !strings.Contains(at.model, "/") {
+			if len(in.Endpoints) > 0 {
+				n.fail(at.ptr, "%s is not an alias of the endpoint registry %s (its aliases: %s), nor a Hugging Face id or a provider's model", at.model, in.EndpointsPath, aliases(g.Endpoints))
+			}
+			continue
+		}
 		if e, ok := g.Endpoint(at.model); ok && n.res.Secrets[e.Key] == "" {
 			n.fail(at.ptr, "%s is called at %s with %s (its endpoint entry), which is not among the job's secrets: add it (an env_file, or -e %s)", at.model, e.URL, e.Key, e.Key)
 		}
 	}
+}
+
+func aliases(es []Endpoint) string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.EndpointID)
+	}
+	return strings.Join(out, ", ")
 }
 
 // Endpoint is the registry's entry for a model the job names by its alias.

@@ -211,6 +211,9 @@ func (b *JobBody) addEndpoints(path string, doc map[string]any, isJSON bool) err
 	if err := toml.Unmarshal(raw, &reg); err != nil {
 		return fmt.Errorf("%s names endpoints_path %q, which is not an endpoint registry ([[endpoint]] tables): %v", path, doc["endpoints_path"], err)
 	}
+	if len(reg.Endpoint) == 0 {
+		return nil // nothing to send: a model named by an alias is refused, naming the file
+	}
 	if isJSON {
 		end := bytes.LastIndexByte(b.Data, '}')
 		if end < 0 {

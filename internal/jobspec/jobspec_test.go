@@ -180,3 +180,43 @@ func TestFiltersDecideZeroAdvantageFiltering(t *testing.T) {
 		}
 	}
 }
+
+// Lengths hold a whole sample: turns × per-turn budget and a prompt; an agent taskset whose
+// upstream example bounds no turn gets the example's whole sample; the rounding stops at the
+// model's own context; a sample past it is refused, for training and for serving.
+func TestLengthsHoldAWholeSample(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		job     map[string]any
+		seqLen  int
+		context int
+		err     string
+	}{
+		"one turn at the example's budget": {job: map[string]any{"env": []any{map[string]any{"id": "primeintellect/reverse-text"}}}, seqLen: 2048, context: 2048},
+		"wordle at 1024 a turn": {job: map[string]any{"env": []any{map[string]any{"id": "primeintellect/wordle"}},
+			"sampling": map[string]any{"max_tokens": 1024.0}}, seqLen: 8192, context: 8192},
+		"an agent taskset": {job: map[string]any{"env": []any{map[string]any{"id": "primeintellect/r2e-gym"}}}, seqLen: 131072, context: 131072},
+		"max_turns 16 on a 40,960-token model": {job: map[string]any{"model": "Qwen/Qwen3-8B", "env": []any{map[string]any{"id": "acme/env", "max_turns": 16.0}}},
+			seqLen: 40960, context: 40960},
+		"past the model's context": {job: map[string]any{"model": "Qwen/Qwen3-8B", "env": []any{map[string]any{"id": "acme/env", "max_turns": 30.0}}},
+			err: "at most 40960 tokens"},
+		"a seq_len shorter than a sample": {job: map[string]any{"seq_len": 2048.0, "env": []any{map[string]any{"id": "primeintellect/alphabet-sort"}},
+			"sampling": map[string]any{"max_tokens": 1024.0}}, seqLen: 2048, context: 4096},
+	} {
+		job := map[string]any{"model": "Qwen/Qwen3-4B-Instruct-2507"}
+		maps.Copy(job, c.job)
+		res, err := Normalize(job)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if c.err != "" {
+			if len(res.Errors) == 0 || !strings.Contains(res.Errors[0].Message, c.err) {
+				t.Errorf("%s: errors %+v; want %q", name, res.Errors, c.err)
+			}
+			continue
+		}
+		if len(res.Errors) > 0 || res.Spec.SeqLen != c.seqLen || res.Spec.ContextLen() != c.context {
+			t.Errorf("%s: seq_len %d, context %d, errors %+v; want %d and %d", name, res.Spec.SeqLen, res.Spec.ContextLen(), res.Errors, c.seqLen, c.context)
+		}
+	}
+}

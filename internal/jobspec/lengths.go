@@ -3,6 +3,7 @@ package jobspec
 import (
 	"fmt"
 
+	"github.com/hostedtrain/hostedtrain/internal/fit"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
@@ -20,9 +21,12 @@ const PromptRoom = 1024
 type envBudget struct {
 	turns, perTurn int
 	turnsFrom      string
+	// floor is the whole sample upstream's example budgets where it bounds no turn (an agent
+	// taskset: its example's seq_len, no per-turn limit).
+	floor int
 }
 
-func (b envBudget) tokens() int { return b.turns*b.perTurn + PromptRoom }
+func (b envBudget) tokens() int { return max(b.turns*b.perTurn+PromptRoom, b.floor) }
 
 // budget is an environment's sample budget: per turn, the environment's max_tokens, else the
 // job's, else its taskset's upstream example's, else DefaultMaxTokens; turns, the
@@ -53,6 +57,9 @@ func budget(e Env, job *Sampling) envBudget {
 	case known && ts.ExampleSeqLen > MinSeqLen && ts.ExampleMaxTokens > 0:
 		b.turns = max(1, (ts.ExampleSeqLen-PromptRoom)/ts.ExampleMaxTokens)
 		b.turnsFrom = fmt.Sprintf("upstream's example for %s budgets %d", ts.ID, b.turns)
+	case known && ts.ExampleSeqLen > 0 && ts.ExampleMaxTokens == 0:
+		b.floor = ts.ExampleSeqLen
+		b.turnsFrom = fmt.Sprintf("upstream's example for %s gives a sample %d tokens", ts.ID, ts.ExampleSeqLen)
 	}
 	return b
 }
@@ -80,11 +87,21 @@ func (n *normalizer) lengths(seqLen int, s *Spec) {
 	}
 	switch {
 	case s.SeqLen == 0:
-		s.SeqLen = powerOfTwoAtLeast(max(need, MinSeqLen))
+		s.SeqLen = roundLen(max(need, MinSeqLen), s.Model)
 	case s.SeqLen < need:
-		n.warn("/seq_len", "seq_len (%d) is shorter than a whole sample of %s: longer samples are truncated for training; set seq_len = %d",
-			s.SeqLen, worst, powerOfTwoAtLeast(need))
+		n.warn("/seq_len", "seq_len (%d) is shorter than a whole sample of %s: longer samples are truncated for training (vLLM still serves them whole); set seq_len = %d",
+			s.SeqLen, worst, roundLen(need, s.Model))
 	}
+}
+
+// roundLen rounds a sequence length up to a power of two, but not past the model's own
+// context when the length itself fits it.
+func roundLen(n int, model string) int {
+	p := powerOfTwoAtLeast(n)
+	if a, ok := fit.Lookup(model); ok && a.Context > 0 && n <= a.Context && p > a.Context {
+		return a.Context
+	}
+	return p
 }
 
 // evalLengths sets each eval environment's per-turn budget where the job gives none.
@@ -121,9 +138,13 @@ func defaultMaxTokens(sp **Sampling, envs []Env) {
 }
 
 // ContextLen is the longest sequence the run's inference server must hold: the trainer's
-// sequence length, or a longer eval sample. It is vLLM's max_model_len.
+// sequence length, or a longer whole sample (train or eval: vLLM serves it whole where the
+// trainer truncates it). It is vLLM's max_model_len.
 func (s Spec) ContextLen() int {
 	n := max(s.SeqLen, MinSeqLen) // a job stored before seq_len was set at submit: prime-rl's default
+	for _, e := range s.Env {
+		n = max(n, budget(e, s.Sampling).tokens()) // a whole sample, however long the trainer's sequence
+	}
 	if s.Eval != nil {
 		for _, e := range s.Eval.Env {
 			n = max(n, budget(e, s.Eval.Sampling).tokens())

@@ -1257,13 +1257,13 @@ func (n *normalizer) servedGPUs(in input, s *Spec, models ...modelAt) int {
 	open := n.serving(in.Secrets, models...)
 	if open == "" {
 		if in.NumGPUs > 0 || in.TensorParallelSize > 0 {
-			n.warn(ptrOr(in.TensorParallelSize > 0, "/tensor_parallel_size", "/num_gpus"), "not applied: every model the job calls is behind a provider's API, so it takes no GPU")
+			n.warn(ptrOr(in.TensorParallelSize > 0, "/tensor_parallel_size", "/num_gpus"), "not applied: every model the job calls is served elsewhere (a provider's API or an endpoint it names), so it takes no GPU")
 		}
 		return 0
 	}
 	ctx := MinSeqLen
 	for _, e := range s.Env {
-		ctx = max(ctx, powerOfTwoAtLeast(budget(e, sp).tokens()))
+		ctx = max(ctx, roundLen(budget(e, sp).tokens(), open))
 	}
 	s.ContextLength = ctx
 	return n.serveGPUs(in, open, ctx)

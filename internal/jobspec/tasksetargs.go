@@ -40,6 +40,9 @@ func (s Spec) UsesOperatorJudge() bool {
 	return false
 }
 
+// verifiersJudgeModel is verifiers' JudgeConfig's default model.
+const verifiersJudgeModel = "openai/gpt-5.4-nano"
+
 // taskKeys are a task config's own tables (verifiers' TaskConfig), beside a taskset's
 // settings of its task.
 var taskKeys = []string{"judges", "stops", "metrics", "rewards"}
@@ -136,7 +139,11 @@ func (n *normalizer) tasksetArgs(ptr, argsPtr string, e *Env, eval bool) {
 // judges are written into the environment's args, so the node runs what was checked.
 func (n *normalizer) judges(argsPtr string, e *Env, ts upstream.Taskset) {
 	task, _ := e.Args["task"].(map[string]any)
-	given, _ := task["judges"].([]any)
+	given, isList := task["judges"].([]any)
+	if task["judges"] != nil && !isList {
+		n.fail(argsPtr+"/task/judges", "judges is a list of tables ([[...task.judges]], or judges = [{ id = ..., model = ... }])")
+		return
+	}
 	if len(given) == 0 && len(ts.Judges) == 0 {
 		return
 	}
@@ -157,7 +164,10 @@ func (n *normalizer) judges(argsPtr string, e *Env, ts upstream.Taskset) {
 		}
 		ptr := fmt.Sprintf("%s/task/judges/%d", argsPtr, i)
 		if len(given) == 0 {
-			ptr = strings.TrimSuffix(strings.TrimSuffix(argsPtr, "/args"), "/taskset") + "/id" // the taskset's own judge
+			ptr = strings.TrimSuffix(argsPtr, "/args") + "/id" // the taskset's own judge: at its id (taskset.id in the v1 form)
+			if strings.HasSuffix(argsPtr, "/taskset") {
+				ptr = argsPtr + "/id"
+			}
 		}
 		// The taskset's judge this one configures: the same id, else the taskset's i-th.
 		var def upstream.Judge
@@ -167,7 +177,15 @@ func (n *normalizer) judges(argsPtr string, e *Env, ts upstream.Taskset) {
 				def = d
 			}
 		}
-		model := cmp.Or(str(j["model"]), def.Model)
+		if id == "" && len(given) > 0 {
+			hint := ""
+			if def.ID != "" {
+				hint = fmt.Sprintf(" (the taskset's own is id = %q)", def.ID)
+			}
+			n.fail(ptr+"/id", "each judges entry needs an id: a judge plugin (reference, rubric) or an installed package%s; verifiers refuses one without", hint)
+			continue
+		}
+		model := cmp.Or(str(j["model"]), def.Model, verifiersJudgeModel)
 		baseURL, keyVar := str(j["base_url"]), str(j["api_key_var"])
 		where := fmt.Sprintf("the judge %s of the taskset %s", cmp.Or(id, def.ID, model), ts.ID)
 		if ts.ID == "" {

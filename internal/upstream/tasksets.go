@@ -66,13 +66,21 @@ func TasksetModule(id string) string {
 	return strings.ToLower(strings.ReplaceAll(id, "-", "_"))
 }
 
-// LookupTaskset is what upstream says of the taskset an environment id names ("owner/name@v"
-// is looked up by name): ok is false for a taskset upstream neither ships nor runs in an
-// example.
+// LookupTaskset is what upstream says of the taskset an environment id names: a bare name (the
+// installed package) or one of Prime Intellect's on the Environments Hub
+// ("primeintellect/name@v", what upstream's examples and packages are published as). ok is
+// false for a taskset upstream neither ships nor runs in an example, and for another owner's
+// package of the same name, which may be anything.
 func LookupTaskset(id string) (Taskset, bool) {
+	if owner, _, hasOwner := strings.Cut(id, "/"); hasOwner && !strings.EqualFold(owner, HubOwner) {
+		return Taskset{}, false
+	}
 	t, ok := tasksets[TasksetModule(id)]
 	return t, ok
 }
+
+// HubOwner is the Environments Hub owner of upstream's own packages.
+const HubOwner = "primeintellect"
 
 // Seats are the agent seats of the env a taskset runs in, in order: the table's, else the
 // single agent of verifiers' SingleAgentEnv.
