@@ -1,38 +1,104 @@
 package queue
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Reaper does the queue's timed work on an interval: it returns jobs whose lease lapsed (and
-// the rest of Reap), and archives jobs that ended more than the retention ago (Archive). The
-// same RunOnce serves the scheduled Lambda (functions/reaper) and the loop of `hostedtrain dev`.
+// Reaper does the queue's timed work: each piece a duty of its own — reaping lapsed leases and
+// what else is due (Reap), archiving, expiring checkpoints, deleting the jobs stopped to be
+// deleted, migrating an old store, metering storage — with its own interval and a bound on one
+// run. A duty that fails is logged and counted and never keeps another from running. RunOnce
+// runs each once, in that order (the scheduled Lambda, functions/reaper, calls it every
+// minute); Run starts every duty on its own ticker and stops them together (`hostedtrain dev`).
 type Reaper struct {
 	q        *Client
 	interval time.Duration
 	logger   *slog.Logger
+	duties   []*duty
+}
+
+// A duty is one piece of the reaper's work.
+type duty struct {
+	name string
+	// every is how often Run runs it (0: the reaper's interval); timeout bounds one run.
+	every, timeout time.Duration
+	run            func(ctx context.Context) (int, error)
+	failures       atomic.Int64
 }
 
 // reapBatch bounds the work of one script call, so a backlog never blocks Redis for long.
 const reapBatch = 100
 
-// NewReaper returns a reaper that runs every interval once started.
+// dutyTimeout bounds one run of a duty (the storage meter bounds itself at meterFor).
+const dutyTimeout = 30 * time.Second
+
+// NewReaper returns a reaper whose duties run every interval once started.
 func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Reaper{q: q, interval: interval, logger: logger}
+	r := &Reaper{q: q, interval: interval, logger: logger}
+	r.duties = []*duty{
+		{name: "reap", run: r.reap},
+		{name: "archive", run: r.archive},
+		{name: "expire", run: r.expire},
+		{name: "delete", run: r.deleteEnded},
+		{name: "migrate", run: r.migrate},
+		{name: "meter", run: r.meter, timeout: meterFor + 5*time.Second},
+	}
+	return r
 }
 
-// RunOnce does every piece of timed work that is due, batch by batch until none is left, and
-// reports how many jobs it changed; then it archives the jobs due for it, expires checkpoints
-// past their organization's TTL, deletes the jobs that were stopped to be deleted and have
-// ended (StopThenDelete), moves part of an old store's jobs to their own slots, and
-// measures what jobs keep in object storage (the last, bounded in time). Healthy leases never
-// come due (see heartbeat.lua), so a pass costs what is due, not what is running.
+// RunOnce runs every duty once, in order, and reports how many leases it reaped; the error
+// joins those of the duties that failed (each also logged and counted), after every duty has
+// run. Healthy leases never come due (see heartbeat.lua), so a pass costs what is due, not
+// what is running.
 func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
+	reaped := 0
+	var errs []error
+	for _, d := range r.duties {
+		n, err := r.runDuty(ctx, d)
+		if d.name == "reap" {
+			reaped = n
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d.name, err))
+		}
+	}
+	return reaped, errors.Join(errs...)
+}
+
+// runDuty runs one duty within its timeout; a failure is logged and counted.
+func (r *Reaper) runDuty(ctx context.Context, d *duty) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(d.timeout, dutyTimeout))
+	defer cancel()
+	n, err := d.run(ctx)
+	if err != nil && ctx.Err() == nil || errors.Is(err, context.DeadlineExceeded) {
+		d.failures.Add(1)
+		r.logger.Error("reaper duty failed", "duty", d.name, "err", err)
+	}
+	return n, err
+}
+
+// Failures counts each duty's failed runs since the reaper was made.
+func (r *Reaper) Failures() map[string]int64 {
+	out := make(map[string]int64, len(r.duties))
+	for _, d := range r.duties {
+		out[d.name] = d.failures.Load()
+	}
+	return out
+}
+
+// reap returns lapsed leases and handles what else is due (Reap), batch by batch until none is
+// left.
+func (r *Reaper) reap(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		n, more, err := r.q.Reap(ctx, reapBatch)
@@ -41,27 +107,18 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 			if total > 0 {
 				r.logger.Info("reaped lapsed leases", "jobs", total)
 			}
-			if err != nil {
-				return total, err
-			}
-			break
+			return total, err
 		}
 	}
-	if err := r.archive(ctx); err != nil {
-		return total, err
-	}
-	if err := r.expire(ctx); err != nil {
-		return total, err
-	}
-	if n, err := r.q.DeleteEnded(ctx, reapBatch); err != nil {
-		return total, err
-	} else if n > 0 {
+}
+
+// deleteEnded deletes the jobs stopped to be deleted that have ended (DeleteEnded).
+func (r *Reaper) deleteEnded(ctx context.Context) (int, error) {
+	n, err := r.q.DeleteEnded(ctx, reapBatch)
+	if n > 0 {
 		r.logger.Info("deleted jobs stopped to be deleted", "jobs", n)
 	}
-	if err := r.migrate(ctx); err != nil {
-		return total, err
-	}
-	return total, r.meter(ctx)
+	return n, err
 }
 
 // migrateBatches bounds the migration's share of one pass, so the reaper's own work never
@@ -70,18 +127,18 @@ const migrateBatches = 20
 
 // migrate moves part of a store written before jobs had their own slots (migrate.go), after the
 // pass's own work; the next passes go on from where it stopped.
-func (r *Reaper) migrate(ctx context.Context) error {
-	for range migrateBatches {
+func (r *Reaper) migrate(ctx context.Context) (int, error) {
+	for i := range migrateBatches {
 		more, err := r.q.MigrateOwn(ctx, reapBatch)
 		if err != nil || !more {
-			return err
+			return i, err
 		}
 	}
-	return nil
+	return migrateBatches, nil
 }
 
 // archive moves every job due for it out of Redis, batch by batch.
-func (r *Reaper) archive(ctx context.Context) error {
+func (r *Reaper) archive(ctx context.Context) (int, error) {
 	total := 0
 	defer func() {
 		if total > 0 {
@@ -94,7 +151,7 @@ func (r *Reaper) archive(ctx context.Context) error {
 		// A batch that moved nothing (every job in it changed while being read) ends the run:
 		// the next one tries again.
 		if err != nil || !more || n == 0 {
-			return err
+			return total, err
 		}
 	}
 }
@@ -104,17 +161,19 @@ func (r *Reaper) archive(ctx context.Context) error {
 const expireBatches = 5
 
 // expire deletes the checkpoints whose organization's TTL has passed (ExpireCheckpoints).
-func (r *Reaper) expire(ctx context.Context) error {
+func (r *Reaper) expire(ctx context.Context) (int, error) {
+	total := 0
 	for range expireBatches {
 		n, more, err := r.q.ExpireCheckpoints(ctx, reapBatch)
+		total += n
 		if n > 0 {
 			r.logger.Info("expired the checkpoints of jobs past their organization's TTL", "jobs", n)
 		}
 		if err != nil || !more {
-			return err
+			return total, err
 		}
 	}
-	return nil
+	return total, nil
 }
 
 // meterFor bounds the storage meter's share of one pass (each job is a listing of its
@@ -123,31 +182,37 @@ const meterFor = 10 * time.Second
 
 // meter measures what jobs keep in object storage (MeterStorage), batch by batch, for at most
 // meterFor. A job whose objects could not be listed is logged and tried again later.
-func (r *Reaper) meter(ctx context.Context) error {
+func (r *Reaper) meter(ctx context.Context) (int, error) {
 	start := time.Now()
-	for {
+	for batches := 1; ; batches++ {
 		m, err := r.q.MeterStorage(ctx, reapBatch)
 		if m.Failed > 0 {
 			r.logger.Warn("storage meter: jobs whose objects could not be listed, tried again in a minute", "jobs", m.Failed, "err", m.Err)
 		}
 		if err != nil || !m.More || time.Since(start) >= meterFor {
-			return err
+			return batches, err
 		}
 	}
 }
 
-// Run runs RunOnce every interval until ctx ends (a lifecycle.Service).
+// Run runs each duty on its own ticker (its interval, else the reaper's) until ctx ends, and
+// returns once every duty has stopped (a lifecycle.Service).
 func (r *Reaper) Run(ctx context.Context) error {
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	for {
-		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			r.logger.Error("reaper", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	var wg sync.WaitGroup
+	for _, d := range r.duties {
+		wg.Go(func() {
+			t := time.NewTicker(cmp.Or(d.every, r.interval))
+			defer t.Stop()
+			for {
+				_, _ = r.runDuty(ctx, d) // logged and counted there
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
 	}
+	wg.Wait()
+	return nil
 }
