@@ -41,6 +41,7 @@ var funcArgs = map[string][]string{
 	"set_org":      {"org", "weight", "org_max_running", "org_max_queued", "month_budget_ms", "ckpt_ttl_ms"},
 	"archive":      {"id", "finished_at", "org", "bytes"},
 	"delete_begin": {"id"},
+	"set_budget":   {"budget_ms", "seen"},
 	"stream":       {"org", "stream", "until", "max", "how"},
 	"settle":       {"id", "finished_at", "events"},
 	"put_own":      {"id", "finished_at", "progress", "nfields", restArg},

@@ -63,6 +63,8 @@ var (
 	deleteBeginLua string
 	//go:embed lua/stream.lua
 	streamLua string
+	//go:embed lua/set_budget.lua
+	setBudgetLua string
 )
 
 // library is the source to load and the name its functions carry.
@@ -71,7 +73,7 @@ var library = buildLibrary(map[string]string{
 	"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
 	"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua, "archive": archiveLua,
 	"unwait": unwaitLua, "settle": settleLua, "put_own": putOwnLua, "stored": storedLua,
-	"delete_begin": deleteBeginLua, "stream": streamLua,
+	"delete_begin": deleteBeginLua, "stream": streamLua, "set_budget": setBudgetLua,
 })
 
 type lib struct {

@@ -141,7 +141,7 @@ func (c *Client) SetBudget(ctx context.Context, id string, gpuMs int64) error {
 	}
 	// Written only where the record still is: a job archived or moved meanwhile is not
 	// brought back as a stray hash.
-	n, err := setBudgetScript.Run(ctx, c.rdb, []string{key}, gpuMs, seen).Int()
+	n, err := c.call(ctx, "set_budget", key, args{"budget_ms": gpuMs, "seen": seen}).Int()
 	if err != nil {
 		return wrapErr("set budget", err)
 	}
@@ -151,14 +151,6 @@ func (c *Client) SetBudget(ctx context.Context, id string, gpuMs int64) error {
 	return nil
 }
 
-var setBudgetScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if ARGV[1] == '0' then
-  redis.call('HDEL', KEYS[1], 'budget_ms', 'budget_seen')
-else
-  redis.call('HSET', KEYS[1], 'budget_ms', ARGV[1], 'budget_seen', ARGV[2])
-end
-return 1`)
 
 // wrapErr names the operation of a failed Redis call (nil stays nil).
 func wrapErr(op string, err error) error {
