@@ -294,7 +294,7 @@ prime-client: pydantic
 ## files), rendered as the agent writes it on 1, 2 and 8 GPUs, fresh and resuming, checked by
 ## the pinned upstream code in ../shared/upstream (check.py); prints what upstream accepted
 conformance: pydantic
-	@$(GO) test -run '^TestConformance$$' -count=1 -v ./gpuagent > /tmp/hostedtrain-conformance.log 2>&1; rc=$$?; \
+	@$(GO) test -run '^TestConformance$$' -count=1 -v ./gpuagent/render > /tmp/hostedtrain-conformance.log 2>&1; rc=$$?; \
 	  grep '^conformance:' /tmp/hostedtrain-conformance.log; \
 	  [ $$rc = 0 ] || { cat /tmp/hostedtrain-conformance.log; exit $$rc; }
 

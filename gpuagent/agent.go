@@ -19,12 +19,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
@@ -50,7 +53,7 @@ type Config struct {
 	Concurrency int
 	WorkDir     string
 	Devices     []Device
-	Pipeline    Pipeline
+	Pipeline    render.Pipeline
 	// MaxCPUJobs bounds the jobs that need no GPU (evals and GEPA against API models) run at
 	// once (default 2); GPU jobs are bounded by the GPUs.
 	MaxCPUJobs int
@@ -80,7 +83,7 @@ type Config struct {
 	AllowUnpinned bool
 	// Endpoint, when set, serves open-weight models for GEPA and evals instead of a server on
 	// the job's GPUs.
-	Endpoint *Endpoint
+	Endpoint *render.Endpoint
 	// Providers overrides where provider-hosted models are called (tests); nil for the real
 	// providers.
 	Providers map[string]upstream.Provider
@@ -142,7 +145,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("gpuagent: %w; install the pinned versions (infra/gpu-node) or start with --allow-unpinned", err)
 	}
 	if c.Sandbox != nil {
-		c.Sandbox.ReadOnly = append(c.Sandbox.ReadOnly, c.Pipeline.programs()...)
+		c.Sandbox.ReadOnly = append(c.Sandbox.ReadOnly, programs(c.Pipeline)...)
 		if c.Endpoint != nil {
 			addr, err := hostPort(c.Endpoint.BaseURL)
 			if err != nil {
@@ -374,4 +377,20 @@ func (a *Agent) Running() []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// hostPort is the host:port a URL reaches (the scheme's port when it names none).
+func hostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("%q is not a URL", raw)
+	}
+	if u.Port() != "" {
+		return u.Host, nil
+	}
+	port := "443"
+	if u.Scheme == "http" {
+		port = "80"
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
 }

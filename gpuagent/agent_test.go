@@ -25,6 +25,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/api/apitest"
 	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
@@ -112,8 +113,8 @@ func setupWith(t testing.TB, qc queue.Config, store blob.Store, srv *s3test.Serv
 
 // emulated is the emulated pipeline at bin (the emulator, or a wrapper of it), checking every
 // config with upstream's own code, with its own emulated prime-rl checkout.
-func emulated(t testing.TB, bin string, emulatorFlags ...string) gpuagent.Pipeline {
-	return gpuagent.EmulatedPipeline(bin, t.TempDir(), append([]string{"--emulate.check", checkCmd}, emulatorFlags...)...)
+func emulated(t testing.TB, bin string, emulatorFlags ...string) render.Pipeline {
+	return render.EmulatedPipeline(bin, t.TempDir(), append([]string{"--emulate.check", checkCmd}, emulatorFlags...)...)
 }
 
 // nextPorts gives each agent of the tests a range of ports of its own: agents of one process

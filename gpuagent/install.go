@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
@@ -68,7 +69,7 @@ func (r *jobRun) installEnvironments(ctx context.Context) error {
 	logPath := filepath.Join(r.dir, "install.log")
 	for _, id := range ids {
 		r.note("installing environment into prime-rl's Python", "env", id, "python", venv)
-		argv := expand(tmpl, map[string]string{"env_id": id, "prime_rl": r.deps.cfg.Pipeline.PrimeRL}, nil)
+		argv := render.Expand(tmpl, map[string]string{"env_id": id, "prime_rl": r.deps.cfg.Pipeline.PrimeRL}, nil)
 		start := fileSize(logPath)
 		if err := runCommand(ctx, r.box, argv, r.dir, env, logPath); err != nil {
 			return fmt.Errorf("install environment %s: %w%s", id, err, lastLines(logPath, 8))

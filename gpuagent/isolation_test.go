@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
@@ -191,7 +192,7 @@ func TestSandboxedJobsReachTheModelsTheOperatorAllows(t *testing.T) {
 	t.Setenv("ENDPOINT_KEY", "operator-endpoint-key")
 	cfg := b.agentConfig(t, "agent-a", "--emulate.step-time", "10ms")
 	cfg.Providers = gemini.providers()
-	cfg.Endpoint = &gpuagent.Endpoint{BaseURL: endpoint.URL + "/v1", KeyVar: "ENDPOINT_KEY"}
+	cfg.Endpoint = &render.Endpoint{BaseURL: endpoint.URL + "/v1", KeyVar: "ENDPOINT_KEY"}
 	cfg.Sandbox = sandboxed(t)
 	cfg.Sandbox.Allow = []string{strings.TrimPrefix(gemini.URL, "http://")}
 	b.run(t, cfg)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/failure"
 	"github.com/hostedtrain/hostedtrain/internal/job"
@@ -214,7 +215,7 @@ func (r *jobRun) pipelineEnv(localKey string) []string {
 		}
 	}
 	if localKey != "" {
-		env = append(env, LocalKeyVar+"="+localKey)
+		env = append(env, render.LocalKeyVar+"="+localKey)
 	}
 	if j := r.claim.Judge; j != nil {
 		// The job's own token for the service's judge (never the operator's key).

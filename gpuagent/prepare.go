@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/failure"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
@@ -16,7 +17,7 @@ import (
 
 // prepared is a job ready to run: its files written, environments installed, config checked.
 type prepared struct {
-	rendered    *Rendered
+	rendered    *render.Rendered
 	resume      int
 	key         string // the key of the inference server the agent starts for it ("" for none)
 	stopUploads context.CancelFunc
@@ -124,7 +125,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	} else if spec.UsesOperatorJudge() {
 		return nil, failed("the job is graded by the service's judge, and its claim named none (the service's judge endpoint is no longer configured): restart it, or give it a key for its judge")
 	}
-	rendered, err := Render(RenderInput{
+	rendered, err := render.Render(render.RenderInput{
 		JobID: r.claim.Job.ID, Spec: spec, Secrets: secretNames(r.claim.Secrets), GPUs: len(r.devices),
 		Ports: r.ports, Resume: p.resume, Dir: r.dir, Pipeline: cfg.Pipeline, Endpoint: cfg.Endpoint, Providers: cfg.Providers,
 		JudgeURL: judgeURL,

@@ -22,6 +22,8 @@ import (
 
 	"golang.org/x/net/netutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 )
 
 // Sandbox runs every process of a job (environment installs, the preflight, the pipeline, the
@@ -746,7 +748,7 @@ func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 
 // programs are the pipeline's own programs and its prime-rl checkout where they lie outside the
 // system folders: the sandbox shows them read-only.
-func (p Pipeline) programs() []string {
+func programs(p render.Pipeline) []string {
 	var paths []string
 	add := func(p string) {
 		if p != "" && filepath.IsAbs(p) && !underSystemDir(p) && !slices.Contains(paths, p) {

@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"path/filepath"
 	"time"
+
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 )
 
 // newKey is a random key for the inference server the agent starts for one job.
@@ -22,9 +24,9 @@ func newKey() string {
 // startServer starts the job's inference server (an open-weight model on its GPUs, for a
 // GEPA or eval job) and waits until it answers /health, up to timeout. It gives up when
 // abort closes, or when the server exits (its log's last lines say why).
-func (r *jobRun) startServer(ctx context.Context, s *Serve, key string, timeout time.Duration, abort <-chan struct{}) (*process, error) {
+func (r *jobRun) startServer(ctx context.Context, s *render.Serve, key string, timeout time.Duration, abort <-chan struct{}) (*process, error) {
 	logPath := filepath.Join(r.dir, "inference.log")
-	env := append(r.baseEnv(), LocalKeyVar+"="+key)
+	env := append(r.baseEnv(), render.LocalKeyVar+"="+key)
 	r.note("starting the inference server", "model", s.Model, "port", s.Port, "argv", fmt.Sprint(s.Command))
 	p, err := startProcess(r.box, s.Command, r.dir, env, logPath)
 	if err != nil {

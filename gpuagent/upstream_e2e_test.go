@@ -23,6 +23,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
@@ -302,8 +303,8 @@ func TestRenderShowsWhatANodeWouldRun(t *testing.T) {
 	}
 	// The same file a claim of the job on two GPUs gets: the render is the agent's.
 	spec, secrets := admit(t, "small-qwen.toml")
-	want, err := gpuagent.Render(gpuagent.RenderInput{JobID: "render-small-qwen", Spec: spec, Secrets: secrets, GPUs: 2,
-		Ports: upstream.Ports{Base: gpuagent.DefaultPortRange[0]}, Dir: out, Pipeline: gpuagent.DefaultPipeline()})
+	want, err := render.Render(render.RenderInput{JobID: "render-small-qwen", Spec: spec, Secrets: secrets, GPUs: 2,
+		Ports: upstream.Ports{Base: gpuagent.DefaultPortRange[0]}, Dir: out, Pipeline: render.DefaultPipeline()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +334,7 @@ func TestTheEmulatorFailsOnAPortInUse(t *testing.T) {
 	dir := t.TempDir()
 	ports := upstream.Ports{Base: portRange()[0]}
 	spec, _ := admit(t, "small-qwen.toml")
-	r, err := gpuagent.Render(gpuagent.RenderInput{JobID: "ports", Spec: spec, GPUs: 2, Ports: ports, Dir: dir, Pipeline: gpuagent.DefaultPipeline()})
+	r, err := render.Render(render.RenderInput{JobID: "ports", Spec: spec, GPUs: 2, Ports: ports, Dir: dir, Pipeline: render.DefaultPipeline()})
 	if err != nil {
 		t.Fatal(err)
 	}

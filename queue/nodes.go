@@ -151,7 +151,6 @@ func (c *Client) SetBudget(ctx context.Context, id string, gpuMs int64) error {
 	return nil
 }
 
-
 // wrapErr names the operation of a failed Redis call (nil stays nil).
 func wrapErr(op string, err error) error {
 	if err == nil {

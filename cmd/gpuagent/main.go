@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/httpserver"
@@ -36,7 +37,7 @@ func main() {
 	var err error
 	switch {
 	case len(os.Args) > 1 && os.Args[1] == "render":
-		err = render(os.Args[2:], os.Stdout)
+		err = renderJob(os.Args[2:], os.Stdout)
 	case len(os.Args) > 1 && os.Args[1] == "versions":
 		err = versions(os.Args[2:], os.Stdout)
 	default:
@@ -53,7 +54,7 @@ func run() error {
 	// Jobs' file systems are mounted where only the agent and its jobs see them, and go with
 	// them however the agent ends.
 	mountns.Private()
-	def := gpuagent.DefaultPipeline()
+	def := render.DefaultPipeline()
 	apiURL := flag.String("api", os.Getenv("HOSTEDTRAIN_URL"), "the hostedtrain API")
 	gpus := flag.String("gpus", "", "GPUs this node offers, MODEL:COUNT[,MODEL:COUNT], for a node without nvidia-smi; empty asks nvidia-smi")
 	nvidiaSMI := flag.String("nvidia-smi", "nvidia-smi", "the nvidia-smi binary the inventory comes from")

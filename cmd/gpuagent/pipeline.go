@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
@@ -27,7 +27,7 @@ type pipelineOptions struct {
 	endpoint, endpointKey                                         *string
 }
 
-func pipelineFlags(fs *flag.FlagSet, def gpuagent.Pipeline) *pipelineOptions {
+func pipelineFlags(fs *flag.FlagSet, def render.Pipeline) *pipelineOptions {
 	j := func(t []string) string { return strings.Join(t, " ") }
 	return &pipelineOptions{
 		primeRL:   fs.String("prime-rl", def.PrimeRL, "the pinned prime-rl checkout (with its .venv), {prime_rl} in the commands"),
@@ -50,45 +50,45 @@ func pipelineFlags(fs *flag.FlagSet, def gpuagent.Pipeline) *pipelineOptions {
 }
 
 // inferenceEndpoint is the operator's own model server, if one is given.
-func (o *pipelineOptions) inferenceEndpoint() (*gpuagent.Endpoint, error) {
+func (o *pipelineOptions) inferenceEndpoint() (*render.Endpoint, error) {
 	if *o.endpoint == "" {
 		return nil, nil
 	}
 	if *o.endpointKey == "" {
 		return nil, errors.New("--inference-endpoint needs --inference-endpoint-key-var: the variable that holds its key")
 	}
-	return &gpuagent.Endpoint{BaseURL: *o.endpoint, KeyVar: *o.endpointKey}, nil
+	return &render.Endpoint{BaseURL: *o.endpoint, KeyVar: *o.endpointKey}, nil
 }
 
-func (o *pipelineOptions) pipeline() (gpuagent.Pipeline, error) {
+func (o *pipelineOptions) pipeline() (render.Pipeline, error) {
 	if *o.emulated {
 		bin, err := findEmulator(*o.emulator)
 		if err != nil {
-			return gpuagent.Pipeline{}, err
+			return render.Pipeline{}, err
 		}
-		flags := gpuagent.ParseCommand(*o.emulateFlags)
+		flags := render.ParseCommand(*o.emulateFlags)
 		if *o.emulateCheck != "" {
 			flags = append(flags, "--emulate.check", *o.emulateCheck)
 		}
-		p := gpuagent.EmulatedPipeline(bin, *o.primeRL, flags...)
-		if *o.preflight != strings.Join(gpuagent.DefaultPipeline().Preflight, " ") {
-			p.Preflight = gpuagent.ParseCommand(*o.preflight)
+		p := render.EmulatedPipeline(bin, *o.primeRL, flags...)
+		if *o.preflight != strings.Join(render.DefaultPipeline().Preflight, " ") {
+			p.Preflight = render.ParseCommand(*o.preflight)
 		}
 		if *o.gepaCheck != "" {
-			p.GEPACheck = gpuagent.ParseCommand(*o.gepaCheck)
+			p.GEPACheck = render.ParseCommand(*o.gepaCheck)
 		}
 		return p, nil
 	}
-	def := gpuagent.DefaultPipeline()
-	p := gpuagent.Pipeline{
+	def := render.DefaultPipeline()
+	p := render.Pipeline{
 		Name: "prime-rl", PrimeRL: *o.primeRL,
-		RL: gpuagent.ParseCommand(*o.rl), Preflight: gpuagent.ParseCommand(*o.preflight),
-		GEPA: gpuagent.ParseCommand(*o.gepa), GEPACheck: def.GEPACheck, EnvCheck: def.EnvCheck,
-		Eval: gpuagent.ParseCommand(*o.eval), Serve: gpuagent.ParseCommand(*o.serve),
-		Install: gpuagent.ParseCommand(*o.install), Versions: gpuagent.ParseCommand(*o.version),
+		RL: render.ParseCommand(*o.rl), Preflight: render.ParseCommand(*o.preflight),
+		GEPA: render.ParseCommand(*o.gepa), GEPACheck: def.GEPACheck, EnvCheck: def.EnvCheck,
+		Eval: render.ParseCommand(*o.eval), Serve: render.ParseCommand(*o.serve),
+		Install: render.ParseCommand(*o.install), Versions: render.ParseCommand(*o.version),
 	}
 	if *o.gepaCheck != "" {
-		p.GEPACheck = gpuagent.ParseCommand(*o.gepaCheck)
+		p.GEPACheck = render.ParseCommand(*o.gepaCheck)
 	}
 	if len(p.Versions) == 0 {
 		self, err := os.Executable()
@@ -101,7 +101,7 @@ func (o *pipelineOptions) pipeline() (gpuagent.Pipeline, error) {
 }
 
 // readVersions runs the pipeline's versions command.
-func readVersions(ctx context.Context, p gpuagent.Pipeline) (upstream.Versions, error) {
+func readVersions(ctx context.Context, p render.Pipeline) (upstream.Versions, error) {
 	if len(p.Versions) == 0 {
 		return upstream.Versions{}, nil
 	}
@@ -128,7 +128,7 @@ func readVersions(ctx context.Context, p gpuagent.Pipeline) (upstream.Versions, 
 // submodule's commits, from the prime-rl checkout, and the prime CLI's release.
 func versions(args []string, out *os.File) error {
 	fs := flag.NewFlagSet("versions", flag.ContinueOnError)
-	dir := fs.String("prime-rl", gpuagent.DefaultPrimeRL, "the prime-rl checkout")
+	dir := fs.String("prime-rl", render.DefaultPrimeRL, "the prime-rl checkout")
 	prime := fs.String("prime", "prime", "the prime CLI")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
@@ -38,13 +39,13 @@ type renderOutput struct {
 	Notes     []string          `json:"notes,omitempty"`
 	Warnings  []string          `json:"warnings,omitempty"`
 	// Resolved is what an rl run will really do, upstream's defaults applied.
-	Resolved *gpuagent.Resolved `json:"resolved,omitempty"`
+	Resolved *render.Resolved `json:"resolved,omitempty"`
 }
 
-// render writes the files the agent would hand a job's pipeline and prints the commands it
+// renderJob writes the files the agent would hand a job's pipeline and prints the commands it
 // would run, for a job file as the service would take it (the same checks as a submit) on the
 // GPUs given: what will run on a node, before it does.
-func render(args []string, stdout io.Writer) error {
+func renderJob(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: gpuagent render JOB.toml --gpus H100:N [--nodes K] [--resume] [-e KEY=VALUE]... --out DIR [-o json]")
@@ -61,7 +62,7 @@ func render(args []string, stdout io.Writer) error {
 	fs.Var(&env, "e", "a secret KEY=VALUE, or KEY from this environment (repeatable)")
 	fs.Var(&envFiles, "env-file", "a secrets file (repeatable)")
 	allowOutside := fs.Bool("allow-outside-env-file", false, "read env files the job file names outside its folder")
-	pf := pipelineFlags(fs, gpuagent.DefaultPipeline())
+	pf := pipelineFlags(fs, render.DefaultPipeline())
 	file, rest := "", args
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		file, rest = rest[0], rest[1:]
@@ -131,7 +132,7 @@ func render(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r, err := gpuagent.Render(gpuagent.RenderInput{
+	r, err := render.Render(render.RenderInput{
 		JobID: jobID, Spec: spec, Secrets: names, GPUs: n, Ports: upstream.Ports{Base: gpuagent.DefaultPortRange[0]},
 		Resume: step, Dir: dir, Pipeline: pipeline, Endpoint: ep,
 	})

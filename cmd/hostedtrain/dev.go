@@ -24,6 +24,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
@@ -306,7 +307,7 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			Store:    store,
 			WorkDir:  filepath.Join(data, "agents", name),
 			Devices:  gpuagent.DevicesFromSpec(gpus),
-			Pipeline: gpuagent.EmulatedPipeline(emulator, filepath.Join(data, "prime-rl"), emulateFlags...),
+			Pipeline: render.EmulatedPipeline(emulator, filepath.Join(data, "prime-rl"), emulateFlags...),
 			// The agents of one process take separate ranges of ports (a node has one agent).
 			PortRange:     [2]int{ports[0] + (i-1)*share, ports[0] + i*share - 1},
 			StopGrace:     min(10*time.Second, o.drainTimeout/4),

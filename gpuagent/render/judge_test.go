@@ -1,4 +1,4 @@
-package gpuagent_test
+package render_test
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
 	"github.com/hostedtrain/hostedtrain/internal/upstream/upstreamtest"
@@ -22,8 +22,8 @@ func TestTheServicesJudgeIsWrittenWhereTheClaimSays(t *testing.T) {
 		t.Fatalf("%v %+v", err, res.Errors)
 	}
 	dir := t.TempDir()
-	r, err := gpuagent.Render(gpuagent.RenderInput{JobID: "judged", Spec: res.Spec, GPUs: 2, Ports: upstream.Ports{Base: 20000},
-		Dir: dir, Pipeline: gpuagent.DefaultPipeline(), JudgeURL: "https://api.hostedtrain.example/v1/judge"})
+	r, err := render.Render(render.RenderInput{JobID: "judged", Spec: res.Spec, GPUs: 2, Ports: upstream.Ports{Base: 20000},
+		Dir: dir, Pipeline: render.DefaultPipeline(), JudgeURL: "https://api.hostedtrain.example/v1/judge"})
 	if err != nil {
 		t.Fatal(err)
 	}

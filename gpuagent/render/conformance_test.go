@@ -1,4 +1,4 @@
-package gpuagent_test
+package render_test
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/hostedtrain/hostedtrain/api"
-	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/fit"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec/jobspectest"
@@ -35,7 +35,7 @@ type rendered struct {
 	ports   upstream.Ports
 	spec    jobspec.Spec
 	secrets []string
-	ours    *gpuagent.Resolved // what the agent reports the run will do
+	ours    *render.Resolved // what the agent reports the run will do
 }
 
 // TestConformance renders every job the service accepts — the fixtures, the README's example
@@ -168,10 +168,10 @@ func TestConformance(t *testing.T) {
 				resumes = append(resumes, min(spec.Checkpoints.Interval, spec.MaxSteps))
 			}
 			for _, resume := range resumes {
-				base := gpuagent.DefaultPortRange[0] + (len(rl)+len(gp))%150*upstream.PortBlockSize
+				base := portBase + (len(rl)+len(gp))%150*upstream.PortBlockSize
 				out := filepath.Join(dir, strconv.Itoa(i), fmt.Sprintf("%dgpu-resume%d", gpus, resume))
-				r, err := gpuagent.Render(gpuagent.RenderInput{JobID: "conformance", Spec: spec, Secrets: secrets, GPUs: gpus,
-					Ports: upstream.Ports{Base: base}, Resume: resume, Dir: out, Pipeline: gpuagent.DefaultPipeline()})
+				r, err := render.Render(render.RenderInput{JobID: "conformance", Spec: spec, Secrets: secrets, GPUs: gpus,
+					Ports: upstream.Ports{Base: base}, Resume: resume, Dir: out, Pipeline: render.DefaultPipeline()})
 				if err != nil {
 					t.Errorf("%s on %d GPUs: render: %v", j.name, gpus, err)
 					continue
@@ -332,7 +332,7 @@ func resolvedProblems(r rendered, details map[string]any) []string {
 		}
 		var upTrain []any
 		upTrain, _ = res["train_sources"].([]any)
-		var ourTrain []gpuagent.ResolvedSource
+		var ourTrain []render.ResolvedSource
 		for _, src := range o.Sources {
 			if src.Group == "train" {
 				ourTrain = append(ourTrain, src)
@@ -560,3 +560,6 @@ func gepaProblems(r rendered, details map[string]any) []string {
 	}
 	return out
 }
+
+// portBase is where the renders' port blocks start: the agent's default port range.
+const portBase = 20000

@@ -1,4 +1,4 @@
-package gpuagent_test
+package render_test
 
 import (
 	"path/filepath"

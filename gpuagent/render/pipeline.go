@@ -1,4 +1,4 @@
-package gpuagent
+package render
 
 import (
 	"strings"
@@ -93,9 +93,9 @@ func EmulatedPipeline(bin, primeRL string, flags ...string) Pipeline {
 	}
 }
 
-// expand fills a command template's {placeholders}; an argument that is exactly {name} for a
+// Expand fills a command template's {placeholders}; an argument that is exactly {name} for a
 // name in lists becomes that list's arguments (none when it is empty).
-func expand(template []string, vars map[string]string, lists map[string][]string) []string {
+func Expand(template []string, vars map[string]string, lists map[string][]string) []string {
 	out := make([]string, 0, len(template))
 	for _, a := range template {
 		if name, ok := strings.CutPrefix(a, "{"); ok {

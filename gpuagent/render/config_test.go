@@ -1,4 +1,4 @@
-package gpuagent
+package render
 
 import (
 	"flag"
@@ -52,7 +52,7 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./gpuagent -run Golden -update to write it)", err)
+		t.Fatalf("%v (run go test ./gpuagent/render -run Golden -update to write it)", err)
 	}
 	if string(got) != string(want) {
 		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
@@ -93,12 +93,12 @@ func TestGoldenPipelineConfigs(t *testing.T) {
 
 func TestExpandSplatsListsAndDropsEmptyOnes(t *testing.T) {
 	t.Parallel()
-	got := expand([]string{"prime", "eval", "run", "{env_id}", "-m", "{model}", "{eval_flags}", "--x={env_id}"},
+	got := Expand([]string{"prime", "eval", "run", "{env_id}", "-m", "{model}", "{eval_flags}", "--x={env_id}"},
 		map[string]string{"env_id": "acme/x", "model": "m"}, map[string][]string{"eval_flags": {"-a", `{"k":1}`, "-s"}})
 	if strings.Join(got, " ") != `prime eval run acme/x -m m -a {"k":1} -s --x=acme/x` {
 		t.Errorf("got %q", got)
 	}
-	got = expand([]string{"a", "{eval_flags}", "b"}, nil, map[string][]string{"eval_flags": nil})
+	got = Expand([]string{"a", "{eval_flags}", "b"}, nil, map[string][]string{"eval_flags": nil})
 	if strings.Join(got, " ") != "a b" {
 		t.Errorf("got %q", got)
 	}

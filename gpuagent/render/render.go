@@ -1,11 +1,9 @@
-package gpuagent
+package render
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -143,9 +141,9 @@ func renderRL(in RenderInput, out *Rendered, vars map[string]string) error {
 		lists["resume"] = []string{"--resume.step", strconv.Itoa(in.Resume)}
 		lists["resume_set"] = []string{"--set", "resume.step=" + strconv.Itoa(in.Resume)}
 	}
-	out.Command = expand(in.Pipeline.RL, vars, lists)
+	out.Command = Expand(in.Pipeline.RL, vars, lists)
 	if len(in.Pipeline.Preflight) > 0 {
-		out.Preflight = expand(in.Pipeline.Preflight, vars, lists)
+		out.Preflight = Expand(in.Pipeline.Preflight, vars, lists)
 	}
 	out.RunDir = filepath.Join(out.OutputDir, in.JobID)
 	out.Ports = in.Ports.All(servers, broadcasts)
@@ -211,7 +209,7 @@ func access(in RenderInput, out *Rendered, models ...string) (map[string]modelAc
 		port := in.Ports.Inference()
 		out.Serve = &Serve{
 			Port: port, Model: m,
-			Command: expand(in.Pipeline.Serve, map[string]string{
+			Command: Expand(in.Pipeline.Serve, map[string]string{
 				"prime_rl": in.Pipeline.PrimeRL, "model": m, "port": strconv.Itoa(port), "tp": strconv.Itoa(in.GPUs),
 			}, map[string][]string{"max_model_len": maxModelLen(in.Spec)}),
 		}
@@ -231,7 +229,7 @@ func envCheck(in RenderInput) []string {
 	for _, e := range in.Spec.Env {
 		ids = append(ids, e.ID)
 	}
-	return expand(in.Pipeline.EnvCheck, map[string]string{"prime_rl": in.Pipeline.PrimeRL}, map[string][]string{"envs": ids})
+	return Expand(in.Pipeline.EnvCheck, map[string]string{"prime_rl": in.Pipeline.PrimeRL}, map[string][]string{"envs": ids})
 }
 
 // maxModelLen is the serve command's --max-model-len: the job's longest sequence, so that
@@ -359,9 +357,9 @@ func renderGEPA(in RenderInput, out *Rendered, vars map[string]string) error {
 	}
 	out.Files["gepa.toml"] = b
 	vars["config"] = filepath.Join(in.Dir, "gepa.toml")
-	out.Command = expand(in.Pipeline.GEPA, vars, nil)
+	out.Command = Expand(in.Pipeline.GEPA, vars, nil)
 	if len(in.Pipeline.GEPACheck) > 0 {
-		out.Preflight = expand(in.Pipeline.GEPACheck, vars, nil)
+		out.Preflight = Expand(in.Pipeline.GEPACheck, vars, nil)
 	}
 	out.EnvCheck = envCheck(in)
 	return nil
@@ -401,7 +399,7 @@ func renderEval(in RenderInput, out *Rendered, vars map[string]string) error {
 	vars["rollouts_per_example"] = strconv.Itoa(s.Evaluation.RolloutsPerExample)
 	vars["base_url"] = m.baseURL
 	vars["key_var"] = m.keyVar
-	out.Command = expand(in.Pipeline.Eval, vars, map[string][]string{"eval_flags": flags})
+	out.Command = Expand(in.Pipeline.Eval, vars, map[string][]string{"eval_flags": flags})
 	out.EnvCheck = envCheck(in)
 	return nil
 }
@@ -469,20 +467,4 @@ func (r *Rendered) FileNames() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// hostPort is the host:port a URL reaches (the scheme's port when it names none).
-func hostPort(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("%q is not a URL", raw)
-	}
-	if u.Port() != "" {
-		return u.Host, nil
-	}
-	port := "443"
-	if u.Scheme == "http" {
-		port = "80"
-	}
-	return net.JoinHostPort(u.Hostname(), port), nil
 }
