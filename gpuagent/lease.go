@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 )
 
@@ -271,11 +269,7 @@ func (l *leaseKeeper) beat(ctx context.Context) (ok, lost bool) {
 
 // refused reports whether the service answered a request with a client error other than a
 // lost lease: the request itself is at fault, and sending it again will not help.
-func refused(err error) bool {
-	var he *client.Error
-	return errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && he.Status != http.StatusConflict &&
-		he.Status != http.StatusTooManyRequests && he.Status != http.StatusRequestTimeout
-}
+func refused(err error) bool { return errors.Is(err, job.ErrRefused) }
 
 // report sends the end of the job (complete, fail or release), retrying while the API is
 // unreachable, up to timeout.

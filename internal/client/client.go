@@ -109,6 +109,13 @@ func (f FieldError) String() string {
 	return f.Message
 }
 
+// Is says a client error other than a conflict, a timeout or a rate limit is job.ErrRefused:
+// the request itself is at fault.
+func (e *Error) Is(target error) bool {
+	return target == job.ErrRefused && e.Status >= 400 && e.Status < 500 && e.Status != http.StatusConflict &&
+		e.Status != http.StatusTooManyRequests && e.Status != http.StatusRequestTimeout
+}
+
 // Unwrap maps the answers the agent acts on to the job package's sentinels.
 func (e *Error) Unwrap() error {
 	switch e.Status {

@@ -46,6 +46,9 @@ var (
 	ErrConflict = errors.New("job state conflict")
 	// ErrExists: a job with this id already exists.
 	ErrExists = errors.New("job already exists")
+	// ErrRefused: the service refused the request itself (a client error other than a lost
+	// lease, a conflict, a timeout or a rate limit): sending it again will not help.
+	ErrRefused = errors.New("the service refused the request")
 )
 
 // LimitError is a submission past one of its organization's limits.
