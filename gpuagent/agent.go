@@ -15,6 +15,7 @@
 package gpuagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,20 @@ type API interface {
 	Release(ctx context.Context, id string, o job.Outcome) error
 }
 
+// The agent's defaults, named once: Config takes them where a setting is zero, and
+// cmd/gpuagent's flags show them.
+const (
+	DefaultStopGrace      = 120 * time.Second
+	DefaultDrainTimeout   = 5 * time.Minute
+	DefaultPollInterval   = time.Second
+	DefaultStallFloor     = 10 * time.Minute
+	DefaultFlushInterval  = 10 * time.Second
+	DefaultReportTimeout  = 15 * time.Minute
+	DefaultServeTimeout   = 30 * time.Minute
+	DefaultHealthInterval = 10 * time.Minute
+	DefaultMaxCPUJobs     = 2
+)
+
 // Config configures an Agent.
 type Config struct {
 	API API
@@ -57,7 +72,8 @@ type Config struct {
 	// MaxCPUJobs bounds the jobs that need no GPU (evals and GEPA against API models) run at
 	// once (default 2); GPU jobs are bounded by the GPUs.
 	MaxCPUJobs int
-	// ClaimWait is how long one claim waits for work (default 20 s).
+	// ClaimWait is how long one claim waits for work (default job.DefaultClaimWait; the API
+	// caps it at its own MaxClaimWait, and the client's timeout must outlast it).
 	ClaimWait time.Duration
 	// StopGrace is how long a stopped pipeline may take to exit before SIGKILL (default 120 s).
 	StopGrace time.Duration
@@ -115,23 +131,16 @@ func (c *Config) validate() error {
 	if len(c.Pipeline.RL) == 0 && len(c.Pipeline.GEPA) == 0 && len(c.Pipeline.Eval) == 0 {
 		return errors.New("gpuagent: Config.Pipeline has no command")
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.ClaimWait, 20*time.Second)
-	def(&c.StopGrace, 120*time.Second)
-	def(&c.DrainTimeout, 5*time.Minute)
-	def(&c.PollInterval, time.Second)
-	def(&c.StallFloor, 10*time.Minute)
-	def(&c.FlushInterval, 10*time.Second)
-	def(&c.ReportTimeout, 15*time.Minute)
-	def(&c.ServeTimeout, 30*time.Minute)
-	def(&c.HealthInterval, 10*time.Minute)
-	if c.MaxCPUJobs == 0 {
-		c.MaxCPUJobs = 2
-	}
+	c.ClaimWait = cmp.Or(c.ClaimWait, job.DefaultClaimWait)
+	c.StopGrace = cmp.Or(c.StopGrace, DefaultStopGrace)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.StallFloor = cmp.Or(c.StallFloor, DefaultStallFloor)
+	c.FlushInterval = cmp.Or(c.FlushInterval, DefaultFlushInterval)
+	c.ReportTimeout = cmp.Or(c.ReportTimeout, DefaultReportTimeout)
+	c.ServeTimeout = cmp.Or(c.ServeTimeout, DefaultServeTimeout)
+	c.HealthInterval = cmp.Or(c.HealthInterval, DefaultHealthInterval)
+	c.MaxCPUJobs = cmp.Or(c.MaxCPUJobs, DefaultMaxCPUJobs)
 	if c.StorageTries <= 0 {
 		c.StorageTries = DefaultStorageTries
 	}

@@ -63,7 +63,7 @@ type Config struct {
 	// never.
 	QuarantineAfter  int
 	QuarantineWindow time.Duration
-	// MaxClaimWait caps how long a claim may wait for work. Default 20 s.
+	// MaxClaimWait caps how long a claim may wait for work. Default job.DefaultClaimWait.
 	MaxClaimWait time.Duration
 	// UsageHalfLife is how fast past GPU use stops counting against an organization's share.
 	// Default 24 h.
@@ -139,7 +139,7 @@ func (c Config) withDefaults() Config {
 		c.QuarantineAfter = 1
 	}
 	def(&c.QuarantineWindow, time.Hour)
-	def(&c.MaxClaimWait, 20*time.Second)
+	def(&c.MaxClaimWait, job.DefaultClaimWait)
 	def(&c.UsageHalfLife, 24*time.Hour)
 	def(&c.ClaimQuantum, 60*time.Second)
 	def(&c.StopGrace, 5*time.Minute)

@@ -448,6 +448,22 @@ func fromMS(s string) time.Time {
 	return time.UnixMilli(n).UTC()
 }
 
+// FormatSchedule writes a retry schedule as ParseSchedule reads it.
+func FormatSchedule(s []time.Duration) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		v := d.String() // "5m0s", "2h0m0s": the zero units dropped
+		if strings.HasSuffix(v, "m0s") {
+			v = strings.TrimSuffix(v, "0s")
+		}
+		if strings.HasSuffix(v, "h0m") {
+			v = strings.TrimSuffix(v, "0m")
+		}
+		parts[i] = v
+	}
+	return strings.Join(parts, ",")
+}
+
 // ParseSchedule reads a retry schedule: comma-separated Go durations ("5s,5m,30m").
 func ParseSchedule(v string) ([]time.Duration, error) {
 	var out []time.Duration

@@ -64,17 +64,17 @@ func run() error {
 	pf := pipelineFlags(flag.CommandLine, def)
 	allowUnpinned := flag.Bool("allow-unpinned", false, "run pipelines even when the installed prime-rl, verifiers or prime CLI is not the pinned version")
 	portRange := flag.String("port-range", fmt.Sprintf("%d-%d", gpuagent.DefaultPortRange[0], gpuagent.DefaultPortRange[1]), "where jobs get their blocks of ports")
-	serveTimeout := flag.Duration("serve-timeout", 30*time.Minute, "how long a GEPA or eval job's inference server may take to answer")
-	stopGrace := flag.Duration("stop-grace", 120*time.Second, "time a stopped pipeline gets to exit before SIGKILL")
-	drainTimeout := flag.Duration("drain-timeout", 5*time.Minute, "time a drain gets, after the pipelines exit, to commit checkpoints and hand jobs back")
-	claimWait := flag.Duration("claim-wait", 20*time.Second, "how long one claim waits for work")
-	maxCPUJobs := flag.Int("max-cpu-jobs", 2, "jobs that need no GPU (evals, GEPA against API models) run at once")
-	pollInterval := flag.Duration("poll-interval", time.Second, "how often metrics.jsonl and the checkpoint folders are looked at")
-	flushInterval := flag.Duration("flush-interval", 10*time.Second, "how often metrics and log chunks are written to storage")
+	serveTimeout := flag.Duration("serve-timeout", gpuagent.DefaultServeTimeout, "how long a GEPA or eval job's inference server may take to answer")
+	stopGrace := flag.Duration("stop-grace", gpuagent.DefaultStopGrace, "time a stopped pipeline gets to exit before SIGKILL")
+	drainTimeout := flag.Duration("drain-timeout", gpuagent.DefaultDrainTimeout, "time a drain gets, after the pipelines exit, to commit checkpoints and hand jobs back")
+	claimWait := flag.Duration("claim-wait", job.DefaultClaimWait, "how long one claim waits for work")
+	maxCPUJobs := flag.Int("max-cpu-jobs", gpuagent.DefaultMaxCPUJobs, "jobs that need no GPU (evals, GEPA against API models) run at once")
+	pollInterval := flag.Duration("poll-interval", gpuagent.DefaultPollInterval, "how often metrics.jsonl and the checkpoint folders are looked at")
+	flushInterval := flag.Duration("flush-interval", gpuagent.DefaultFlushInterval, "how often metrics and log chunks are written to storage")
 	healthQuery := flag.String("health-query", "", "the command that asks the GPU driver how the GPUs are, one CSV line a GPU: index, PCI bus, uncorrectable ECC errors "+
 		"(default: --nvidia-smi "+strings.Join(gpuagent.HealthQuery, " ")+" where the GPUs come from nvidia-smi; none with --gpus)")
 	kernelLog := flag.String("kernel-log", "/dev/kmsg", "the kernel's log, where the node's check looks for the GPU driver's hardware Xid reports (empty: not read)")
-	healthInterval := flag.Duration("health-interval", 10*time.Minute, "how often the node checks itself before a claim when nothing made it look sooner")
+	healthInterval := flag.Duration("health-interval", gpuagent.DefaultHealthInterval, "how often the node checks itself before a claim when nothing made it look sooner")
 	var sf gpuagent.SandboxFlags
 	sf.Register(flag.CommandLine)
 	metricsAddr := flag.String("metrics-addr", "127.0.0.1:9400", "where /metrics (Prometheus) and /healthz are served; empty: nowhere")
@@ -109,6 +109,11 @@ func run() error {
 	installed, err := readVersions(ctx, pipeline)
 	if err != nil {
 		return err
+	}
+	// A claim's long poll must end, answered, within the client's timeout.
+	if *claimWait+10*time.Second > client.DefaultTimeout {
+		return fmt.Errorf("--claim-wait %s: a claim must end well within the API client's timeout (%s); use %s or less",
+			*claimWait, client.DefaultTimeout, client.DefaultTimeout-10*time.Second)
 	}
 	pr, err := gpuagent.ParsePortRange(*portRange)
 	if err != nil {

@@ -119,7 +119,7 @@ them at once.`,
 	f.DurationVar(&o.queue.StopGrace, "stop-grace", 30*time.Second, "how long a stopped job's agent has to confirm")
 	f.BoolVar(&o.allowLoopbackWebhooks, "allow-loopback-webhooks", true,
 		"let webhooks reach receivers on this machine (127.0.0.1, ::1); false refuses them as production does")
-	f.StringVar(&o.webhookSchedule, "webhook-schedule", "5s,5m,30m,2h,5h,10h,10h", "waits between a webhook delivery's retries")
+	f.StringVar(&o.webhookSchedule, "webhook-schedule", webhooks.FormatSchedule(webhooks.DefaultSchedule), "waits between a webhook delivery's retries")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 20*time.Second,
 		"how long a stop (Ctrl-C, SIGTERM) may take: agents hand their jobs back, then the API and Redis stop; what has not stopped by then is killed")
 	return c

@@ -36,7 +36,7 @@ type Client struct {
 
 // New returns a client of the API at baseURL.
 func New(baseURL, token string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 90 * time.Second}}
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: DefaultTimeout}}
 }
 
 // Problem is the API's problem+json document.
@@ -58,6 +58,11 @@ type FieldError struct {
 	Column    int    `json:"column,omitempty"`
 	Message   string `json:"message"`
 }
+
+// DefaultTimeout bounds a request of New's client. It must outlast the longest request the
+// service holds open: a claim's long poll (job.DefaultClaimWait, or the agent's --claim-wait,
+// which gpuagent checks against it at start) with room for the answer.
+const DefaultTimeout = 90 * time.Second
 
 // Error is an error answer from the API.
 type Error struct {

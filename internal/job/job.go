@@ -35,6 +35,11 @@ func (s Status) Terminal() bool {
 	return s == Completed || s == Failed || s == Stopped
 }
 
+// DefaultClaimWait is how long a claim waits for work by default: the agent's ask and the
+// queue's cap agree on it, and an HTTP client that claims must outlast it
+// (client.DefaultTimeout).
+const DefaultClaimWait = 20 * time.Second
+
 // Sentinel errors shared across packages; callers test them with errors.Is.
 var (
 	// ErrNotFound: no such job (or one the caller may not see, which reads the same).
