@@ -111,49 +111,49 @@ type Config struct {
 	Now func() time.Time
 }
 
-// The defaults of the limits that bound what one organization keeps in Redis.
+// The queue's defaults, named once (Config's fields say what each is).
 const (
+	DefaultPrefix            = "ht"
+	DefaultLeaseTTL          = 60 * time.Second
+	DefaultMaxAttempts       = 3
+	DefaultRetryBackoff      = 10 * time.Second
+	DefaultRetryBackoffMax   = 10 * time.Minute
+	DefaultRetryElsewhereFor = 5 * time.Minute
+	DefaultQuarantineAfter   = 1
+	DefaultQuarantineWindow  = time.Hour
+	DefaultUsageHalfLife     = 24 * time.Hour
+	DefaultClaimQuantum      = 60 * time.Second
+	DefaultStopGrace         = 5 * time.Minute
+	DefaultIdempotencyTTL    = 24 * time.Hour
+	DefaultRevocationStale   = time.Second
+	DefaultStorageEvery      = 5 * time.Minute
+	// The limits that bound what one organization keeps in Redis.
 	DefaultMaxQueued = 1000
 	DefaultRetention = 7 * 24 * time.Hour
 	DefaultMaxEnded  = 10000
 )
 
 func (c Config) withDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	if c.Prefix == "" {
-		c.Prefix = "ht"
-	}
-	def(&c.LeaseTTL, 60*time.Second)
-	def(&c.HeartbeatInterval, c.LeaseTTL/4)
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 3
-	}
-	def(&c.RetryBackoff, 10*time.Second)
-	def(&c.RetryBackoffMax, 10*time.Minute)
-	def(&c.RetryElsewhereFor, 5*time.Minute)
-	if c.QuarantineAfter == 0 {
-		c.QuarantineAfter = 1
-	}
-	def(&c.QuarantineWindow, time.Hour)
-	def(&c.MaxClaimWait, job.DefaultClaimWait)
-	def(&c.UsageHalfLife, 24*time.Hour)
-	def(&c.ClaimQuantum, 60*time.Second)
-	def(&c.StopGrace, 5*time.Minute)
-	def(&c.IdempotencyTTL, 24*time.Hour)
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseTTL/4) // four heartbeats a lease
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultRetryBackoff)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, DefaultRetryBackoffMax)
+	c.RetryElsewhereFor = cmp.Or(c.RetryElsewhereFor, DefaultRetryElsewhereFor)
+	c.QuarantineAfter = cmp.Or(c.QuarantineAfter, DefaultQuarantineAfter)
+	c.QuarantineWindow = cmp.Or(c.QuarantineWindow, DefaultQuarantineWindow)
+	c.MaxClaimWait = cmp.Or(c.MaxClaimWait, job.DefaultClaimWait)
+	c.UsageHalfLife = cmp.Or(c.UsageHalfLife, DefaultUsageHalfLife)
+	c.ClaimQuantum = cmp.Or(c.ClaimQuantum, DefaultClaimQuantum)
+	c.StopGrace = cmp.Or(c.StopGrace, DefaultStopGrace)
+	c.IdempotencyTTL = cmp.Or(c.IdempotencyTTL, DefaultIdempotencyTTL)
 	c.MaxOrgBytes = cmp.Or(c.MaxOrgBytes, DefaultMaxOrgBytes)
-	def(&c.RevocationStaleness, time.Second)
-	def(&c.StorageEvery, 5*time.Minute)
-	if c.MaxQueued == 0 {
-		c.MaxQueued = DefaultMaxQueued
-	}
-	def(&c.Retention, DefaultRetention)
-	if c.MaxEnded == 0 {
-		c.MaxEnded = DefaultMaxEnded
-	}
+	c.RevocationStaleness = cmp.Or(c.RevocationStaleness, DefaultRevocationStale)
+	c.StorageEvery = cmp.Or(c.StorageEvery, DefaultStorageEvery)
+	c.MaxQueued = cmp.Or(c.MaxQueued, DefaultMaxQueued)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.MaxEnded = cmp.Or(c.MaxEnded, DefaultMaxEnded)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
