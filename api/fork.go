@@ -2,12 +2,10 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 
 	"github.com/hostedtrain/hostedtrain/internal/client"
-	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
@@ -58,63 +56,31 @@ func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
 		}
 		spec.TimeLimit = tl
 	}
-	// as a submit is checked: the model still offered, then the checkpoint
-	a := &admitted{spec: spec, gpusSaid: true}
-	prob := s.offered(r, a)
-	if prob == nil {
-		prob = s.resolveWarmStart(r, a, map[string]string{"/checkpoint_id": "/step"})
-	}
-	budget, fe := s.budgetOf(a.spec)
-	if prob == nil && fe != nil {
-		prob = invalidBudget(fe)
-	}
-	if prob != nil {
-		writeProblem(w, r, prob)
-		return
-	}
-	id, err := job.NewID()
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget,
-		CreatedBy: principal(r).Subject, TokenID: principal(r).TokenID, PricePerGPUHour: s.price(a.spec.Model)}
-	if sub.EstimateGPUMs, err = s.estimateGPUMs(r.Context(), sub.Org, a.spec); err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-	if len(src.Config.Secrets) > 0 {
+	// as a submit is checked and queued: the model still offered, the checkpoint, the budget;
+	// the source's secrets sealed again for the new job
+	seal := func(id string) (string, *Problem, error) {
+		if len(src.Config.Secrets) == 0 {
+			return "", nil, nil
+		}
 		sealed, err := s.cfg.Queue.SealedSecrets(r.Context(), src.ID)
 		if err != nil {
-			s.internalError(w, r, err)
-			return
+			return "", nil, err
 		}
 		if sealed == "" {
-			writeProblem(w, r, newProblem(http.StatusConflict, "cannot-fork", fmt.Sprintf(
+			return "", newProblem(http.StatusConflict, "cannot-fork", fmt.Sprintf(
 				"job %s's secrets (%v) are no longer kept (it ended longer ago than jobs are kept ready to run); "+
-					"submit its job file with checkpoint_id = %q and its secrets instead", src.ID, src.Config.Secrets, a.spec.CheckpointID)))
-			return
+					"submit its job file with checkpoint_id = %q and its secrets instead", src.ID, src.Config.Secrets, spec.CheckpointID)), nil
 		}
 		plain, err := s.cfg.Secrets.Open(sealed, src.ID)
 		if err != nil {
-			s.internalError(w, r, err)
-			return
+			return "", nil, err
 		}
-		if sub.SealedSecrets, err = s.cfg.Secrets.Seal(plain, id); err != nil {
-			s.internalError(w, r, err)
-			return
-		}
+		sealed, err = s.cfg.Secrets.Seal(plain, id)
+		return sealed, nil, err
 	}
-	j, _, err := s.cfg.Queue.Submit(r.Context(), sub, "", "")
-	var limit *job.LimitError
-	switch {
-	case errors.As(err, &limit):
-		writeProblem(w, r, limitProblem(limit))
-		return
-	case err != nil:
-		s.internalError(w, r, err)
+	j, _, ok := s.enqueue(w, r, &admitted{spec: spec, gpusSaid: true}, map[string]string{"/checkpoint_id": "/step"}, seal, "")
+	if !ok {
 		return
 	}
-	w.Header().Set("Location", "/v1/jobs/"+j.ID)
 	writeJSON(w, http.StatusCreated, j)
 }

@@ -74,64 +74,97 @@ type submitted struct {
 
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	a, prob := admit(r, s.normalizeOptions())
-	if prob == nil {
-		prob = s.offered(r, a)
-	}
-	if prob == nil {
-		prob = s.warmStart(r, a)
-	}
-	var budget int64
-	if prob == nil {
-		var fe *FieldError
-		if budget, fe = s.budgetOf(a.spec); fe != nil {
-			prob = budgetProblem(r, fe)
-		}
-	}
 	if prob != nil {
 		writeProblem(w, r, prob)
 		return
 	}
-	id, err := job.NewID()
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget,
-		CreatedBy: principal(r).Subject, TokenID: principal(r).TokenID, PricePerGPUHour: s.price(a.spec.Model)}
-	if sub.EstimateGPUMs, err = s.estimateGPUMs(r.Context(), sub.Org, a.spec); err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-	if len(a.secrets) > 0 {
-		plain, _ := jobspec.Encode(a.secrets)
-		if sub.SealedSecrets, err = s.cfg.Secrets.Seal(plain, id); err != nil {
-			s.internalError(w, r, err)
-			return
+	seal := func(id string) (string, *Problem, error) {
+		if len(a.secrets) == 0 {
+			return "", nil, nil
 		}
+		plain, _ := jobspec.Encode(a.secrets)
+		sealed, err := s.cfg.Secrets.Seal(plain, id)
+		return sealed, nil, err
 	}
-	key := r.Header.Get("Idempotency-Key")
-	j, replayed, err := s.cfg.Queue.Submit(r.Context(), sub, key, fingerprint(r))
-	var limit *job.LimitError
-	var conflict *job.IdempotencyConflictError
-	switch {
-	case errors.As(err, &limit):
-		writeProblem(w, r, limitProblem(limit))
-		return
-	case errors.As(err, &conflict):
-		writeProblem(w, r, newProblem(http.StatusConflict, "idempotency-key-reused", fmt.Sprintf(
-			"this Idempotency-Key was used for job %s with another body; use a new key for a new job", conflict.JobID)))
-		return
-	case err != nil:
-		s.internalError(w, r, err)
+	j, replayed, ok := s.enqueue(w, r, a, nil, seal, r.Header.Get("Idempotency-Key"))
+	if !ok {
 		return
 	}
-	w.Header().Set("Location", "/v1/jobs/"+j.ID)
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 		writeJSON(w, http.StatusCreated, submitted{Job: j})
 		return
 	}
 	writeJSON(w, http.StatusCreated, submitted{Job: j, Warnings: a.warnings})
+}
+
+// serviceChecks are what an admitted job is checked for against the service's own state, for
+// a preview, a submit and a fork alike: the model offered, the warm start's checkpoint (its
+// problems' pointers renamed by rename), the budget priced (returned in GPU-ms).
+func (s *Server) serviceChecks(r *http.Request, a *admitted, rename map[string]string) (int64, *Problem) {
+	if prob := s.offered(r, a); prob != nil {
+		return 0, prob
+	}
+	if prob := s.resolveWarmStart(r, a, rename); prob != nil {
+		return 0, prob
+	}
+	budget, fe := s.budgetOf(a.spec)
+	if fe != nil {
+		return 0, budgetProblem(r, fe)
+	}
+	return budget, nil
+}
+
+// enqueue queues an admitted job, as a submit and a fork both do: serviceChecks, a new id, the estimate, the secrets sealed for the new job
+// (seal), the queue's limits and the idempotency key. ok is false once it has answered.
+func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, a *admitted, rename map[string]string,
+	seal func(id string) (string, *Problem, error), idemKey string) (j *job.Job, replayed, ok bool) {
+	budget, prob := s.serviceChecks(r, a, rename)
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return nil, false, false
+	}
+	id, err := job.NewID()
+	if err != nil {
+		s.internalError(w, r, err)
+		return nil, false, false
+	}
+	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget,
+		CreatedBy: principal(r).Subject, TokenID: principal(r).TokenID, PricePerGPUHour: s.price(a.spec.Model)}
+	if sub.EstimateGPUMs, err = s.estimateGPUMs(r.Context(), sub.Org, a.spec); err != nil {
+		s.internalError(w, r, err)
+		return nil, false, false
+	}
+	var sprob *Problem
+	if sub.SealedSecrets, sprob, err = seal(id); sprob != nil || err != nil {
+		if sprob != nil {
+			writeProblem(w, r, sprob)
+		} else {
+			s.internalError(w, r, err)
+		}
+		return nil, false, false
+	}
+	fp := ""
+	if idemKey != "" {
+		fp = fingerprint(r)
+	}
+	j, replayed, err = s.cfg.Queue.Submit(r.Context(), sub, idemKey, fp)
+	var limit *job.LimitError
+	var conflict *job.IdempotencyConflictError
+	switch {
+	case errors.As(err, &limit):
+		writeProblem(w, r, limitProblem(limit))
+		return nil, false, false
+	case errors.As(err, &conflict):
+		writeProblem(w, r, newProblem(http.StatusConflict, "idempotency-key-reused", fmt.Sprintf(
+			"this Idempotency-Key was used for job %s with another body; use a new key for a new job", conflict.JobID)))
+		return nil, false, false
+	case err != nil:
+		s.internalError(w, r, err)
+		return nil, false, false
+	}
+	w.Header().Set("Location", "/v1/jobs/"+j.ID)
+	return j, replayed, true
 }
 
 // limitProblem answers a submit or restart past one of the organization's limits.
@@ -182,15 +215,7 @@ type previewQueue struct {
 func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
 	a, prob := admit(r, s.normalizeOptions())
 	if prob == nil {
-		prob = s.offered(r, a)
-	}
-	if prob == nil {
-		prob = s.warmStart(r, a)
-	}
-	if prob == nil {
-		if _, fe := s.budgetOf(a.spec); fe != nil {
-			prob = budgetProblem(r, fe)
-		}
+		_, prob = s.serviceChecks(r, a, nil)
 	}
 	if prob != nil {
 		writeProblem(w, r, prob)

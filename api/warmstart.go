@@ -13,16 +13,11 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
-// warmStart resolves a job's checkpoint_id to a committed checkpoint of another job of the
-// organization's — one that trains the same model the same way (LoRA or not) — and sets the
-// job to start from it. A checkpoint that is not there, or that the job cannot start from, is
-// refused naming checkpoint_id (or max_steps, when the run would have nothing left to do).
-func (s *Server) warmStart(r *http.Request, a *admitted) *Problem {
-	return s.resolveWarmStart(r, a, nil)
-}
-
-// resolveWarmStart is warmStart with its problems' pointers renamed by rename (nil: as they
-// are): a fork names its step, not a checkpoint_id.
+// resolveWarmStart resolves a job's checkpoint_id to a committed checkpoint of another job of
+// the organization's — one that trains the same model the same way (LoRA or not) — and sets
+// the job to start from it. A checkpoint that is not there, or that the job cannot start from,
+// is refused naming checkpoint_id (or max_steps, when the run would have nothing left to do),
+// the pointers renamed by rename (nil: as they are): a fork names its step.
 func (s *Server) resolveWarmStart(r *http.Request, a *admitted, rename map[string]string) *Problem {
 	if a.spec.CheckpointID == "" || a.spec.Kind != jobspec.KindRL {
 		return nil
