@@ -6,36 +6,18 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
-type claimRequest struct {
-	GPUs        []job.GPU      `json:"gpus"`
-	WaitSeconds float64        `json:"wait_seconds"`
-	GPUJobsOnly bool           `json:"gpu_jobs_only"`
-	ClaimID     string         `json:"claim_id"`
-	Runtime     *job.Runtime   `json:"runtime"`
-	Health      *job.NodeCheck `json:"health"`
-}
-
 func (s *Server) agentClaim(w http.ResponseWriter, r *http.Request) {
-	var req claimRequest
-	if !decodeBody(w, r, &req) {
+	var body job.ClaimBody
+	if !decodeBody(w, r, &body) {
 		return
 	}
-	cl, err := s.cfg.Queue.Claim(r.Context(), job.ClaimRequest{
-		AgentID:     principal(r).Subject,
-		GPUs:        req.GPUs,
-		Wait:        time.Duration(req.WaitSeconds * float64(time.Second)),
-		GPUJobsOnly: req.GPUJobsOnly,
-		ClaimID:     req.ClaimID,
-		Runtime:     req.Runtime,
-		Health:      req.Health,
-	})
+	cl, err := s.cfg.Queue.Claim(r.Context(), body.Request(principal(r).Subject))
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the agent went away while waiting

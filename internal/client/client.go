@@ -449,19 +449,7 @@ func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, e
 		req.ClaimID = newClaimID()
 	}
 	var cl job.Claim
-	body := map[string]any{"wait_seconds": req.Wait.Seconds(), "claim_id": req.ClaimID}
-	if len(req.GPUs) > 0 {
-		body["gpus"] = req.GPUs
-	}
-	if req.GPUJobsOnly {
-		body["gpu_jobs_only"] = true
-	}
-	if req.Runtime != nil {
-		body["runtime"] = req.Runtime
-	}
-	if req.Health != nil {
-		body["health"] = req.Health
-	}
+	body := req.Body()
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var answering atomic.Bool

@@ -324,6 +324,29 @@ type ClaimRequest struct {
 	Health *NodeCheck
 }
 
+// ClaimBody is a claim on the wire (POST /v1/agent/claim), as the agent's client sends it and
+// the API reads it: a ClaimRequest less the agent, which the API takes from its token.
+type ClaimBody struct {
+	GPUs        []GPU      `json:"gpus,omitempty"`
+	WaitSeconds float64    `json:"wait_seconds"`
+	GPUJobsOnly bool       `json:"gpu_jobs_only,omitempty"`
+	ClaimID     string     `json:"claim_id,omitempty"`
+	Runtime     *Runtime   `json:"runtime,omitempty"`
+	Health      *NodeCheck `json:"health,omitempty"`
+}
+
+// Body is a claim as it is sent.
+func (r ClaimRequest) Body() ClaimBody {
+	return ClaimBody{GPUs: r.GPUs, WaitSeconds: r.Wait.Seconds(), GPUJobsOnly: r.GPUJobsOnly, ClaimID: r.ClaimID,
+		Runtime: r.Runtime, Health: r.Health}
+}
+
+// Request is a claim as it was sent, by the agent the API knows from its token.
+func (b ClaimBody) Request(agentID string) ClaimRequest {
+	return ClaimRequest{AgentID: agentID, GPUs: b.GPUs, Wait: time.Duration(b.WaitSeconds * float64(time.Second)),
+		GPUJobsOnly: b.GPUJobsOnly, ClaimID: b.ClaimID, Runtime: b.Runtime, Health: b.Health}
+}
+
 // GPU is a kind of accelerator and how many of it an agent has free.
 type GPU struct {
 	Model string `json:"model"`
