@@ -51,11 +51,7 @@ func newLogsCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			id, err := jobID(cmd.Context(), api, args[0])
+			api, id, err := jobAPI(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -134,11 +130,7 @@ func newMetricsCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			id, err := jobID(cmd.Context(), api, args[0])
+			api, id, err := jobAPI(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -210,11 +202,7 @@ func newCheckpointsCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			id, err := jobID(cmd.Context(), api, args[0])
+			api, id, err := jobAPI(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -356,11 +344,7 @@ func newArtifactsCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			id, err := jobID(cmd.Context(), api, args[0])
+			api, id, err := jobAPI(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -437,11 +421,7 @@ func newBudgetCmd() *cobra.Command {
 			if (hours > 0 || cost > 0) == none {
 				return errors.New("say the new budget: --max-gpu-hours N, --max-cost N (both: the lower binds), or --none to remove it")
 			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			id, err := jobID(cmd.Context(), api, args[0])
+			api, id, err := jobAPI(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -493,15 +473,11 @@ func newUsageCmd() *cobra.Command {
 			if every < time.Second {
 				return fmt.Errorf("--interval %s: at least 1s", every)
 			}
-			api, err := apiClient()
+			api, id, err := jobAPI(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
-			id, err := jobID(ctx, api, args[0])
-			if err != nil {
-				return err
-			}
 			if watch {
 				following(id, "hostedtrain train usage "+id+" --watch")
 			}
@@ -551,11 +527,7 @@ func newEventsCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
-			id, err := jobID(cmd.Context(), api, args[0])
+			api, id, err := jobAPI(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -608,15 +580,11 @@ func newStopCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			api, err := apiClient()
+			api, id, err := jobAPI(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
-			id, err := jobID(ctx, api, args[0])
-			if err != nil {
-				return err
-			}
 			if err := confirm(cmd, fmt.Sprintf("Stop job %s?", id), false); err != nil {
 				return err
 			}
@@ -684,15 +652,11 @@ func newDeleteCmd() *cobra.Command {
 			"or give --stop to stop it and delete it once it has ended.",
 		Args: needArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			api, err := apiClient()
+			api, id, err := jobAPI(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			id, err := jobID(ctx, api, args[0])
-			if err != nil {
-				return err
-			}
 			// Unasked, a piece of an id could delete a job the user did not mean: the whole id.
 			if force, _ := cmd.Flags().GetBool("force"); force && id != args[0] {
 				return fmt.Errorf("delete --force takes a job's whole id (%q fits %s): give it, or leave out --force to be asked", args[0], id)

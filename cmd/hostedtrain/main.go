@@ -74,6 +74,17 @@ var resume struct{ job, command string }
 func following(job, command string) { resume.job, resume.command = job, command }
 
 // apiClient builds a client from the environment, else from `hostedtrain login`'s config.
+// jobAPI is the preamble of a command about one job: the API client and the job's whole id
+// from what the user typed (a prefix or a name; jobID).
+func jobAPI(cmd *cobra.Command, arg string) (*client.Client, string, error) {
+	api, err := apiClient()
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := jobID(cmd.Context(), api, arg)
+	return api, id, err
+}
+
 func apiClient() (*client.Client, error) {
 	cfg, err := loadConfig()
 	if err != nil {
