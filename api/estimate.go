@@ -6,21 +6,21 @@ import (
 	"math"
 	"slices"
 
-	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/wire"
 )
 
 // The default step time where no past run says better (seconds): a guess for a LoRA run of a
 // small model at prime-rl's default batch on one node, wide on purpose.
-var defaultStep = client.Range{Low: 20, Expected: 60, High: 180}
+var defaultStep = wire.Range{Low: 20, Expected: 60, High: 180}
 
 // estimateRuns is how many of the organization's newest ended runs an estimate reads.
 const estimateRuns = 200
 
 // estimate is what spec would take, from the step times of the organization's past runs of
 // the same kind, model and GPU count (nil for a job that does not step).
-func (s *Server) estimate(ctx context.Context, org string, spec jobspec.Spec) (*client.Estimate, error) {
+func (s *Server) estimate(ctx context.Context, org string, spec jobspec.Spec) (*wire.Estimate, error) {
 	if !jobspec.RunsPrimeRL(spec.Kind) || spec.MaxSteps <= 0 {
 		return nil, nil
 	}
@@ -44,10 +44,10 @@ func (s *Server) estimate(ctx context.Context, org string, spec jobspec.Spec) (*
 	if spec.WarmStart != nil {
 		steps = max(0, steps-spec.WarmStart.Step)
 	}
-	e := &client.Estimate{Runs: len(runs), Steps: steps}
+	e := &wire.Estimate{Runs: len(runs), Steps: steps}
 	shape := fmt.Sprintf("%s on %d×%s", spec.Model, spec.Resources.GPUs, spec.Resources.GPUType)
 	n := float64(steps)
-	var dur client.Range
+	var dur wire.Range
 	switch {
 	case len(runs) >= 3:
 		// A line through the past runs' durations (a start-up, then a time a step), and their
@@ -59,7 +59,7 @@ func (s *Server) estimate(ctx context.Context, org string, spec jobspec.Spec) (*
 		}
 		slices.Sort(ratios)
 		expected := startup + per*n
-		dur = client.Range{Low: expected * percentile(ratios, 10), Expected: expected, High: expected * percentile(ratios, 90)}
+		dur = wire.Range{Low: expected * percentile(ratios, 10), Expected: expected, High: expected * percentile(ratios, 90)}
 		e.BasedOn = fmt.Sprintf("%d past runs of %s in your organization: a start-up of %.0f s and %.1f s a step fitted to their durations, "+
 			"low and high from how far they fell from it (10th and 90th percentiles)", len(runs), shape, startup, per)
 	case len(runs) > 0:
@@ -67,15 +67,15 @@ func (s *Server) estimate(ctx context.Context, org string, spec jobspec.Spec) (*
 		for _, r := range runs {
 			mean += r.secs / r.steps / float64(len(runs))
 		}
-		dur = client.Range{Low: 0.75 * mean * n, Expected: mean * n, High: 1.5 * mean * n}
+		dur = wire.Range{Low: 0.75 * mean * n, Expected: mean * n, High: 1.5 * mean * n}
 		e.BasedOn = fmt.Sprintf("the step time of %d past run(s) of %s in your organization (0.75× to 1.5× their mean)", len(runs), shape)
 	default:
-		dur = client.Range{Low: defaultStep.Low * n, Expected: defaultStep.Expected * n, High: defaultStep.High * n}
+		dur = wire.Range{Low: defaultStep.Low * n, Expected: defaultStep.Expected * n, High: defaultStep.High * n}
 		e.BasedOn = fmt.Sprintf("no past run of %s in your organization: the service's default of 20 to 180 seconds a step (60 expected)", shape)
 	}
 	gpus := float64(spec.Resources.GPUs)
-	scale := func(f float64) client.Range {
-		return client.Range{Low: round3(dur.Low * f), Expected: round3(dur.Expected * f), High: round3(dur.High * f)}
+	scale := func(f float64) wire.Range {
+		return wire.Range{Low: round3(dur.Low * f), Expected: round3(dur.Expected * f), High: round3(dur.High * f)}
 	}
 	e.DurationSeconds = scale(1)
 	e.GPUHours = scale(gpus / 3600)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/wire"
 )
 
 // forkJob starts a new rl job from a committed checkpoint of one of the organization's jobs,
@@ -18,7 +18,7 @@ func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req client.ForkRequest
+	var req wire.ForkRequest
 	if !decodeBody(w, r, &req) {
 		return
 	}

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
-	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/wire"
 )
 
 // What agents wrote to object storage for a job: metrics, checkpoints, artifacts. The API
@@ -53,7 +53,7 @@ func (s *Server) getJobMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.noteSkipped(r, j.ID, read)
-	page := client.MetricsPage{Items: read.Rows}
+	page := wire.MetricsPage{Items: read.Rows}
 	if read.More {
 		next := read.Rows[len(read.Rows)-1].Step() + 1
 		page.NextMinStep = &next
@@ -102,9 +102,9 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	expires := time.Now().Add(downloadTTL).UTC().Truncate(time.Second)
-	items := make([]client.Checkpoint, 0, len(cps))
+	items := make([]wire.Checkpoint, 0, len(cps))
 	for _, c := range cps {
-		it := client.Checkpoint{Step: c.Step, Status: "uploading", Bytes: c.Bytes, Files: c.Files, Pinned: pinned[c.Step] && c.Committed,
+		it := wire.Checkpoint{Step: c.Step, Status: "uploading", Bytes: c.Bytes, Files: c.Files, Pinned: pinned[c.Step] && c.Committed,
 			Metrics: metrics[c.Step], Best: c.Committed && c.Step == best}
 		if !c.Time.IsZero() {
 			t := c.Time.UTC()
@@ -188,7 +188,7 @@ func (s *Server) checkpointMetrics(r *http.Request, j *job.Job, steps []int) (ma
 
 // checkpointDownloads lists a committed checkpoint's files, as its manifest has them, with
 // download links.
-func (s *Server) checkpointDownloads(r *http.Request, jobID string, step int, expires time.Time) ([]client.DownloadFile, error) {
+func (s *Server) checkpointDownloads(r *http.Request, jobID string, step int, expires time.Time) ([]wire.DownloadFile, error) {
 	prefix := jobdata.CheckpointPrefix(jobID, step)
 	rc, err := s.cfg.Store.Get(r.Context(), prefix+jobdata.ManifestName)
 	if errors.Is(err, blob.ErrNotFound) {
@@ -203,13 +203,13 @@ func (s *Server) checkpointDownloads(r *http.Request, jobID string, step int, ex
 	if err != nil {
 		return nil, fmt.Errorf("manifest of step %d: %w", step, err)
 	}
-	out := make([]client.DownloadFile, 0, len(m.Files))
+	out := make([]wire.DownloadFile, 0, len(m.Files))
 	for _, f := range m.Files {
 		u, err := s.downloadURL(r.Context(), r, prefix+f.Path, expires)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, client.DownloadFile{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256, URL: u})
+		out = append(out, wire.DownloadFile{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256, URL: u})
 	}
 	return out, nil
 }
@@ -226,7 +226,7 @@ func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	expires := time.Now().Add(downloadTTL).UTC().Truncate(time.Second)
-	items := make([]client.Artifact, 0, len(objs))
+	items := make([]wire.Artifact, 0, len(objs))
 	for _, o := range objs {
 		t := o.Modified.UTC()
 		u, err := s.downloadURL(r.Context(), r, o.Key, expires)
@@ -234,7 +234,7 @@ func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
 			s.internalError(w, r, err)
 			return
 		}
-		items = append(items, client.Artifact{Name: strings.TrimPrefix(o.Key, prefix), Bytes: o.Size, Time: &t, URL: u})
+		items = append(items, wire.Artifact{Name: strings.TrimPrefix(o.Key, prefix), Bytes: o.Size, Time: &t, URL: u})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": items, "expires_at": expires})
 }
@@ -247,7 +247,7 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p := client.JobProgress{JobID: j.ID, Status: j.Status, Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps,
+	p := wire.JobProgress{JobID: j.ID, Status: j.Status, Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps,
 		Metrics: j.Progress.Metrics, Series: j.Progress.Series, Result: j.Progress.Result, CheckpointStep: j.Progress.CheckpointStep,
 		StartedAt: j.StartedAt, UpdatedAt: j.UpdatedAt}
 	if p.MaxSteps > 0 {
@@ -335,9 +335,9 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	items := make([]client.UsageJob, 0, len(jobs))
+	items := make([]wire.UsageJob, 0, len(jobs))
 	for _, j := range jobs {
-		items = append(items, client.UsageJob{ID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, GPUs: j.Config.Resources.GPUs,
+		items = append(items, wire.UsageJob{ID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, GPUs: j.Config.Resources.GPUs,
 			GPUType: j.Config.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), StorageBytes: stored[j.ID], CreatedAt: j.CreatedAt})
 	}
 	// By user and token: the counters of ended holds, and the holds of the jobs live now.
@@ -351,8 +351,8 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, client.Usage{
-		Organization: client.OrgUsage{Org: org, GPUSeconds: round3(st.GPUSeconds), Running: st.Running, RunningGPUs: st.RunningGPUs,
+	writeJSON(w, http.StatusOK, wire.Usage{
+		Organization: wire.OrgUsage{Org: org, GPUSeconds: round3(st.GPUSeconds), Running: st.Running, RunningGPUs: st.RunningGPUs,
 			StorageBytes: st.StorageBytes},
 		Jobs: items, NextCursor: next, ByUser: users, ByToken: tokens,
 	})
@@ -372,7 +372,7 @@ func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := j.Config
-	u := client.JobUsage{JobID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, Model: c.Model, GPUs: c.Resources.GPUs,
+	u := wire.JobUsage{JobID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, Model: c.Model, GPUs: c.Resources.GPUs,
 		GPUType: c.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps, UpdatedAt: j.UpdatedAt}
 	stored, err := s.cfg.Queue.StoredBytes(r.Context(), j.Org, []string{j.ID})
 	if err != nil {
@@ -384,7 +384,7 @@ func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	} else if jt != nil {
-		u.JudgeTokens = &client.TokenCounts{Input: jt.in, Output: jt.out, Total: jt.in + jt.out}
+		u.JudgeTokens = &wire.TokenCounts{Input: jt.in, Output: jt.out, Total: jt.in + jt.out}
 	}
 	for _, m := range s.cfg.Models {
 		if m.Name == c.Model && m.PricePerGPUHour > 0 {
@@ -488,7 +488,7 @@ func (s *Server) getJobSamples(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	page := client.SamplesPage{JobID: j.ID, Steps: steps, Samples: []jobdata.Sample{}, Page: intQuery(r, "page", 1), Limit: intQuery(r, "limit", 100)}
+	page := wire.SamplesPage{JobID: j.ID, Steps: steps, Samples: []jobdata.Sample{}, Page: intQuery(r, "page", 1), Limit: intQuery(r, "limit", 100)}
 	if rs != nil {
 		page.Step, page.Episodes, page.Total = &rs.Step, rs.Episodes, len(rs.Samples)
 		page.TotalPages = (page.Total + page.Limit - 1) / page.Limit
@@ -508,7 +508,7 @@ func (s *Server) getJobDistributions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	page := client.DistributionPage{JobID: j.ID, Type: orString(r.URL.Query().Get("type"), "rewards"), Steps: steps}
+	page := wire.DistributionPage{JobID: j.ID, Type: orString(r.URL.Query().Get("type"), "rewards"), Steps: steps}
 	page.Bins = []jobdata.Bin{}
 	if rs != nil {
 		page.Step = &rs.Step

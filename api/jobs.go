@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/wire"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
@@ -195,11 +195,11 @@ func fingerprint(r *http.Request) string {
 }
 
 type preview struct {
-	Config   jobspec.Spec     `json:"config"`
-	Warnings []FieldError     `json:"warnings"`
-	GPUs     previewGPUs      `json:"gpus"`
-	Queue    previewQueue     `json:"queue"`
-	Estimate *client.Estimate `json:"estimate,omitempty"`
+	Config   jobspec.Spec   `json:"config"`
+	Warnings []FieldError   `json:"warnings"`
+	GPUs     previewGPUs    `json:"gpus"`
+	Queue    previewQueue   `json:"queue"`
+	Estimate *wire.Estimate `json:"estimate,omitempty"`
 }
 
 type previewGPUs struct {

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+	"github.com/hostedtrain/hostedtrain/internal/wire"
 )
 
 func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
@@ -61,7 +61,7 @@ func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !follow {
-		page := client.LogPage{Attempt: res.Fence, Attempts: res.Fences, Components: res.Components, Items: res.Lines}
+		page := wire.LogPage{Attempt: res.Fence, Attempts: res.Fences, Components: res.Components, Items: res.Lines}
 		if page.Items == nil {
 			page.Items = []jobdata.LogLine{}
 		}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
-	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
+	"github.com/hostedtrain/hostedtrain/internal/wire"
 )
 
 // Model is a model the operator offers for training: its Hugging Face id, the GPUs (H100, on
@@ -80,9 +80,9 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	list := client.ModelList{Items: []client.Model{}, OperatorList: s.cfg.Models != nil}
+	list := wire.ModelList{Items: []wire.Model{}, OperatorList: s.cfg.Models != nil}
 	for i, m := range models {
-		it := client.Model{Name: m.Name, GPUs: m.GPUs, PricePerGPUHour: m.PricePerGPUHour, IdleNodes: idle[i]}
+		it := wire.Model{Name: m.Name, GPUs: m.GPUs, PricePerGPUHour: m.PricePerGPUHour, IdleNodes: idle[i]}
 		if choice, err := upstream.ChooseRenderer(m.Name, ""); err == nil {
 			it.Renderer = choice.Name
 		}
@@ -150,5 +150,5 @@ func (s *Server) listGPUs(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": []client.GPUType{{GPUType: jobspec.DefaultGPUType, PerNode: upstream.GPUsPerNode, IdleNodes: idle}}})
+	writeJSON(w, http.StatusOK, map[string]any{"items": []wire.GPUType{{GPUType: jobspec.DefaultGPUType, PerNode: upstream.GPUsPerNode, IdleNodes: idle}}})
 }

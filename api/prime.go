@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/wire"
 )
 
 // The Prime-compatible surface (/api/v1/...): what the prime CLI's client sends and reads
@@ -539,7 +539,7 @@ func (s *Server) primeRunLogs(w http.ResponseWriter, r *http.Request) {
 	if v := in.Get("since_seconds"); v != "" {
 		q.Set("since", v+"s")
 	}
-	var page client.LogPage
+	var page wire.LogPage
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/logs", q, nil, &page) {
 		return
 	}
@@ -558,7 +558,7 @@ func (s *Server) primeRunEnvServers(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var page client.LogPage
+	var page wire.LogPage
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/logs", url.Values{"tail_lines": {"1"}}, nil, &page) {
 		return
 	}
@@ -614,7 +614,7 @@ func (s *Server) primeRunCheckpoints(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var list struct {
-		Items []client.Checkpoint `json:"items"`
+		Items []wire.Checkpoint `json:"items"`
 	}
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/checkpoints", nil, nil, &list) {
 		return
@@ -651,7 +651,7 @@ func (s *Server) primeRunProgress(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var p client.JobProgress
+	var p wire.JobProgress
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/progress", nil, nil, &p) {
 		return
 	}
@@ -671,7 +671,7 @@ func (s *Server) primeRunUsage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var u client.JobUsage
+	var u wire.JobUsage
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/usage", nil, nil, &u) {
 		return
 	}
@@ -704,7 +704,7 @@ func (s *Server) primeRunSamples(w http.ResponseWriter, r *http.Request) {
 	if n := intQuery(r, "limit", 0); n > 0 {
 		q.Set("limit", strconv.Itoa(min(n, 100)))
 	}
-	var page client.SamplesPage
+	var page wire.SamplesPage
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/samples", q, nil, &page) {
 		return
 	}
@@ -724,7 +724,7 @@ func (s *Server) primeRunDistributions(w http.ResponseWriter, r *http.Request) {
 			q.Set(k, v)
 		}
 	}
-	var d client.DistributionPage
+	var d wire.DistributionPage
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/distributions", q, nil, &d) {
 		return
 	}
@@ -736,7 +736,7 @@ func (s *Server) primeRunDistributions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) primeListModels(w http.ResponseWriter, r *http.Request) {
-	var list client.ModelList
+	var list wire.ModelList
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/models", nil, nil, &list) {
 		return
 	}
@@ -786,7 +786,7 @@ func (s *Server) primeCreateTrainingRun(w http.ResponseWriter, r *http.Request) 
 
 func (s *Server) primeTrainingGPUTypes(w http.ResponseWriter, r *http.Request) {
 	var list struct {
-		Items []client.GPUType `json:"items"`
+		Items []wire.GPUType `json:"items"`
 	}
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/gpus", nil, nil, &list) {
 		return
@@ -799,7 +799,7 @@ func (s *Server) primeTrainingGPUTypes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) primeTrainingFFTModels(w http.ResponseWriter, r *http.Request) {
-	var list client.ModelList
+	var list wire.ModelList
 	if !s.innerJSON(w, r, http.MethodGet, "/v1/models", nil, nil, &list) {
 		return
 	}

@@ -17,19 +17,19 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 
-	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/wire"
 )
 
 // Problem is an RFC 9457 problem document, with the field errors that caused it.
 type Problem struct {
-	client.Problem
+	wire.Problem
 	// retryAfter, if set, is sent as Retry-After (seconds).
 	retryAfter int
 }
 
 // FieldError names one thing wrong with a request; its wire form is the client's.
-type FieldError = client.FieldError
+type FieldError = wire.FieldError
 
 // problemTypeBase prefixes the type URIs; each names a page of docs/errors.md.
 const problemTypeBase = "https://hostedtrain.dev/problems/"
@@ -43,7 +43,7 @@ func unavailable() *Problem {
 }
 
 func newProblem(status int, slug, detail string) *Problem {
-	return &Problem{Problem: client.Problem{
+	return &Problem{Problem: wire.Problem{
 		Type:   problemTypeBase + slug,
 		Title:  http.StatusText(status),
 		Status: status,

@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
-	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
+	"github.com/hostedtrain/hostedtrain/internal/wire"
 )
 
 // Client calls one API with one token.
@@ -37,26 +37,6 @@ type Client struct {
 // New returns a client of the API at baseURL.
 func New(baseURL, token string) *Client {
 	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: DefaultTimeout}}
-}
-
-// Problem is the API's problem+json document.
-type Problem struct {
-	Type     string       `json:"type"`
-	Title    string       `json:"title"`
-	Status   int          `json:"status"`
-	Detail   string       `json:"detail,omitempty"`
-	Instance string       `json:"instance,omitempty"`
-	Errors   []FieldError `json:"errors,omitempty"`
-}
-
-// FieldError names one thing wrong with a request: a body field by JSON pointer (and its
-// place in the TOML or JSON document where known) or a parameter.
-type FieldError struct {
-	Pointer   string `json:"pointer,omitempty"`
-	Parameter string `json:"parameter,omitempty"`
-	Line      int    `json:"line,omitempty"`
-	Column    int    `json:"column,omitempty"`
-	Message   string `json:"message"`
 }
 
 // DefaultTimeout bounds a request of New's client. It must outlast the longest request the
@@ -97,21 +77,6 @@ func retryAfter(h http.Header) time.Duration {
 		return 0
 	}
 	return time.Duration(n) * time.Second
-}
-
-// String places the message: "line 3 (/sampling/max_token): unknown key ...".
-func (f FieldError) String() string {
-	switch {
-	case f.Line > 0 && f.Pointer != "":
-		return fmt.Sprintf("line %d (%s): %s", f.Line, f.Pointer, f.Message)
-	case f.Line > 0:
-		return fmt.Sprintf("line %d, column %d: %s", f.Line, f.Column, f.Message)
-	case f.Pointer != "":
-		return f.Pointer + ": " + f.Message
-	case f.Parameter != "":
-		return "parameter " + f.Parameter + ": " + f.Message
-	}
-	return f.Message
 }
 
 // Is says a client error other than a conflict, a timeout or a rate limit is job.ErrRefused:
@@ -195,40 +160,6 @@ func (c *Client) postJSON(ctx context.Context, path string, in, out any) (bool, 
 type Submitted struct {
 	job.Job
 	Warnings []FieldError `json:"warnings,omitempty"`
-}
-
-// Preview is a job as it would run, without queueing it.
-type Preview struct {
-	Config   json.RawMessage `json:"config"`
-	Warnings []FieldError    `json:"warnings"`
-	GPUs     struct {
-		Count int    `json:"count"`
-		Type  string `json:"type"`
-	} `json:"gpus"`
-	Queue struct {
-		RunsAhead int `json:"runs_ahead"`
-	} `json:"queue"`
-	Estimate *Estimate `json:"estimate,omitempty"`
-}
-
-// Estimate is what a training job would take, from the step times of past runs of the same
-// model on the same number of GPUs (or the service's default where there are none).
-type Estimate struct {
-	BasedOn         string  `json:"based_on"`
-	Runs            int     `json:"runs"`
-	Steps           int     `json:"steps"`
-	StepSeconds     Range   `json:"step_seconds"`
-	DurationSeconds Range   `json:"duration_seconds"`
-	GPUHours        Range   `json:"gpu_hours"`
-	Cost            *Range  `json:"cost,omitempty"`
-	PricePerGPUHour float64 `json:"price_per_gpu_hour,omitempty"`
-}
-
-// Range is a low, expected and high figure.
-type Range struct {
-	Low      float64 `json:"low"`
-	Expected float64 `json:"expected"`
-	High     float64 `json:"high"`
 }
 
 func jobPath(base, kind string) string {
@@ -530,12 +461,6 @@ func (c *Client) Fail(ctx context.Context, id string, o job.Outcome) error {
 	return err
 }
 
-// MetricsPage is a page of a job's metrics, one row a step.
-type MetricsPage struct {
-	Items       []jobdata.Row `json:"items"`
-	NextMinStep *int          `json:"next_min_step,omitempty"`
-}
-
 // JobMetrics reads a job's metrics: steps from minStep to maxStep (0: no bound), only the
 // named metrics (none: all), at most limit rows (0: the service's default).
 func (c *Client) JobMetrics(ctx context.Context, id string, minStep, maxStep int, names []string, limit int) (*MetricsPage, error) {
@@ -555,29 +480,6 @@ func (c *Client) JobMetrics(ctx context.Context, id string, minStep, maxStep int
 	return &page, err
 }
 
-// Checkpoint is one of a job's checkpoints in storage.
-type Checkpoint struct {
-	Step   int    `json:"step"`
-	Status string `json:"status"`
-	Pinned bool   `json:"pinned,omitempty"`
-	// Metrics are the step's reward and newest eval_reward at or before it.
-	Metrics map[string]float64 `json:"metrics,omitempty"`
-	// Best marks the committed checkpoint with the highest value of the job's best_metric.
-	Best     bool           `json:"best,omitempty"`
-	Bytes    int64          `json:"bytes"`
-	Files    int            `json:"files"`
-	Time     *time.Time     `json:"time,omitempty"`
-	Download []DownloadFile `json:"download,omitempty"`
-}
-
-// DownloadFile is one file of a committed checkpoint and a short-lived link to it.
-type DownloadFile struct {
-	Path   string `json:"path"`
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256,omitempty"`
-	URL    string `json:"url"`
-}
-
 // JobCheckpoints lists a job's checkpoints, ascending by step.
 func (c *Client) JobCheckpoints(ctx context.Context, id string) ([]Checkpoint, error) {
 	var page struct {
@@ -585,14 +487,6 @@ func (c *Client) JobCheckpoints(ctx context.Context, id string) ([]Checkpoint, e
 	}
 	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/checkpoints", "", nil, &page)
 	return page.Items, err
-}
-
-// Artifact is one of a job's outputs.
-type Artifact struct {
-	Name  string     `json:"name"`
-	Bytes int64      `json:"bytes"`
-	Time  *time.Time `json:"time,omitempty"`
-	URL   string     `json:"url,omitempty"`
 }
 
 // JobArtifacts lists a job's outputs.
@@ -721,17 +615,6 @@ func (o LogOptions) query() url.Values {
 	return q
 }
 
-// LogLine is one line of a job's log.
-type LogLine = jobdata.LogLine
-
-// LogPage is a read of a job's logs.
-type LogPage struct {
-	Attempt    int64     `json:"attempt,omitempty"`
-	Attempts   []int64   `json:"attempts"`
-	Components []string  `json:"components,omitempty"`
-	Items      []LogLine `json:"items"`
-}
-
 // JobLogs reads a job's log lines.
 func (c *Client) JobLogs(ctx context.Context, id string, o LogOptions) (*LogPage, error) {
 	var page LogPage
@@ -852,26 +735,6 @@ func (c *Client) streamHTTP() *http.Client {
 	return &h
 }
 
-// JobProgress is where a run stands.
-type JobProgress struct {
-	JobID          string             `json:"job_id"`
-	Status         job.Status         `json:"status"`
-	Step           int                `json:"step"`
-	MaxSteps       int                `json:"max_steps"`
-	Percent        float64            `json:"percent"`
-	Metrics        map[string]float64 `json:"metrics,omitempty"`
-	Series         map[string]string  `json:"series,omitempty"`
-	Result         *job.Result        `json:"result,omitempty"`
-	CheckpointStep int                `json:"checkpoint_step,omitempty"`
-	StepSeconds    *float64           `json:"step_seconds,omitempty"`
-	ETASeconds     *float64           `json:"eta_seconds,omitempty"`
-	ElapsedSeconds *float64           `json:"elapsed_seconds,omitempty"`
-	StartedAt      *time.Time         `json:"started_at,omitempty"`
-	UpdatedAt      time.Time          `json:"updated_at"`
-	// StepsWithSamples are the steps whose rollouts are stored (prime-rl runs only).
-	StepsWithSamples []int `json:"steps_with_samples,omitempty"`
-}
-
 // JobProgress reads where a run stands, its pace and ETA.
 func (c *Client) JobProgress(ctx context.Context, id string) (*JobProgress, error) {
 	var p JobProgress
@@ -888,17 +751,6 @@ func (c *Client) PinCheckpoint(ctx context.Context, id string, step int, pin boo
 	}
 	_, err := c.do(ctx, method, "/v1/jobs/"+url.PathEscape(id)+"/checkpoints/"+strconv.Itoa(step)+"/pin", "", nil, nil)
 	return err
-}
-
-// ForkRequest is what a fork changes: the step it starts from (0: the newest committed
-// checkpoint) and the new run's settings (zero: the job's own).
-type ForkRequest struct {
-	Step         int     `json:"step,omitempty"`
-	MaxSteps     int     `json:"max_steps,omitempty"`
-	Name         string  `json:"name,omitempty"`
-	LearningRate float64 `json:"learning_rate,omitempty"`
-	Priority     *int    `json:"priority,omitempty"`
-	TimeLimit    string  `json:"time_limit,omitempty"`
 }
 
 // ForkJob starts a new run from a committed checkpoint of job id.
@@ -928,59 +780,11 @@ func (c *Client) StopAndDeleteJob(ctx context.Context, id string) (deleted bool,
 	return true, nil, nil
 }
 
-// JobUsage is what one job used: GPU time, its price where the operator set one, and the
-// tokens its rollouts took.
-type JobUsage struct {
-	JobID           string     `json:"job_id"`
-	Name            string     `json:"name,omitempty"`
-	Kind            string     `json:"kind"`
-	Status          job.Status `json:"status"`
-	Model           string     `json:"model,omitempty"`
-	GPUs            int        `json:"gpus"`
-	GPUType         string     `json:"gpu_type,omitempty"`
-	GPUSeconds      float64    `json:"gpu_seconds"`
-	PricePerGPUHour float64    `json:"price_per_gpu_hour,omitempty"`
-	CostUSD         *float64   `json:"cost_usd,omitempty"`
-	// Projected* are what the whole run will use at its pace so far (a running rl job).
-	ProjectedGPUSeconds *float64 `json:"projected_gpu_seconds,omitempty"`
-	ProjectedCostUSD    *float64 `json:"projected_cost_usd,omitempty"`
-	Step                int      `json:"step"`
-	MaxSteps            int      `json:"max_steps,omitempty"`
-	// StorageBytes is what the job keeps in object storage as last measured; 0 before.
-	StorageBytes int64       `json:"storage_bytes,omitempty"`
-	Tokens       TokenCounts `json:"tokens"`
-	// JudgeTokens are the tokens of the service's judge calls for the job (billed to its
-	// organization); absent when it used none.
-	JudgeTokens *TokenCounts `json:"judge_tokens,omitempty"`
-	UpdatedAt   time.Time    `json:"updated_at"`
-}
-
-// TokenCounts are tokens of the run's rollouts: prompts (input) and completions (output).
-type TokenCounts struct {
-	Total  int64 `json:"total"`
-	Input  int64 `json:"input"`
-	Output int64 `json:"output"`
-}
-
 // JobUsage reads what one job used.
 func (c *Client) JobUsage(ctx context.Context, id string) (*JobUsage, error) {
 	var u JobUsage
 	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/usage", "", nil, &u)
 	return &u, err
-}
-
-// SamplesPage is a page of one step's rollout samples: what the model was asked, what it
-// answered, how it scored. Step is nil while the job has none.
-type SamplesPage struct {
-	JobID      string           `json:"job_id"`
-	Step       *int             `json:"step,omitempty"`
-	Steps      []int            `json:"steps"`
-	Episodes   int              `json:"episodes,omitempty"`
-	Samples    []jobdata.Sample `json:"samples"`
-	Total      int              `json:"total"`
-	Page       int              `json:"page"`
-	Limit      int              `json:"limit"`
-	TotalPages int              `json:"total_pages"`
 }
 
 // JobSamples reads a page of a step's samples; step 0 for the newest step, page and limit 0
@@ -995,15 +799,6 @@ func (c *Client) JobSamples(ctx context.Context, id string, step, page, limit in
 	var p SamplesPage
 	_, err := c.do(ctx, http.MethodGet, withQuery("/v1/jobs/"+url.PathEscape(id)+"/samples", q), "", nil, &p)
 	return &p, err
-}
-
-// DistributionPage is a histogram of a step's rewards or advantages.
-type DistributionPage struct {
-	JobID string `json:"job_id"`
-	Step  *int   `json:"step,omitempty"`
-	Type  string `json:"type"`
-	Steps []int  `json:"steps"`
-	jobdata.Distribution
 }
 
 // JobDistribution reads a step's histogram of typ (rewards or advantages; "" for rewards);
@@ -1027,41 +822,6 @@ func withQuery(path string, q url.Values) string {
 		return path
 	}
 	return path + "?" + q.Encode()
-}
-
-// Usage is GPU time used by the organization and by its jobs.
-type Usage struct {
-	Organization OrgUsage   `json:"organization"`
-	Jobs         []UsageJob `json:"jobs"`
-	NextCursor   string     `json:"next_cursor,omitempty"`
-	// ByUser and ByToken are the organization's GPU time (and its cost, where priced) by the
-	// user and by the token that submitted its jobs, the most used first.
-	ByUser  []job.UsageShare `json:"by_user"`
-	ByToken []job.UsageShare `json:"by_token"`
-}
-
-// OrgUsage is the organization's GPU time and what runs now.
-type OrgUsage struct {
-	Org         string  `json:"org"`
-	GPUSeconds  float64 `json:"gpu_seconds"`
-	Running     int     `json:"running"`
-	RunningGPUs int     `json:"running_gpus"`
-	// StorageBytes is what its jobs keep in object storage, as last measured.
-	StorageBytes int64 `json:"storage_bytes"`
-}
-
-// UsageJob is one job's line of the organization's usage.
-type UsageJob struct {
-	ID         string     `json:"id"`
-	Name       string     `json:"name,omitempty"`
-	Kind       string     `json:"kind"`
-	Status     job.Status `json:"status"`
-	GPUs       int        `json:"gpus"`
-	GPUType    string     `json:"gpu_type,omitempty"`
-	GPUSeconds float64    `json:"gpu_seconds"`
-	// StorageBytes is what the job keeps in object storage, as last measured; 0 before.
-	StorageBytes int64     `json:"storage_bytes,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
 }
 
 // Usage reads the organization's GPU time and its jobs', a page of jobs at a time.
@@ -1097,24 +857,6 @@ func (c *Client) Download(ctx context.Context, link string, w io.Writer) (int64,
 	return io.Copy(w, resp.Body)
 }
 
-// Model is one model a job may train without naming a renderer.
-type Model struct {
-	Name            string  `json:"name"`
-	GPUs            int     `json:"gpus"`
-	PricePerGPUHour float64 `json:"price_per_gpu_hour,omitempty"`
-	Renderer        string  `json:"renderer,omitempty"`
-	// IdleNodes is how many nodes wait for work with the model's GPUs free right now.
-	IdleNodes int `json:"idle_nodes"`
-}
-
-// GPUType is a GPU type jobs run on: the most one job takes (a node's), and how many nodes
-// wait for work now with at least n GPUs free (IdleNodes[n-1]).
-type GPUType struct {
-	GPUType   string `json:"gpu_type"`
-	PerNode   int    `json:"per_node"`
-	IdleNodes []int  `json:"idle_nodes"`
-}
-
 // GPUs lists the GPU types jobs run on.
 func (c *Client) GPUs(ctx context.Context) ([]GPUType, error) {
 	var list struct {
@@ -1124,16 +866,37 @@ func (c *Client) GPUs(ctx context.Context) ([]GPUType, error) {
 	return list.Items, err
 }
 
-// ModelList is what training jobs may name: the operator's list, or the models prime-rl
-// renders by itself (then any other model trains too, with a renderer named).
-type ModelList struct {
-	Items        []Model `json:"items"`
-	OperatorList bool    `json:"operator_list"`
-}
-
 // Models lists the models training jobs may name, with the GPUs an rl job of each takes.
 func (c *Client) Models(ctx context.Context) (*ModelList, error) {
 	var list ModelList
 	_, err := c.do(ctx, http.MethodGet, "/v1/models", "", nil, &list)
 	return &list, err
 }
+
+// Wire types: the API's answers and requests, defined once in internal/wire, which the server
+// imports too.
+type (
+	Range            = wire.Range
+	SamplesPage      = wire.SamplesPage
+	Preview          = wire.Preview
+	ModelList        = wire.ModelList
+	LogPage          = wire.LogPage
+	JobProgress      = wire.JobProgress
+	Estimate         = wire.Estimate
+	DownloadFile     = wire.DownloadFile
+	DistributionPage = wire.DistributionPage
+	Checkpoint       = wire.Checkpoint
+	UsageJob         = wire.UsageJob
+	Problem          = wire.Problem
+	Model            = wire.Model
+	JobUsage         = wire.JobUsage
+	GPUType          = wire.GPUType
+	Artifact         = wire.Artifact
+	Usage            = wire.Usage
+	TokenCounts      = wire.TokenCounts
+	OrgUsage         = wire.OrgUsage
+	MetricsPage      = wire.MetricsPage
+	ForkRequest      = wire.ForkRequest
+	FieldError       = wire.FieldError
+	LogLine          = wire.LogLine
+)
