@@ -1,15 +1,11 @@
 package queue
 
-import (
-	"fmt"
-	"slices"
-	"strings"
-)
+import "github.com/hostedtrain/hostedtrain/internal/redisfn"
 
-// Every function of the library takes its arguments by name: Go passes an args map, call
-// puts it in the order funcArgs gives, and the Lua function finds each as a local arg_<name>
-// (generated from the same list by luaArgs). A name missing on either side is an error at the
-// call, not a value in the wrong slot.
+// Every function of the library takes its arguments by name (internal/redisfn): Go passes an
+// args map, call puts it in the order funcArgs gives, and the Lua function finds each as a
+// local arg_<name>. A name missing on either side is an error at the call, not a value in the
+// wrong slot.
 
 // commonArgs come first in every call (begin reads them): the key prefix, the time (ms), the
 // usage decay time constant (ms), the service's default running and queued limits per
@@ -19,7 +15,7 @@ var commonArgs = []string{"prefix", "now", "tau", "max_running", "max_queued", "
 
 // restArg ends a function's list when it takes a variable number of values last (checkpoint
 // steps): Lua finds them from ARGV[REST] on.
-const restArg = "..."
+const restArg = redisfn.Rest
 
 var funcArgs = map[string][]string{
 	"submit": {"id", "org", "kind", "name", "config", "max_attempts", "max_steps", "secrets", "priority", "class",
@@ -50,66 +46,3 @@ var funcArgs = map[string][]string{
 
 // args are a call's own arguments by name.
 type args map[string]any
-
-// argv lays out a call of fn: the common arguments, then fn's own in their order, then rest.
-func argv(fn string, common []any, a args, rest []any) ([]any, error) {
-	names, ok := funcArgs[fn]
-	if !ok {
-		return nil, fmt.Errorf("queue: no function %q", fn)
-	}
-	own := names
-	variadic := len(names) > 0 && names[len(names)-1] == restArg
-	if variadic {
-		own = names[:len(names)-1]
-	} else if len(rest) > 0 {
-		return nil, fmt.Errorf("queue: %s takes no further values", fn)
-	}
-	if len(a) != len(own) {
-		return nil, fmt.Errorf("queue: %s: %d arguments, want %d (%s)", fn, len(a), len(own), strings.Join(own, ", "))
-	}
-	out := make([]any, 0, len(common)+len(own)+len(rest))
-	out = append(out, common...)
-	for _, n := range own {
-		v, ok := a[n]
-		if !ok {
-			return nil, fmt.Errorf("queue: %s: argument %s missing", fn, n)
-		}
-		out = append(out, v)
-	}
-	return append(out, rest...), nil
-}
-
-// luaArgs is the Lua that opens function fn: its arguments as locals, and REST, the index of
-// the first further value, for a function that takes them.
-func luaArgs(fn string) string {
-	var b strings.Builder
-	for i, n := range funcArgs[fn] {
-		pos := len(commonArgs) + i + 1
-		if n == restArg {
-			fmt.Fprintf(&b, "local REST = %d\n", pos)
-			continue
-		}
-		fmt.Fprintf(&b, "local arg_%s = ARGV[%d]\n", n, pos)
-	}
-	return b.String()
-}
-
-// checkArgs is what the library's build checks: every function has its list, every list's
-// names are distinct and none shadows a common one.
-func checkArgs(funcs []string) error {
-	for _, fn := range funcs {
-		names, ok := funcArgs[fn]
-		if !ok {
-			return fmt.Errorf("queue: function %s has no argument list", fn)
-		}
-		for i, n := range names {
-			if slices.Contains(names[:i], n) || slices.Contains(commonArgs, n) {
-				return fmt.Errorf("queue: function %s names %s twice", fn, n)
-			}
-			if n == restArg && i != len(names)-1 {
-				return fmt.Errorf("queue: function %s: %s must come last", fn, restArg)
-			}
-		}
-	}
-	return nil
-}

@@ -32,6 +32,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/redisfn"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
 )
 
@@ -167,7 +168,7 @@ type Client struct {
 	keys     keys
 	tau      int64 // usage decay time constant, ms
 	wakeup   *notifier
-	funcs    *functions
+	funcs    *redisfn.Caller
 	revoked  revocations
 	split    bool // a cluster: a job's own keys are out of a queue function's reach (settle.go)
 	migrated migrated
@@ -186,7 +187,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Client {
 		rdb: rdb, cfg: cfg, keys: k,
 		tau:    int64(float64(cfg.UsageHalfLife.Milliseconds()) / math.Ln2),
 		wakeup: newNotifier(rdb, k.wake(randomHex(8))),
-		funcs:  &functions{rdb: rdb},
+		funcs:  redisfn.NewCaller(rdb, library),
 		split:  isCluster(rdb),
 	}
 }
