@@ -172,8 +172,8 @@ func (s *Service) launch(ctx, sendCtx context.Context, t *tally) (int, int, erro
 	if free == 0 {
 		return events, 0, nil
 	}
-	ids, err := takeScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()),
-		(s.cfg.Timeout + 30*time.Second).Milliseconds(), free, s.cfg.OrgConcurrency).StringSlice()
+	ids, err := s.call(ctx, "take", s.cfg.Now(), map[string]any{"lease_ms": (s.cfg.Timeout + 30*time.Second).Milliseconds(),
+		"want": free, "cap": s.cfg.OrgConcurrency}).StringSlice()
 	if err != nil {
 		return events, 0, fmt.Errorf("webhooks: take: %w", err)
 	}
@@ -231,9 +231,9 @@ func eventOf(e queue.OutboxEvent) event {
 }
 
 func (s *Service) makeDeliveries(ctx context.Context, ev event, only, except string) ([]string, error) {
-	ids, err := fanoutScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()),
-		ev.org, ev.typ, ev.jobID, ev.seq, ev.msg, ev.status, ev.detail, ms(ev.at), ev.data,
-		only, except, s.cfg.KeepDeliveries, s.cfg.MaxPending).StringSlice()
+	ids, err := s.call(ctx, "fanout", s.cfg.Now(), map[string]any{"org": ev.org, "type": ev.typ, "job_id": ev.jobID, "seq": ev.seq,
+		"msg": ev.msg, "status": ev.status, "detail": ev.detail, "time": ms(ev.at), "data": ev.data,
+		"only": only, "except": except, "keep": s.cfg.KeepDeliveries, "max_pending": s.cfg.MaxPending}).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: fan out %s: %w", ev.msg, err)
 	}
@@ -432,8 +432,9 @@ func (s *Service) record(ctx context.Context, id, org, ep, outcome string, code 
 		nextMS = ms(next)
 	}
 	reason := fmt.Sprintf("every delivery failed for %s; fix the receiver, then re-enable the endpoint", human(s.cfg.DisableAfter))
-	res, err := recordScript.Run(context.WithoutCancel(ctx), s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(now), id, outcome, codeText,
-		latency.Milliseconds(), errText, nextMS, line, s.cfg.DisableAfter.Milliseconds(), reason, int64(s.cfg.Retention.Seconds())).StringSlice()
+	res, err := s.call(context.WithoutCancel(ctx), "record", now, map[string]any{"id": id, "outcome": outcome, "code": codeText,
+		"latency_ms": latency.Milliseconds(), "error": errText, "next_at": nextMS, "line": line,
+		"disable_after_ms": s.cfg.DisableAfter.Milliseconds(), "disable_reason": reason, "keep_s": int64(s.cfg.Retention.Seconds())}).StringSlice()
 	if err != nil {
 		return "", fmt.Errorf("webhooks: record %s: %w", id, err)
 	}
@@ -566,7 +567,7 @@ func (s *Service) Redeliver(ctx context.Context, org, ep, id string) (*webhook.D
 	if _, err := s.Delivery(ctx, org, ep, id); err != nil {
 		return nil, err
 	}
-	ok, err := redeliverScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()), id, ep).Int()
+	ok, err := s.call(ctx, "redeliver", s.cfg.Now(), map[string]any{"id": id, "ep": ep}).Int()
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: redeliver: %w", err)
 	}
@@ -607,8 +608,8 @@ func (s *Service) Test(ctx context.Context, org, ep string) (*webhook.Delivery, 
 
 // countTest counts a test delivery against the endpoint's and the organization's rates.
 func (s *Service) countTest(ctx context.Context, org, ep string) error {
-	res, err := testRateScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()), ep, org,
-		s.cfg.TestsPerEndpoint, s.cfg.TestsPerOrg, s.cfg.TestWindow.Milliseconds()).Int64Slice()
+	res, err := s.call(ctx, "test_rate", s.cfg.Now(), map[string]any{"ep": ep, "org": org, "per_ep": s.cfg.TestsPerEndpoint,
+		"per_org": s.cfg.TestsPerOrg, "window_ms": s.cfg.TestWindow.Milliseconds()}).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("webhooks: count a test delivery: %w", err)
 	}

@@ -1,16 +1,15 @@
 package webhooks
 
 import (
-	"github.com/redis/go-redis/v9"
-
+	"github.com/hostedtrain/hostedtrain/internal/redisfn"
 	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
 )
 
-// The scripts change a delivery's state in one step. Each takes the "{tag}:wh:" prefix as
-// ARGV[1] and now (ms) as ARGV[2], builds its key names from the prefix with the builders
-// generated from internal/rediskeys (all under one hash tag, so one cluster slot), and is
-// routed by KEYS[1], the set of organizations with work due.
-// Each starts with prelude, the helpers they share.
+// The functions change a delivery's state in one step. Each takes the "{tag}:wh:" prefix and
+// now (ms) first, then its own arguments by name (arg_<name>; internal/redisfn), builds its key
+// names from the prefix with the builders generated from internal/rediskeys (all under one
+// hash tag, so one cluster slot), and is routed by KEYS[1], the set of organizations with work
+// due. prelude holds the helpers they share.
 
 // prelude keeps the due deliveries per organization: due:{org} holds an organization's
 // deliveries by when they may go, and dueorgs each organization that has any, by when its
@@ -19,8 +18,14 @@ import (
 // front of another's. busy:{org} holds the organization's deliveries being sent, by when
 // their lease runs out.
 var prelude = rediskeys.Webhooks.Lua("P") + `
-local NOW = tonumber(ARGV[2])
-setKeys(ARGV[1])
+local KEYS, ARGV, NOW
+
+-- begin opens every call: the key prefix (ARGV[1]) and now (ARGV[2], ms) come first.
+local function begin(keys, args)
+  KEYS, ARGV = keys, args
+  NOW = tonumber(ARGV[2])
+  setKeys(ARGV[1])
+end
 
 -- refresh scores org in dueorgs by its earliest due delivery, or removes it.
 local function refresh(org)
@@ -76,24 +81,24 @@ local function drop(did, keep)
 end
 `
 
-// fanoutScript makes one delivery of a message for each endpoint of the organization that
+// fanoutLua (function fanout) makes one delivery of a message for each endpoint of the organization that
 // takes it. A delivery's id is a hash of the message and the endpoint, so fanning out the same
 // outbox event twice (a dispatcher that died before acknowledging it) makes nothing twice. A delivery about a job waits behind
 // the endpoint's earlier deliveries of that job. The event is stored once, in ev:{msg}, with
 // how many deliveries refer to it (refs) and how many of those are pending; the deliveries
-// refer to it by the message id. Each new delivery trims its endpoint's log to ARGV[14]
+// refer to it by the message id. Each new delivery trims its endpoint's log to arg_keep
 // entries, dropping the oldest finished deliveries.
-// ARGV[3] org  ARGV[4] type
-// ARGV[5] job id or ""  ARGV[6] sequence  ARGV[7] message id  ARGV[8] the job's status
-// ARGV[9] detail  ARGV[10] when the event happened (ms)  ARGV[11] the data of an event that
-// is not about a job (JSON) or ""  ARGV[12] only this endpoint (a test; it need not
-// subscribe, and is sent even if disabled) or ""  ARGV[13] not this endpoint or ""
-// ARGV[14] how many deliveries an endpoint's log keeps  ARGV[15] how many may wait to be sent
+// arg_org org  arg_type type
+// arg_job_id job id or ""  arg_seq sequence  arg_msg message id  arg_status the job's status
+// arg_detail detail  arg_time when the event happened (ms)  arg_data the data of an event that
+// is not about a job (JSON) or ""  arg_only only this endpoint (a test; it need not
+// subscribe, and is sent even if disabled) or ""  arg_except not this endpoint or ""
+// arg_keep how many deliveries an endpoint's log keeps  arg_max_pending how many may wait to be sent
 // (pending) at once: past it a delivery is not made, and the endpoint counts it (dropped)
 // Returns the ids of the deliveries made.
-var fanoutScript = redis.NewScript(prelude + `
-local org, typ, jobid, msg = ARGV[3], ARGV[4], ARGV[5], ARGV[7]
-local only, except, keepn, maxpend = ARGV[12], ARGV[13], tonumber(ARGV[14]), tonumber(ARGV[15])
+var fanoutLua = `
+local org, typ, jobid, msg = arg_org, arg_type, arg_job_id, arg_msg
+local only, except, keepn, maxpend = arg_only, arg_except, tonumber(arg_keep), tonumber(arg_max_pending)
 local function takes(csv)
   for e in string.gmatch(csv or '', '[^,]+') do
     if e == typ or e == '*' then
@@ -148,7 +153,7 @@ for _, ep in ipairs(eps) do
       end
     end
     if not full and redis.call('EXISTS', dk) == 0 then
-      redis.call('HSET', dk, 'ep', ep, 'org', org, 'msg', msg, 'type', typ, 'job_id', jobid, 'seq', ARGV[6],
+      redis.call('HSET', dk, 'ep', ep, 'org', org, 'msg', msg, 'type', typ, 'job_id', jobid, 'seq', arg_seq,
         'status', 'pending', 'attempts', 0, 'created_at', ARGV[2], 'next_at', ARGV[2])
       if only ~= '' then
         redis.call('HSET', dk, 'force', '1')
@@ -168,23 +173,23 @@ for _, ep in ipairs(eps) do
 end
 if #made > 0 then
   local ek = evkey(msg)
-  redis.call('HSET', ek, 'org', org, 'type', typ, 'job_id', jobid, 'seq', ARGV[6], 'status', ARGV[8],
-    'detail', ARGV[9], 'time', ARGV[10], 'data', ARGV[11])
+  redis.call('HSET', ek, 'org', org, 'type', typ, 'job_id', jobid, 'seq', arg_seq, 'status', arg_status,
+    'detail', arg_detail, 'time', arg_time, 'data', arg_data)
   redis.call('HINCRBY', ek, 'pending', #made)
   redis.call('HINCRBY', ek, 'refs', #made)
   redis.call('PERSIST', ek)
 end
 return made
-`)
+`
 
-// takeScript hands a dispatcher up to ARGV[4] deliveries that are due, going round the
-// organizations that have any and giving each at most ARGV[5] at once: it pushes each one's
-// due time ARGV[3] ms ahead and holds a slot of its organization's for as long (a dispatcher
+// takeLua (function take) hands a dispatcher up to arg_want deliveries that are due, going round the
+// organizations that have any and giving each at most arg_cap at once: it pushes each one's
+// due time arg_lease_ms ms ahead and holds a slot of its organization's for as long (a dispatcher
 // that dies mid-send leaves it to be taken again then). An organization whose slots are all
 // held is passed over until one frees. It first moves deliveries left in the single due set
 // of earlier versions into their organizations' sets.
 // Returns the ids taken.
-var takeScript = redis.NewScript(prelude + `
+var takeLua = `
 local legacy = redis.call('ZRANGE', LEGACY_DUE, 0, 99, 'WITHSCORES')
 for i = 1, #legacy, 2 do
   local org = redis.call('HGET', dlkey(legacy[i]), 'org')
@@ -193,7 +198,7 @@ for i = 1, #legacy, 2 do
   end
   redis.call('ZREM', LEGACY_DUE, legacy[i])
 end
-local want, cap, lease = tonumber(ARGV[4]), tonumber(ARGV[5]), NOW + tonumber(ARGV[3])
+local want, cap, lease = tonumber(arg_want), tonumber(arg_cap), NOW + tonumber(arg_lease_ms)
 local open = redis.call('ZRANGEBYSCORE', DUEORGS, '-inf', NOW, 'LIMIT', 0, want)
 for _, org in ipairs(open) do
   redis.call('ZREMRANGEBYSCORE', busyset(org), '-inf', NOW)
@@ -224,20 +229,20 @@ for _, org in ipairs(open) do
   refresh(org)
 end
 return taken
-`)
+`
 
-// recordScript writes down an attempt and what follows from it.
-// ARGV[3] delivery id  ARGV[4] outcome: delivered | retry | failed | gone (410) | skipped
-// ARGV[5] response code or ""  ARGV[6] latency ms  ARGV[7] error or ""  ARGV[8] next attempt
-// (ms) for retry  ARGV[9] the attempt's log line  ARGV[10] failing this long disables (ms)
-// ARGV[11] the reason given then  ARGV[12] how long finished deliveries are kept (s)
+// recordLua (function record) writes down an attempt and what follows from it.
+// arg_id delivery id  arg_outcome outcome: delivered | retry | failed | gone (410) | skipped
+// arg_code response code or ""  arg_latency_ms latency ms  arg_error error or ""  arg_next_at next attempt
+// (ms) for retry  arg_line the attempt's log line  arg_disable_after_ms failing this long disables (ms)
+// arg_disable_reason the reason given then  arg_keep_s how long finished deliveries are kept (s)
 // A delivery that is finished (delivered, failed, skipped) lets the endpoint's next delivery
 // of the same job go, and frees its organization's slot. An endpoint's first failure after a
-// success starts its failing clock; a success stops it; 410, or failing for ARGV[10],
+// success starts its failing clock; a success stops it; 410, or failing for arg_disable_after_ms,
 // disables it.
 // Returns {the delivery's status, the reason the endpoint was disabled now or ""}.
-var recordScript = redis.NewScript(prelude + `
-local did, outcome = ARGV[3], ARGV[4]
+var recordLua = `
+local did, outcome = arg_id, arg_outcome
 local dk = dlkey(did)
 local d = redis.call('HMGET', dk, 'ep', 'job_id', 'org', 'msg', 'status')
 if not d[1] then
@@ -248,8 +253,8 @@ local ek = epkey(ep)
 local disabled = ''
 if outcome ~= 'skipped' then
   redis.call('HINCRBY', dk, 'attempts', 1)
-  redis.call('HSET', dk, 'last_at', ARGV[2], 'last_code', ARGV[5], 'last_latency_ms', ARGV[6], 'last_error', ARGV[7])
-  redis.call('LPUSH', attkey(did), ARGV[9])
+  redis.call('HSET', dk, 'last_at', ARGV[2], 'last_code', arg_code, 'last_latency_ms', arg_latency_ms, 'last_error', arg_error)
+  redis.call('LPUSH', attkey(did), arg_line)
   redis.call('LTRIM', attkey(did), 0, 9)
   if redis.call('EXISTS', ek) == 1 then
     if outcome == 'delivered' then
@@ -262,8 +267,8 @@ if outcome ~= 'skipped' then
       end
       if outcome == 'gone' then
         disabled = 'the endpoint answered 410 Gone'
-      elseif NOW - since >= tonumber(ARGV[10]) then
-        disabled = ARGV[11]
+      elseif NOW - since >= tonumber(arg_disable_after_ms) then
+        disabled = arg_disable_reason
       end
       if disabled ~= '' then
         if redis.call('HGET', ek, 'enabled') == '1' then
@@ -276,8 +281,8 @@ if outcome ~= 'skipped' then
   end
 end
 if outcome == 'retry' and disabled == '' then
-  redis.call('HSET', dk, 'status', 'pending', 'next_at', ARGV[8])
-  due_at(org, did, ARGV[8])
+  redis.call('HSET', dk, 'status', 'pending', 'next_at', arg_next_at)
+  due_at(org, did, arg_next_at)
   return {'pending', ''}
 end
 local status = outcome
@@ -286,10 +291,10 @@ if outcome == 'retry' or outcome == 'gone' then
 end
 redis.call('HSET', dk, 'status', status, 'next_at', '')
 not_due(org, did)
-redis.call('EXPIRE', dk, ARGV[12])
-redis.call('EXPIRE', attkey(did), ARGV[12])
+redis.call('EXPIRE', dk, arg_keep_s)
+redis.call('EXPIRE', attkey(did), arg_keep_s)
 if was == 'pending' then
-  settle(msg, ARGV[12])
+  settle(msg, arg_keep_s)
 end
 if jobid ~= '' then
   local ok = orderkey(ep, jobid)
@@ -302,17 +307,17 @@ if jobid ~= '' then
   end
 end
 return {status, disabled}
-`)
+`
 
-// redeliverScript sends a delivery again now, whatever became of it, and keeps it and its
+// redeliverLua (function redeliver) sends a delivery again now, whatever became of it, and keeps it and its
 // event while it is pending.
-// ARGV[3] delivery id  ARGV[4] endpoint id (it must be the delivery's)
+// arg_id delivery id  arg_ep endpoint id (it must be the delivery's)
 // Returns 1, or 0 if the delivery is not the endpoint's, or -1 if its event is no longer kept.
-var redeliverScript = redis.NewScript(prelude + `
-local did = ARGV[3]
+var redeliverLua = `
+local did = arg_id
 local dk = dlkey(did)
 local d = redis.call('HMGET', dk, 'ep', 'org', 'msg', 'status', 'body')
-if d[1] ~= ARGV[4] then
+if d[1] ~= arg_ep then
   return 0
 end
 local ek = evkey(d[3])
@@ -328,56 +333,56 @@ redis.call('PERSIST', dk)
 redis.call('PERSIST', attkey(did))
 due_at(d[2], did, ARGV[2])
 return 1
-`)
+`
 
-// purgeScript removes up to ARGV[4] of an endpoint's deliveries, with their attempts and
+// purgeLua (function purge) removes up to arg_count of an endpoint's deliveries, with their attempts and
 // their places in line, and their references to their events; the endpoint's job lines go
 // with them. Delete calls it until nothing is left.
-// ARGV[3] endpoint id  ARGV[4] how many  ARGV[5] how long a settled event is kept (s)
+// arg_ep endpoint id  arg_count how many  arg_keep_s how long a settled event is kept (s)
 // Returns how many of the endpoint's deliveries are left.
-var purgeScript = redis.NewScript(prelude + `
-local ep = ARGV[3]
+var purgeLua = `
+local ep = arg_ep
 local lk = logkey(ep)
-for _, did in ipairs(redis.call('ZRANGE', lk, 0, tonumber(ARGV[4]) - 1)) do
+for _, did in ipairs(redis.call('ZRANGE', lk, 0, tonumber(arg_count) - 1)) do
   local jobid = redis.call('HGET', dlkey(did), 'job_id')
   if jobid and jobid ~= '' then
     redis.call('DEL', orderkey(ep, jobid))
   end
-  drop(did, ARGV[5])
+  drop(did, arg_keep_s)
   redis.call('ZREM', lk, did)
 end
 return redis.call('ZCARD', lk)
-`)
+`
 
-// createScript registers an endpoint unless its organization already has ARGV[4].
-// ARGV[3] org  ARGV[4] how many endpoints an organization may have  ARGV[5] endpoint id
-// ARGV[6...] the endpoint's fields, name then value
+// createLua (function create) registers an endpoint unless its organization already has arg_max.
+// arg_org org  arg_max how many endpoints an organization may have  arg_ep endpoint id
+// the further values the endpoint's fields, name then value
 // Returns 1, or 0 when the organization is at its limit (nothing is written).
-var createScript = redis.NewScript(prelude + `
-local ok = orgeps(ARGV[3])
-if redis.call('SCARD', ok) >= tonumber(ARGV[4]) then
+var createLua = `
+local ok = orgeps(arg_org)
+if redis.call('SCARD', ok) >= tonumber(arg_max) then
   return 0
 end
 local fields = {}
-for i = 6, #ARGV do
+for i = REST, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
-redis.call('HSET', epkey(ARGV[5]), unpack(fields))
-redis.call('SADD', ok, ARGV[5])
+redis.call('HSET', epkey(arg_ep), unpack(fields))
+redis.call('SADD', ok, arg_ep)
 return 1
-`)
+`
 
-// testRateScript counts a test delivery against its endpoint's window and its organization's
-// (fixed windows of ARGV[7] ms, counted in Redis so every API instance shares them), or
+// test_rateLua (function test_rate) counts a test delivery against its endpoint's window and its organization's
+// (fixed windows of arg_window_ms ms, counted in Redis so every API instance shares them), or
 // refuses it when either is full.
-// ARGV[3] endpoint id  ARGV[4] org  ARGV[5] tests per endpoint a window  ARGV[6] tests per
-// organization a window  ARGV[7] the window (ms)
+// arg_ep endpoint id  arg_org org  arg_per_ep tests per endpoint a window  arg_per_org tests per
+// organization a window  arg_window_ms the window (ms)
 // Returns {0, 0} when counted, or {1 (the endpoint's) or 2 (the organization's), ms until the
 // full window ends}.
-var testRateScript = redis.NewScript(prelude + `
-local ks = {eprate(ARGV[3]), orgrate(ARGV[4])}
-local maxes = {tonumber(ARGV[5]), tonumber(ARGV[6])}
-local window = tonumber(ARGV[7])
+var test_rateLua = `
+local ks = {eprate(arg_ep), orgrate(arg_org)}
+local maxes = {tonumber(arg_per_ep), tonumber(arg_per_org)}
+local window = tonumber(arg_window_ms)
 for i, k in ipairs(ks) do
   if (tonumber(redis.call('GET', k)) or 0) >= maxes[i] then
     local ttl = redis.call('PTTL', k)
@@ -394,4 +399,33 @@ for _, k in ipairs(ks) do
   end
 end
 return {0, 0}
-`)
+`
+
+// commonArgs come first in every call: the "{tag}:wh:" prefix the key names are built from,
+// and now (ms).
+var commonArgs = []string{"prefix", "now"}
+
+// library is the webhooks' functions, their arguments by name (internal/redisfn).
+var library = redisfn.MustBuild(redisfn.Spec{
+	Prefix: "hostedtrain_wh",
+	Header: prelude,
+	Common: commonArgs,
+	Args: map[string][]string{
+		"fanout":    {"org", "type", "job_id", "seq", "msg", "status", "detail", "time", "data", "only", "except", "keep", "max_pending"},
+		"take":      {"lease_ms", "want", "cap"},
+		"record":    {"id", "outcome", "code", "latency_ms", "error", "next_at", "line", "disable_after_ms", "disable_reason", "keep_s"},
+		"redeliver": {"id", "ep"},
+		"purge":     {"ep", "count", "keep_s"},
+		"create":    {"org", "max", "ep", redisfn.Rest},
+		"test_rate": {"ep", "org", "per_ep", "per_org", "window_ms"},
+	},
+	Bodies: map[string]string{
+		"fanout":    fanoutLua,
+		"take":      takeLua,
+		"record":    recordLua,
+		"redeliver": redeliverLua,
+		"purge":     purgeLua,
+		"create":    createLua,
+		"test_rate": test_rateLua,
+	},
+})

@@ -35,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/redisfn"
 	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 	"github.com/hostedtrain/hostedtrain/internal/webhook"
@@ -160,10 +161,11 @@ func (c *Config) defaults() error {
 
 // Service keeps endpoints and delivers to them.
 type Service struct {
-	rdb  redis.UniversalClient
-	cfg  Config
-	k    keys
-	http *http.Client
+	rdb   redis.UniversalClient
+	funcs *redisfn.Caller
+	cfg   Config
+	k     keys
+	http  *http.Client
 
 	outbox *queue.Outbox
 	slots  chan struct{} // one per delivery being sent; Concurrency of them
@@ -175,8 +177,14 @@ func New(rdb redis.UniversalClient, cfg Config) (*Service, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	return &Service{rdb: rdb, cfg: cfg, k: keys{p: "{" + cfg.Prefix + "}:wh:"}, outbox: cfg.Hooks.Outbox(group),
+	return &Service{rdb: rdb, funcs: redisfn.NewCaller(rdb, library), cfg: cfg, k: keys{p: "{" + cfg.Prefix + "}:wh:"}, outbox: cfg.Hooks.Outbox(group),
 		http: cfg.Guard.Client(cfg.Timeout), slots: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1)}, nil
+}
+
+// call runs one of the library's functions (scripts.go) at now, routed by the set of
+// organizations with work due, with its arguments by name.
+func (s *Service) call(ctx context.Context, fn string, now time.Time, a map[string]any, rest ...any) *redis.Cmd {
+	return s.funcs.Call(ctx, fn, s.k.dueOrgs(), []any{s.k.p, ms(now)}, a, rest...)
 }
 
 type keys struct {
@@ -219,7 +227,7 @@ func (s *Service) Create(ctx context.Context, org, url string, events []string, 
 	if err != nil {
 		return nil, err
 	}
-	made, err := createScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(now), org, s.cfg.MaxEndpoints, id,
+	made, err := s.call(ctx, "create", now, map[string]any{"org": org, "max": s.cfg.MaxEndpoints, "ep": id},
 		"org", org, "url", url, "events", strings.Join(events, ","), "enabled", "1",
 		"description", description, "secret", sealed, "created_at", ms(now), "updated_at", ms(now)).Int()
 	if err != nil {
@@ -404,8 +412,8 @@ func (s *Service) Delete(ctx context.Context, org, id string) error {
 // purge removes a deleted endpoint's deliveries, a batch at a time.
 func (s *Service) purge(ctx context.Context, ep string) error {
 	for {
-		left, err := purgeScript.Run(ctx, s.rdb, []string{s.k.dueOrgs()}, s.k.p, ms(s.cfg.Now()), ep, 200,
-			int64(s.cfg.Retention.Seconds())).Int()
+		left, err := s.call(ctx, "purge", s.cfg.Now(), map[string]any{"ep": ep, "count": 200,
+			"keep_s": int64(s.cfg.Retention.Seconds())}).Int()
 		if err != nil {
 			return fmt.Errorf("webhooks: remove the deliveries of %s: %w", ep, err)
 		}
