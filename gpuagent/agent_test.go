@@ -64,9 +64,25 @@ func TestMain(m *testing.M) {
 		}
 	}
 	checkCmd = strings.Join(upstreamtest.Command(failer{}), " ")
+	before := agentCgroups()
 	code := m.Run()
 	os.RemoveAll(dir)
+	// The tests' agents each had a work dir of their own, so a cgroup of their own: one whose
+	// agent was killed and never started again is still there, empty. Removing it is the
+	// tests' cleanup (a node's agent keeps one work dir, and its next start reclaims its own).
+	for _, d := range agentCgroups() {
+		if !slices.Contains(before, d) {
+			_ = os.Remove(d) // only an empty cgroup goes
+		}
+	}
 	os.Exit(code)
+}
+
+// agentCgroups are the agents' cgroups on this machine, in every hierarchy.
+func agentCgroups() []string {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/hostedtrain/a-*")
+	v2, _ := filepath.Glob("/sys/fs/cgroup/hostedtrain/a-*")
+	return append(dirs, v2...)
 }
 
 // failer is a testing.TB for TestMain, before any test runs: a failure ends the run.
