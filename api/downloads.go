@@ -32,11 +32,7 @@ func (s *Server) downloadURL(ctx context.Context, r *http.Request, key string, e
 	}
 	payload := strconv.FormatInt(expires.Unix(), 10) + "\n" + key
 	token := base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(s.downloadMAC(payload))
-	scheme := "http"
-	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host + "/v1/downloads/" + token, nil
+	return publicBase(r) + "/v1/downloads/" + token, nil
 }
 
 func (s *Server) downloadMAC(payload string) []byte {

@@ -37,16 +37,7 @@ func TestAFailingDutySkipsNoOther(t *testing.T) {
 		if err := b.q.SetOrg(ctx, "acme", job.OrgSettings{CheckpointTTLDays: 1}); err != nil {
 			t.Fatal(err)
 		}
-		j := b.submitSpec(t, "acme", jobSpec("ended", 8))
-		cl := b.claimFor(t, "agent-1", h100x8)
-		if cl == nil || cl.Job.ID != j.ID {
-			t.Fatalf("claim: %+v", cl)
-		}
-		putBytes(t, store, j.ID, "metrics/000001-00000001-00000002-0000.jsonl", 300)
-		putCheckpoint(t, store, j.ID, 5)
-		if _, err := b.q.Complete(ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Checkpoints: []int{5}}); err != nil {
-			t.Fatal(err)
-		}
+		id := completedWithData(t, b, store, "acme", "ended")
 		// Past the retention (the archive is due), the TTL (expiry is due) and the meter's wait.
 		b.clock.Advance(b.cfg.Retention + 2*24*time.Hour)
 		r := NewReaper(b.q, time.Second, nil)
@@ -54,16 +45,16 @@ func TestAFailingDutySkipsNoOther(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "archive: ") || !strings.Contains(err.Error(), "AccessDenied") {
 			t.Fatalf("the pass: %v; want the archive's failure", err)
 		}
-		if steps, err := jobdata.CommittedSteps(ctx, store, j.ID); err != nil || len(steps) != 0 {
+		if steps, err := jobdata.CommittedSteps(ctx, store, id); err != nil || len(steps) != 0 {
 			t.Errorf("checkpoints after the pass: %v %v; want them expired", steps, err)
 		}
-		if got, err := b.q.StoredBytes(ctx, "acme", []string{j.ID}); err != nil || got[j.ID] != 300 {
+		if got, err := b.q.StoredBytes(ctx, "acme", []string{id}); err != nil || got[id] != 300 {
 			t.Errorf("stored bytes after the pass: %v %v; want the metrics file's 300 measured", got, err)
 		}
 		if f := r.Failures(); f["archive"] != 1 || f["expire"]+f["meter"]+f["reap"]+f["delete"]+f["migrate"] != 0 {
 			t.Errorf("failures %v; want the archive's one", f)
 		}
-		if _, err := store.Get(ctx, archiveKey(j.ID)); !errors.Is(err, blob.ErrNotFound) {
+		if _, err := store.Get(ctx, archiveKey(id)); !errors.Is(err, blob.ErrNotFound) {
 			t.Errorf("an archived record was written: %v", err)
 		}
 	}, func(c *Config) { c.Store = store; c.StorageEvery = time.Minute })

@@ -30,6 +30,23 @@ func manifestSize(id string, step int) int64 {
 	return int64(len(m))
 }
 
+// completedWithData runs a job of org to completion as an agent would, having stored 300 bytes
+// of metrics and a committed checkpoint of step 5, and returns its id.
+func completedWithData(t *testing.T, b bundle, store blob.Store, org, name string) string {
+	t.Helper()
+	j := b.submitSpec(t, org, jobSpec(name, 8))
+	cl := b.claimFor(t, "agent-1", h100x8)
+	if cl == nil || cl.Job.ID != j.ID {
+		t.Fatalf("claim: %+v", cl)
+	}
+	putBytes(t, store, j.ID, "metrics/000001-00000001-00000002-0000.jsonl", 300)
+	putCheckpoint(t, store, j.ID, 5)
+	if _, err := b.q.Complete(b.ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Checkpoints: []int{5}}); err != nil {
+		t.Fatal(err)
+	}
+	return j.ID
+}
+
 // flakyStore is a real store whose listings of some jobs fail while told to: an object store
 // that refuses a job's folder. (One store serves both backends' subtests at once, so each
 // refuses its own job.)
@@ -127,20 +144,7 @@ func TestStorageIsMeasuredPerOrganization(t *testing.T) {
 		}
 		// acme: one job running, one ended with a checkpoint, one cancelled before it ran;
 		// zeta: one ended.
-		ended := func(org, name string) string {
-			t.Helper()
-			j := b.submitSpec(t, org, jobSpec(name, 8))
-			cl := b.claimFor(t, "agent-1", h100x8)
-			if cl == nil || cl.Job.ID != j.ID {
-				t.Fatalf("claim: %+v", cl)
-			}
-			putBytes(t, store, j.ID, "metrics/000001-00000001-00000002-0000.jsonl", 300)
-			putCheckpoint(t, store, j.ID, 5)
-			if _, err := b.q.Complete(ctx, j.ID, job.Outcome{Token: cl.Lease.Token, Checkpoints: []int{5}}); err != nil {
-				t.Fatal(err)
-			}
-			return j.ID
-		}
+		ended := func(org, name string) string { return completedWithData(t, b, store, org, name) }
 		done, other := ended("acme", "done"), ended("zeta", "other")
 		queued := b.submitSpec(t, "acme", jobSpec("cancelled", 8))
 		if _, err := b.q.Cancel(ctx, queued.ID); err != nil {

@@ -167,13 +167,7 @@ func refusal(a Arch, r Run) error {
 			break
 		}
 	}
-	minTrain := 0
-	for n := 1; n <= upstream.GPUsPerNode; n++ {
-		if fits(trainBytes(a, n, r.SeqLen, r.LoRA)) {
-			minTrain = n
-			break
-		}
-	}
+	minTrain := trainersFor(a, r.SeqLen, r.LoRA)
 	switch {
 	case minTP == 0:
 		why = append(why, fmt.Sprintf("one vLLM replica needs more than 8 GPUs (%.0f GiB of weights%s, %.0f GiB usable a card)", weights, kvNote(a, r), usable))
@@ -208,6 +202,7 @@ func refusal(a Arch, r Run) error {
 	return fmt.Errorf("%s does not fit %d H100s for an rl run: %s; try %s", r.Model, r.GPUs, strings.Join(why, ", and "), strings.Join(fix, " or "))
 }
 
+// trainersFor is the fewest trainer GPUs of a node that hold the trainer (0: none do).
 func trainersFor(a Arch, seqLen int, lora bool) int {
 	for n := 1; n <= upstream.GPUsPerNode; n++ {
 		if fits(trainBytes(a, n, seqLen, lora)) {
