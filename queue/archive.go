@@ -198,7 +198,7 @@ func (c *Client) archiveOne(ctx context.Context, id string, now time.Time) (bool
 	}
 	// Only now that the record is stored may the job leave Redis. (A job with no hash left is
 	// only dropped from the index.)
-	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.Job["finished_at"], "org": rec.Job["org"],
+	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.Job[jobField.FinishedAt], "org": rec.Job[jobField.Org],
 		"bytes": heldBytes(rec.Job, rec.Events)}).Int()
 	if err != nil {
 		return false, scriptErr("archive", err)

@@ -74,7 +74,7 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 		// Not in Redis: an archived job, whose record is gone now.
 		return c.finishDelete(ctx, id)
 	}
-	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash["finished_at"], "org": rec.hash["org"],
+	n, err := c.call(ctx, "archive", c.keys.job(id), args{"id": id, "finished_at": rec.hash[jobField.FinishedAt], "org": rec.hash[jobField.Org],
 		"bytes": heldBytes(rec.hash, rec.events)}).Int()
 	if err != nil {
 		return scriptErr("delete", err)

@@ -61,25 +61,50 @@ var (
 )
 
 // library is the queue's functions, built once.
-var library = redisfn.MustBuild(redisfn.Spec{
-	Prefix: "hostedtrain",
-	Header: rediskeys.Queue.Lua("PFX") + rediskeys.OwnLua("PFX") + luaIndexCodes() + luaClaimed() + luaStored() + luaBytes() + prelude,
-	Common: commonArgs,
-	Args:   funcArgs,
-	Bodies: map[string]string{
+var library = mustBuildLibrary(jobField)
+
+// buildLibrary builds the queue's library with the job record's field names r: every F.<name>
+// of its Lua becomes the field's name in the hash, and a name r does not have fails the build.
+func buildLibrary(r jobFields) (redisfn.Library, error) {
+	header, err := r.expandFields(rediskeys.Queue.Lua("PFX") + rediskeys.OwnLua("PFX") + luaIndexCodes() + r.luaFieldIDs() +
+		r.luaClaimed() + luaStored() + luaBytes() + prelude)
+	if err != nil {
+		return redisfn.Library{}, err
+	}
+	bodies := map[string]string{
 		"submit": submitLua, "claim": claimLua, "heartbeat": heartbeatLua, "finish": finishLua,
 		"release": releaseLua, "cancel": cancelLua, "restart": restartLua, "reap": reapLua,
 		"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua, "archive": archiveLua,
 		"unwait": unwaitLua, "settle": settleLua, "put_own": putOwnLua, "stored": storedLua,
 		"delete_begin": deleteBeginLua, "stream": streamLua, "set_budget": setBudgetLua,
-	},
-	// The body runs as a function of its own, so that whatever it returns, the jobs it ended
-	// are settled after it (settle_all, prelude.lua); made once, at load: a closure made per
-	// call costs every call.
-	Register: func(name, argsLua, body string) string {
-		return fmt.Sprintf("\ndo\nlocal function body(keys, args)\nbegin(keys, args)\n%s%s\nend\nredis.register_function('%s', function(keys, args)\nlocal reply = body(keys, args)\nsettle_all()\nreturn reply\nend)\nend\n", argsLua, body, name)
-	},
-})
+	}
+	for name, body := range bodies {
+		if bodies[name], err = r.expandFields(body); err != nil {
+			return redisfn.Library{}, fmt.Errorf("%w (in %s.lua)", err, name)
+		}
+	}
+	return redisfn.Build(redisfn.Spec{
+		Prefix: "hostedtrain",
+		Header: header,
+		Common: commonArgs,
+		Args:   funcArgs,
+		Bodies: bodies,
+		// The body runs as a function of its own, so that whatever it returns, the jobs it ended
+		// are settled after it (settle_all, prelude.lua); made once, at load: a closure made per
+		// call costs every call.
+		Register: func(name, argsLua, body string) string {
+			return fmt.Sprintf("\ndo\nlocal function body(keys, args)\nbegin(keys, args)\n%s%s\nend\nredis.register_function('%s', function(keys, args)\nlocal reply = body(keys, args)\nsettle_all()\nreturn reply\nend)\nend\n", argsLua, body, name)
+		},
+	})
+}
+
+func mustBuildLibrary(r jobFields) redisfn.Library {
+	l, err := buildLibrary(r)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
 
 // call runs one of the library's functions with its arguments by name (see args.go), after
 // the ones every function takes first, loading the library once if the server lacks it (a new
@@ -96,13 +121,13 @@ func (c *Client) callAt(ctx context.Context, now time.Time, fn, route string, a 
 		max(0, c.cfg.MaxOrgBytes), boolArg(c.cfg.Store != nil)}, a, rest...)
 }
 
-// luaClaimed is claimedFields for claim.lua: CLAIMED, the names in order, and CLAIMED_AT, each
-// name's place.
-func luaClaimed() string {
+// luaClaimed is the claimed fields for claim.lua: CLAIMED, their names in the hash in order, and
+// CLAIMED_AT, each one's place by its Lua name.
+func (r jobFields) luaClaimed() string {
 	var names, at strings.Builder
-	for i, n := range claimedFields {
+	for i, n := range r.claimed() {
 		fmt.Fprintf(&names, "'%s', ", n)
-		fmt.Fprintf(&at, "%s = %d, ", n, i+1)
+		fmt.Fprintf(&at, "[FIELD_ID['%s']] = %d, ", n, i+1)
 	}
-	return "-- Generated from queue.go's claimedFields.\nlocal CLAIMED = {" + names.String() + "}\nlocal CLAIMED_AT = {" + at.String() + "}\n"
+	return "-- Generated from queue/record.go's claimed fields.\nlocal CLAIMED = {" + names.String() + "}\nlocal CLAIMED_AT = {" + at.String() + "}\n"
 }

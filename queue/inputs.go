@@ -104,7 +104,7 @@ func (c *Client) dropInputs(ctx context.Context, id string) error {
 // for a restart (restart.lua counts them again). The mark it leaves names the end they were
 // restored after, so that a slow settle of that end does not take them out again (put_own).
 func (c *Client) restoreInputs(ctx context.Context, id string, hash map[string]string) error {
-	if hash["shed"] != "1" {
+	if hash[jobField.Shed] != "1" {
 		return nil
 	}
 	kept, err := c.rdb.MGet(ctx, c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Result()
@@ -113,7 +113,7 @@ func (c *Client) restoreInputs(ctx context.Context, id string, hash map[string]s
 	}
 	cfg, _ := kept[0].(string)
 	sec, _ := kept[1].(string)
-	if cfg != "" && (sec != "" || hash["sec_bytes"] == "0" || hash["sec_bytes"] == "") {
+	if cfg != "" && (sec != "" || hash[jobField.SecBytes] == "0" || hash[jobField.SecBytes] == "") {
 		return nil // nothing of them left Redis (a small config, no secrets)
 	}
 	in, err := c.readInputs(ctx, id)
@@ -134,7 +134,7 @@ func (c *Client) restoreInputs(ctx context.Context, id string, hash map[string]s
 		if in.Secrets != "" {
 			p.Set(ctx, c.keys.own(id, "ownsec"), in.Secrets, 0)
 		}
-		p.Set(ctx, c.keys.own(id, "ownrestored"), hash["finished_at"]+"|"+strconv.FormatInt(events, 10), 0)
+		p.Set(ctx, c.keys.own(id, "ownrestored"), hash[jobField.FinishedAt]+"|"+strconv.FormatInt(events, 10), 0)
 		return nil
 	})
 	if err != nil {
@@ -151,10 +151,10 @@ func heldBytes(hash map[string]string, events []string) int64 {
 	for _, e := range events {
 		n += int64(len(e) + EventBytes)
 	}
-	cfg, _ := strconv.ParseInt(hash["cfg_bytes"], 10, 64)
-	sec, _ := strconv.ParseInt(hash["sec_bytes"], 10, 64)
+	cfg, _ := strconv.ParseInt(hash[jobField.CfgBytes], 10, 64)
+	sec, _ := strconv.ParseInt(hash[jobField.SecBytes], 10, 64)
 	switch {
-	case hash["shed"] != "1":
+	case hash[jobField.Shed] != "1":
 		n += cfg + sec
 	case cfg <= KeepConfigBytes:
 		n += cfg

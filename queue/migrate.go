@@ -91,7 +91,7 @@ func (c *Client) migrateJobs(ctx context.Context, ids []string) error {
 		for i, id := range ids {
 			cfgs[i] = p.Get(ctx, c.keys.oldConfig(id))
 			secs[i] = p.Get(ctx, c.keys.oldSecrets(id))
-			statuses[i] = p.HGet(ctx, c.keys.job(id), "status")
+			statuses[i] = p.HGet(ctx, c.keys.job(id), jobField.Status)
 		}
 		return nil
 	})

@@ -401,7 +401,7 @@ func (c *Client) getManyOnce(ctx context.Context, ids []string, reread bool) ([]
 			missing = append(missing, ids[i])
 			continue
 		}
-		if cfg == "" && m["shed"] == "1" {
+		if cfg == "" && m[jobField.Shed] == "1" {
 			// A big config left Redis when the job ended: its copy in object storage has it.
 			in, err := c.readInputs(ctx, ids[i])
 			if err != nil {
@@ -752,11 +752,6 @@ func encodeGPUs(gpus []job.GPU) string {
 	return strings.Join(parts, ",")
 }
 
-// claimedFields are the job fields a claim answers with, in their order: claim.lua's CLAIMED is
-// generated from this list.
-var claimedFields = []string{"id", "org", "kind", "name", "status", "attempt", "max_attempts", "resume_step",
-	"created_at", "updated_at", "agent_id"}
-
 // claimOnce claims if something fits; if not, it reports when the next retry backoff ends.
 //
 // The script runs even if ctx ends while it is in flight: a claim made and then lost on the way
@@ -795,8 +790,8 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuO
 	if c.split && len(arr) == 2 {
 		// The config and secrets are in the job's own slot, out of the function's reach.
 		vals, _ := arr[1].([]any)
-		if len(vals) == len(claimedFields) {
-			id, _ := vals[slices.Index(claimedFields, "id")].(string)
+		if claimed := jobField.claimed(); len(vals) == len(claimed) {
+			id, _ := vals[slices.Index(claimed, jobField.ID)].(string)
 			big, err := c.rdb.MGet(context.WithoutCancel(ctx), c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Result()
 			if err != nil {
 				// Once more: the claim is made, and without its config the agent cannot run it.
@@ -819,7 +814,7 @@ func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuO
 	if len(arr) != 4 {
 		return nil, time.Time{}, fmt.Errorf("queue: claim: unexpected reply of %d values", len(arr))
 	}
-	names := claimedFields
+	names := jobField.claimed()
 	vals, _ := arr[1].([]any)
 	if len(vals) != len(names) {
 		return nil, time.Time{}, fmt.Errorf("queue: claim: %d job fields, want %d", len(vals), len(names))
@@ -1174,43 +1169,43 @@ func jobFromMap(m map[string]string, config, progress string, now time.Time) (*j
 		return &t
 	}
 	j := &job.Job{
-		ID: m["id"],
+		ID: m[jobField.ID],
 		// A new job's hash leaves out what it does not need yet: attempt, updated_at, progress.
-		Org:           m["org"],
-		Kind:          m["kind"],
-		Name:          m["name"],
-		Status:        job.Status(m["status"]),
-		Attempt:       int(num("attempt")),
-		Run:           int(num("fence")),
-		MaxAttempts:   int(num("max_attempts")),
-		Error:         m["error"],
-		StopRequested: m["stop_requested"] == "1",
-		ResumeStep:    int(num("resume_step")),
-		CreatedAt:     time.UnixMilli(num("created_at")).UTC(),
-		UpdatedAt:     time.UnixMilli(num("created_at")).UTC(),
-		StartedAt:     when("started_at"),
-		FinishedAt:    when("finished_at"),
+		Org:           m[jobField.Org],
+		Kind:          m[jobField.Kind],
+		Name:          m[jobField.Name],
+		Status:        job.Status(m[jobField.Status]),
+		Attempt:       int(num(jobField.Attempt)),
+		Run:           int(num(jobField.Fence)),
+		MaxAttempts:   int(num(jobField.MaxAttempts)),
+		Error:         m[jobField.Error],
+		StopRequested: m[jobField.StopRequested] == "1",
+		ResumeStep:    int(num(jobField.ResumeStep)),
+		CreatedAt:     time.UnixMilli(num(jobField.CreatedAt)).UTC(),
+		UpdatedAt:     time.UnixMilli(num(jobField.CreatedAt)).UTC(),
+		StartedAt:     when(jobField.StartedAt),
+		FinishedAt:    when(jobField.FinishedAt),
 	}
 	if j.Attempt == 0 {
 		j.Attempt = 1
 	}
-	used := num("gpu_ms")
-	if held := num("held_since"); held > 0 {
-		hold := num("gpus") * max(0, now.UnixMilli()-held)
+	used := num(jobField.GPUMs)
+	if held := num(jobField.HeldSince); held > 0 {
+		hold := num(jobField.GPUs) * max(0, now.UnixMilli()-held)
 		used += hold
 		j.HoldGPUSeconds = float64(hold) / 1000
 	}
 	j.GPUSeconds = float64(used) / 1000
-	j.CreatedBy, j.TokenID = m["by"], m["token"]
-	j.BudgetGPUSeconds = float64(num("budget_ms")) / 1000
-	j.LogBytes = num("log_bytes")
-	if m["updated_at"] != "" {
-		j.UpdatedAt = time.UnixMilli(num("updated_at")).UTC()
+	j.CreatedBy, j.TokenID = m[jobField.By], m[jobField.Token]
+	j.BudgetGPUSeconds = float64(num(jobField.BudgetMs)) / 1000
+	j.LogBytes = num(jobField.LogBytes)
+	if m[jobField.UpdatedAt] != "" {
+		j.UpdatedAt = time.UnixMilli(num(jobField.UpdatedAt)).UTC()
 	}
 	if j.Status == job.Queued {
-		j.RetryAt = when("ready_at")
+		j.RetryAt = when(jobField.ReadyAt)
 	}
-	if v := m["failure"]; v != "" {
+	if v := m[jobField.Failure]; v != "" {
 		var a job.FailureAnalysis
 		if json.Unmarshal([]byte(v), &a) == nil {
 			j.FailureAnalysis = &a
@@ -1225,9 +1220,9 @@ func jobFromMap(m map[string]string, config, progress string, now time.Time) (*j
 			return nil, fmt.Errorf("queue: job %s: progress: %w", j.ID, err)
 		}
 	}
-	if m["agent_id"] != "" || m["pipeline"] != "" {
-		j.Runtime = &job.Runtime{AgentID: m["agent_id"], Pipeline: m["pipeline"], Emulated: m["emulated"] == "1"}
-		if v := m["upstream"]; v != "" {
+	if m[jobField.AgentID] != "" || m[jobField.Pipeline] != "" {
+		j.Runtime = &job.Runtime{AgentID: m[jobField.AgentID], Pipeline: m[jobField.Pipeline], Emulated: m[jobField.Emulated] == "1"}
+		if v := m[jobField.Upstream]; v != "" {
 			var u upstream.Versions
 			if json.Unmarshal([]byte(v), &u) == nil {
 				j.Runtime.Upstream = &u

@@ -141,10 +141,10 @@ func (c *Client) settleOne(ctx context.Context, id string, filed bool) (bool, er
 	if err != nil {
 		return false, fmt.Errorf("queue: settle %s: %w", id, err)
 	}
-	if !filed && !job.Status(rec.hash["status"]).Terminal() {
+	if !filed && !job.Status(rec.hash[jobField.Status]).Terminal() {
 		return false, nil // live (or moved already): nothing to do
 	}
-	fin := rec.hash["finished_at"]
+	fin := rec.hash[jobField.FinishedAt]
 	if fin != "" {
 		put, err := c.call(ctx, "put_own", c.keys.own(id, "ownjob"), args{
 			"id": id, "finished_at": fin, "progress": rec.progress, "nfields": 2 * len(rec.hash),

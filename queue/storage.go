@@ -194,7 +194,7 @@ func (c *Client) storedNow(ctx context.Context, id string) (int64, error) {
 // orgOf is the organization of a job in Redis, live or ended; "" for one not there.
 func (c *Client) orgOf(ctx context.Context, id string) (string, error) {
 	for _, k := range []string{c.keys.job(id), c.keys.own(id, "ownjob")} {
-		org, err := c.rdb.HGet(ctx, k, "org").Result()
+		org, err := c.rdb.HGet(ctx, k, jobField.Org).Result()
 		if err == nil {
 			return org, nil
 		}

@@ -9,7 +9,7 @@
 -- arg_bytes what the job holds that its org's count gives back (its record, events, inputs)
 -- Returns 1 if the queue forgot the job, 0 if it stays.
 local id = arg_id
-local live = redis.call('HMGET', jobkey(id), 'status', 'org')
+local live = redis.call('HMGET', jobkey(id), F.status, F.org)
 if live[1] then
   if not is_ended(live[1]) then
     unmark_ended(id, live[2]) -- queued again: not an ended job any more

@@ -7,7 +7,7 @@
 -- Returns the job's status; errors NOT_FOUND, CONFLICT <status>.
 local id = arg_id
 local key = jobkey(id)
-local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org', 'class', 'ready_at', 'kind')
+local cur = redis.call('HMGET', key, F.status, F.stop_requested, F.org, F.class, F.ready_at, F.kind)
 local status, org = cur[1], cur[3]
 if not status then
   return redis.error_reply('NOT_FOUND no such job')
@@ -15,21 +15,21 @@ end
 if status == 'QUEUED' then
   if cur[5] then
     redis.call('ZREM', DELAYED, id)
-    redis.call('HDEL', key, 'ready_at')
+    redis.call('HDEL', key, F.ready_at)
   else
     unqueue(id, org, cur[4])
   end
   redis.call('HINCRBY', orgkey(org), 'queued', -1)
   finish_as(id, org, cur[6], 'STOPPED', 'job.stopped', 'stopped by user before it started')
 elseif is_live(status) then
-  redis.call('HDEL', key, 'restart_requested')
+  redis.call('HDEL', key, F.restart_requested)
   if cur[2] ~= '1' then
     local deadline = NOW + tonumber(arg_grace)
-    redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'user', 'stop_deadline', deadline, 'updated_at', T)
+    redis.call('HSET', key, F.stop_requested, 1, F.stop_reason, 'user', F.stop_deadline, deadline, F.updated_at, T)
     redis.call('ZADD', STOPPING, deadline, id)
     emit(id, org, 'job.stopping', status, 'stop requested by user')
   end
 elseif status ~= 'STOPPED' then
   return redis.error_reply('CONFLICT ' .. status)
 end
-return redis.call('HGET', key, 'status')
+return redis.call('HGET', key, F.status)

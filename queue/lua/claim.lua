@@ -134,7 +134,7 @@ for _ = 1, 4 + PASS_AT_MOST do
   else
     best, best_class, best_last, skipped = pick(org, o[7])
     if best then
-      j = redis.call('HMGET', jobkey(best), 'fence', 'avoid', 'est_ms', unpack(CLAIMED))
+      j = redis.call('HMGET', jobkey(best), F.fence, F.avoid, F.est_ms, unpack(CLAIMED))
       local over = over_budget(j[3], o[11], o[12], o[13])
       if not over and not avoids(j[2], agent) then
         break
@@ -185,9 +185,9 @@ if org then
   local fence = (tonumber(j[1]) or 0) + 1
   local token = fence .. '.' .. arg_token_rand
   local exp = arg_lease_expires
-  redis.call('HSET', key, 'status', 'PENDING', 'lease_token', token, 'lease_expires', exp, 'lease_filed', exp,
-    'agent_id', agent, 'updated_at', T, 'charged_until', arg_paid_until, 'fence', int(fence), 'held_since', T,
-    'log_bytes', '0')
+  redis.call('HSET', key, F.status, 'PENDING', F.lease_token, token, F.lease_expires, exp, F.lease_filed, exp,
+    F.agent_id, agent, F.updated_at, T, F.charged_until, arg_paid_until, F.fence, int(fence), F.held_since, T,
+    F.log_bytes, '0')
   table.remove(j, 1)
   table.remove(j, 1)
   table.remove(j, 1)

@@ -6,7 +6,7 @@
 -- Returns "OK"; errors CONFLICT <status> for a job that has not ended. A job with no hash in the
 -- queue's slot (moved to its own, or archived) has ended.
 local id = arg_id
-local status = redis.call('HGET', jobkey(id), 'status')
+local status = redis.call('HGET', jobkey(id), F.status)
 if status and not is_ended(status) then
   return redis.error_reply('CONFLICT ' .. status)
 end

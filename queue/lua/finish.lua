@@ -15,8 +15,8 @@
 -- Returns the job's status; errors LEASE_LOST if the token is not the current one,
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = arg_id
-local j = jobfields(id, {'lease_token', 'status', 'stop_requested', 'org', 'stop_reason',
-  'restart_requested', 'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind', unpack(RETRY_FIELDS)})
+local j = jobfields(id, {F.lease_token, F.status, F.stop_requested, F.org, F.stop_reason,
+  F.restart_requested, F.gpus, F.charged_until, F.time_limit_ms, F.held_since, F.gpu_ms, F.kind, unpack(RETRY_FIELDS)})
 if j.lease_token ~= arg_token or not is_live(j.status) then
   return redis.error_reply('LEASE_LOST lease token is not current')
 end
@@ -53,7 +53,7 @@ if arg_how == 'failed' and arg_node_check ~= '' and j.stop_requested ~= '1' then
   node_fault(j.agent_id, 'job ' .. id .. ': ' .. arg_node_check, org, 'check', tonumber(arg_quarantine_after), tonumber(arg_quarantine_window))
 end
 if status == 'FAILED' and j.stop_requested ~= '1' and arg_failure_retried ~= '' and (tonumber(j.attempt) or 1) < (tonumber(j.max_attempts) or 1) then
-  release(id, j, {'failure', arg_failure_retried})
+  release(id, j, {F.failure, arg_failure_retried})
   return retry_attempt(id, j, 'platform fault on ' .. (j.agent_id or 'its agent') .. ': ' .. arg_reason,
     tonumber(arg_backoff_base), tonumber(arg_backoff_cap), tonumber(arg_jitter), tonumber(arg_avoid_ms))
 end
@@ -67,9 +67,9 @@ if status == 'FAILED' then
       'service: the time limit passed and the run was stopped', j.attempt, false)
   end
   if failure ~= '' then
-    fields[#fields + 1], fields[#fields + 2] = 'failure', failure
+    fields[#fields + 1], fields[#fields + 2] = F.failure, failure
   else
-    redis.call('HDEL', jobkey(id), 'failure')
+    redis.call('HDEL', jobkey(id), F.failure)
   end
 end
 release(id, j, fields)

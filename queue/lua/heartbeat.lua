@@ -15,9 +15,9 @@
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = arg_id
 local key = jobkey(id)
-local cur = redis.call('HMGET', key, 'lease_token', 'status', 'stop_requested', 'org',
-  'started_at', 'gpus', 'charged_until', 'time_limit_ms', 'step_backlog', 'kind', 'lease_filed', 'agent_id',
-  'budget_ms', 'gpu_ms', 'held_since', 'budget_seen')
+local cur = redis.call('HMGET', key, F.lease_token, F.status, F.stop_requested, F.org,
+  F.started_at, F.gpus, F.charged_until, F.time_limit_ms, F.step_backlog, F.kind, F.lease_filed, F.agent_id,
+  F.budget_ms, F.gpu_ms, F.held_since, F.budget_seen)
 if cur[1] ~= arg_token or not is_live(cur[2]) then
   return redis.error_reply('LEASE_LOST lease token is not current')
 end
@@ -28,33 +28,33 @@ end
 local org, status = cur[4], cur[2]
 local exp = arg_lease_expires
 local since = tonumber(cur[7]) or NOW
-local fields = {'lease_expires', exp, 'updated_at', T}
+local fields = {F.lease_expires, exp, F.updated_at, T}
 if NOW > since then
-  fields[#fields + 1], fields[#fields + 2] = 'charged_until', T
+  fields[#fields + 1], fields[#fields + 2] = F.charged_until, T
 end
 if (tonumber(cur[11]) or 0) < NOW + tonumber(arg_lease_ttl) / 2 then
   redis.call('ZADD', LEASES, exp, id)
-  fields[#fields + 1], fields[#fields + 2] = 'lease_filed', exp
+  fields[#fields + 1], fields[#fields + 2] = F.lease_filed, exp
 end
 if arg_progress ~= '' then
   redis.call('SET', progkey(id), arg_progress)
 end
 if arg_pipeline ~= '' then
-  fields[#fields + 1], fields[#fields + 2] = 'pipeline', arg_pipeline
-  fields[#fields + 1], fields[#fields + 2] = 'emulated', arg_emulated
+  fields[#fields + 1], fields[#fields + 2] = F.pipeline, arg_pipeline
+  fields[#fields + 1], fields[#fields + 2] = F.emulated, arg_emulated
 end
 if arg_upstream ~= '' then
-  fields[#fields + 1], fields[#fields + 2] = 'upstream', arg_upstream
+  fields[#fields + 1], fields[#fields + 2] = F.upstream, arg_upstream
 end
 if arg_log_bytes ~= '0' then
-  fields[#fields + 1], fields[#fields + 2] = 'log_bytes', arg_log_bytes
+  fields[#fields + 1], fields[#fields + 2] = F.log_bytes, arg_log_bytes
 end
 local starts = arg_running == '1' and status == 'PENDING'
 if starts then
   status = 'RUNNING'
-  fields[#fields + 1], fields[#fields + 2] = 'status', status
+  fields[#fields + 1], fields[#fields + 2] = F.status, status
   if not cur[5] then
-    fields[#fields + 1], fields[#fields + 2] = 'started_at', T
+    fields[#fields + 1], fields[#fields + 2] = F.started_at, T
   end
 end
 redis.call('HSET', key, unpack(fields))
@@ -95,7 +95,7 @@ end
 -- stop_for tells the job to stop as a user's stop is (STOPPING, the grace), for reason.
 local function stop_for(reason, detail)
   local deadline = NOW + tonumber(arg_grace)
-  redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', reason, 'stop_deadline', deadline)
+  redis.call('HSET', key, F.stop_requested, 1, F.stop_reason, reason, F.stop_deadline, deadline)
   redis.call('ZADD', STOPPING, deadline, id)
   emit(id, org, 'job.stopping', status, detail)
   return {'stop', exp}
@@ -107,7 +107,7 @@ if budget and budget > 0 then
   local used = (tonumber(cur[14]) or 0) + (tonumber(cur[6]) or 0) * math.max(0, NOW - (tonumber(cur[15]) or NOW))
   local seen = marks(used, budget, tonumber(cur[16]) or 0, 'its')
   if seen ~= (tonumber(cur[16]) or 0) then
-    redis.call('HSET', key, 'budget_seen', seen)
+    redis.call('HSET', key, F.budget_seen, seen)
   end
   if used >= budget then
     return stop_for('budget', 'its budget is spent')

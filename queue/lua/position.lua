@@ -14,7 +14,7 @@
 -- of its org's monthly budget), "gpus" (a = GPUs, b = model), "turn", or "" if not queued.
 local j = {'QUEUED', arg_org, arg_class, int((100 - tonumber(arg_priority)) * RANK_BASE + NOW), false}
 if arg_id ~= '' then
-  j = redis.call('HMGET', jobkey(arg_id), 'status', 'org', 'class', 'rank', 'ready_at', 'est_ms')
+  j = redis.call('HMGET', jobkey(arg_id), F.status, F.org, F.class, F.rank, F.ready_at, F.est_ms)
   if j[1] ~= 'QUEUED' then
     return {-1, ''}
   end
@@ -65,7 +65,7 @@ if c.count > 0 then
     end
   end
   if not found then
-    return {ahead, 'gpus', c.count, c.model}
+    return {ahead, 'gpus', c.count, c.model} -- a reply's tag, not a job field
   end
 end
 return {ahead, 'turn', 0, 0}

@@ -49,7 +49,9 @@ end
 
 -- A job is a hash of small fields, kept small so Redis stores it compactly (as a listpack),
 -- and three strings for its large values: the normalized config, the sealed secrets, and the
--- newest progress report (keys.go names them all).
+-- newest progress report (keys.go names them all). The hash's fields are named in one table,
+-- queue/record.go: the Lua writes each as F.<name>, which the build replaces by its name in the
+-- hash (a name not in the table fails the build); never as a string literal.
 -- An org's hash holds its counters (queued, running, running_gpus, ended), its usage and
 -- weight, its limits, `classes` — the GPU classes it has jobs ready in, comma-separated — and
 -- `hooked` — "1" if it has a webhook endpoint. Keeping these in the hash the scripts read
@@ -116,7 +118,7 @@ local function emit(id, org, typ, status, detail, hooked)
   end
   if hooked == '1' then
     redis.call('XADD', OUTBOX, 'MAXLEN', '~', OUTBOX_MAXLEN, '*',
-      'job_id', id, 'org', org, 'seq', seq, 'type', typ, 'status', status, 'time', T, 'detail', detail)
+      'job_id', id, 'org', org, 'seq', seq, 'type', typ, 'status', status, 'time', T, 'detail', detail) -- stream fields, not job fields
   end
   return seq
 end
@@ -513,10 +515,10 @@ local function requeue(id, j, delay_ms)
   index_job(id, j.org, j.kind, 'QUEUED')
   if delay_ms > 0 then
     redis.call('ZADD', DELAYED, NOW + delay_ms, id)
-    redis.call('HSET', jobkey(id), 'status', 'QUEUED', 'updated_at', T, 'ready_at', NOW + delay_ms)
+    redis.call('HSET', jobkey(id), F.status, 'QUEUED', F.updated_at, T, F.ready_at, NOW + delay_ms)
   else
-    redis.call('HSET', jobkey(id), 'status', 'QUEUED', 'updated_at', T)
-    redis.call('HDEL', jobkey(id), 'ready_at')
+    redis.call('HSET', jobkey(id), F.status, 'QUEUED', F.updated_at, T)
+    redis.call('HDEL', jobkey(id), F.ready_at)
     enqueue(id, j.org, j.class, tonumber(j.rank))
   end
 end
@@ -527,7 +529,7 @@ local function account(id, org, used)
   if used <= 0 then
     return
   end
-  local who = redis.call('HMGET', jobkey(id), 'by', 'token', 'price')
+  local who = redis.call('HMGET', jobkey(id), F.by, F.token, F.price)
   local cost = math.floor(used * (tonumber(who[3]) or 0) / 3600000 + 0.5)
   for i, kind in ipairs({'u', 't'}) do
     if who[i] then
@@ -556,7 +558,7 @@ local function release(id, j, extra)
   local gpus = tonumber(j.gpus) or 0
   local paid = tonumber(j.charged_until) or NOW
   local o = redis.call('HMGET', orgkey(j.org), 'running', 'running_gpus', 'usage', 'weight', 'hooked', 'hold_anchor',
-    'gpu_ms', 'classes', 'max_running', 'held', 'month', 'month_ms')
+    'gpu_ms', 'classes', 'max_running', 'held', 'month', 'month_ms') -- org fields, not job fields
   j.hooked = o[5] or false -- for the caller's emit
   local usage = tonumber(o[3]) or 0
   local refund = paid > NOW
@@ -572,8 +574,8 @@ local function release(id, j, extra)
       org_fields[#org_fields + 1] = f
     end
   end
-  local fields = {'charged_until', T, 'lease_token', '', 'lease_expires', '', 'stop_requested', '',
-    'stop_deadline', '', 'stop_reason', '', 'held_since', ''}
+  local fields = {F.charged_until, T, F.lease_token, '', F.lease_expires, '', F.stop_requested, '',
+    F.stop_deadline, '', F.stop_reason, '', F.held_since, ''}
   local held_since = tonumber(j.held_since)
   if held_since then
     local upto = NOW
@@ -583,8 +585,8 @@ local function release(id, j, extra)
     end
     local used = gpus * (upto - held_since)
     account(id, j.org, used)
-    fields[#fields + 1], fields[#fields + 2] = 'gpu_ms', int((tonumber(j.gpu_ms) or 0) + used)
-    org_fields[#org_fields + 1] = 'gpu_ms'
+    fields[#fields + 1], fields[#fields + 2] = F.gpu_ms, int((tonumber(j.gpu_ms) or 0) + used)
+    org_fields[#org_fields + 1] = 'gpu_ms' -- an org field, not the job's
     org_fields[#org_fields + 1] = int((tonumber(o[7]) or 0) + used)
     org_fields[#org_fields + 1] = 'hold_anchor'
     org_fields[#org_fields + 1] = int((tonumber(o[6]) or 0) - gpus * (held_since - USAGE_EPOCH))
@@ -612,12 +614,13 @@ local function release(id, j, extra)
   end
 end
 
--- jobfields reads fields of a job into a table by name.
+-- jobfields reads fields of a job (F.<name>: their names in the hash) into a table by their
+-- Lua names (FIELD_ID).
 local function jobfields(id, names)
   local vals = redis.call('HMGET', jobkey(id), unpack(names))
   local j = {}
   for i, n in ipairs(names) do
-    j[n] = vals[i]
+    j[FIELD_ID[n]] = vals[i]
   end
   return j
 end
@@ -625,9 +628,9 @@ end
 -- ended_fields are the job fields of a terminal state, for release's extra.
 local function ended_fields(status, detail)
   if status == 'FAILED' then
-    return {'status', status, 'finished_at', T, 'updated_at', T, 'error', detail}
+    return {F.status, status, F.finished_at, T, F.updated_at, T, F.error, detail}
   end
-  return {'status', status, 'finished_at', T, 'updated_at', T}
+  return {F.status, status, F.finished_at, T, F.updated_at, T}
 end
 
 local function is_ended(status)
@@ -645,10 +648,10 @@ local function mark_ended(id, org)
   -- moves to its own slot, and count no more from now: a job that ended holds its record and
   -- events, and a config of a few KiB, until it is archived.
   if SHED then
-    local b = redis.call('HMGET', jobkey(id), 'cfg_bytes', 'sec_bytes', 'shed')
+    local b = redis.call('HMGET', jobkey(id), F.cfg_bytes, F.sec_bytes, F.shed)
     if b[1] and b[3] ~= '1' then
       hold(org, -inputs_bytes(b[1], b[2]))
-      redis.call('HSET', jobkey(id), 'shed', '1')
+      redis.call('HSET', jobkey(id), F.shed, '1')
     end
   end
   -- An organization with a checkpoint TTL: its checkpoints go when the TTL has passed.
@@ -694,7 +697,7 @@ end
 -- out); every job has events (job.queued at least). Its progress may be missing: then so is
 -- its own (a revived job's record came back whole), and RENAME's error is ignored.
 local function move_own(id)
-  local b = redis.call('HMGET', jobkey(id), 'shed', 'cfg_bytes')
+  local b = redis.call('HMGET', jobkey(id), F.shed, F.cfg_bytes)
   redis.call('RENAME', jobkey(id), ownjob(id))
   redis.call('RENAME', evkey(id), ownev(id))
   redis.pcall('RENAME', progkey(id), ownprog(id))
@@ -742,18 +745,18 @@ end
 -- has its own (nil: the one the restart request recorded in the job's `restart_limit`). A job
 -- that finds no room ends STOPPED instead. It returns the job's status.
 local function restart_job(id, org, def)
-  local j = jobfields(id, {'class', 'checkpoint_step', 'priority', 'restart_limit', 'kind'})
+  local j = jobfields(id, {F.class, F.checkpoint_step, F.priority, F.restart_limit, F.kind})
   j.org = org
   local queued, limit = over_queued_limit(org, def or j.restart_limit)
   if queued then
-    redis.call('HDEL', jobkey(id), 'restart_requested', 'restart_limit')
+    redis.call('HDEL', jobkey(id), F.restart_requested, F.restart_limit)
     finish_as(id, org, j.kind, 'STOPPED', 'job.stopped', 'stopped; not queued again: organization at its queued limit (' ..
       queued .. ' of ' .. limit .. ' jobs queued)')
     return 'STOPPED'
   end
   j.rank = (100 - (tonumber(j.priority) or 0)) * RANK_BASE + NOW
-  redis.call('HSET', jobkey(id), 'attempt', 1, 'rank', int(j.rank), 'resume_step', tonumber(j.checkpoint_step) or 0)
-  redis.call('HDEL', jobkey(id), 'error', 'failure', 'avoid', 'finished_at', 'restart_requested', 'restart_limit')
+  redis.call('HSET', jobkey(id), F.attempt, 1, F.rank, int(j.rank), F.resume_step, tonumber(j.checkpoint_step) or 0)
+  redis.call('HDEL', jobkey(id), F.error, F.failure, F.avoid, F.finished_at, F.restart_requested, F.restart_limit)
   unmark_ended(id, org)
   requeue(id, j, 0)
   local detail = 'restarted'
@@ -802,7 +805,7 @@ local function failure_json(class, fault, confidence, summary, evidence, attempt
 end
 
 -- RETRY_FIELDS are the job fields retry_attempt needs, beside release's.
-local RETRY_FIELDS = {'attempt', 'max_attempts', 'checkpoint_step', 'agent_id', 'class', 'rank'}
+local RETRY_FIELDS = {F.attempt, F.max_attempts, F.checkpoint_step, F.agent_id, F.class, F.rank}
 
 -- retry_attempt queues a job whose attempt failed for the platform's fault (its lease already
 -- released, j holding RETRY_FIELDS, org and kind) again as attempt + 1, after a backoff of
@@ -816,12 +819,12 @@ local function retry_attempt(id, j, why, base, cap, rnd, avoid_ms)
     return nil
   end
   local delay = math.floor(math.min(base * 2 ^ (attempt - 1), cap) * (0.8 + 0.4 * rnd))
-  local fields = {'attempt', int(attempt + 1), 'resume_step', int(tonumber(j.checkpoint_step) or 0)}
+  local fields = {F.attempt, int(attempt + 1), F.resume_step, int(tonumber(j.checkpoint_step) or 0)}
   if j.agent_id and avoid_ms > 0 then
-    fields[#fields + 1], fields[#fields + 2] = 'avoid', j.agent_id .. '|' .. int(NOW + delay + avoid_ms)
+    fields[#fields + 1], fields[#fields + 2] = F.avoid, j.agent_id .. '|' .. int(NOW + delay + avoid_ms)
   end
   redis.call('HSET', jobkey(id), unpack(fields))
-  redis.call('HDEL', jobkey(id), 'agent_id')
+  redis.call('HDEL', jobkey(id), F.agent_id)
   requeue(id, j, delay)
   local detail = why .. '; attempt ' .. (attempt + 1) .. ' of ' .. max .. ' in ' .. math.floor(delay / 1000) .. 's'
   if j.agent_id and avoid_ms > 0 then
@@ -845,9 +848,9 @@ local function avoids(avoid, agent)
 end
 
 -- RELEASE_FIELDS are the job fields hand_back (and release) need.
-local RELEASE_FIELDS = {'lease_token', 'status', 'stop_requested', 'org', 'restart_requested',
-  'class', 'rank', 'agent_id', 'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind',
-  'checkpoint_step'}
+local RELEASE_FIELDS = {F.lease_token, F.status, F.stop_requested, F.org, F.restart_requested,
+  F.class, F.rank, F.agent_id, F.gpus, F.charged_until, F.time_limit_ms, F.held_since, F.gpu_ms, F.kind,
+  F.checkpoint_step}
 
 -- hand_back ends an agent's hold on a live job (j has RELEASE_FIELDS) without spending an
 -- attempt: it goes back to its place in the queue at once, to resume from its newest
@@ -864,7 +867,7 @@ local function hand_back(id, j, detail)
     return 'STOPPED'
   end
   local step = j.checkpoint_step
-  redis.call('HSET', jobkey(id), 'resume_step', tonumber(step) or 0)
+  redis.call('HSET', jobkey(id), F.resume_step, tonumber(step) or 0)
   requeue(id, j, 0)
   if step then
     detail = detail .. '; resumes from the checkpoint of step ' .. step
@@ -882,7 +885,7 @@ local function steps_beyond(id, first)
   if first > #ARGV then
     return nil
   end
-  local max = tonumber(redis.call('HGET', jobkey(id), 'max_steps'))
+  local max = tonumber(redis.call('HGET', jobkey(id), F.max_steps))
   if max and tonumber(ARGV[#ARGV]) > max then
     return max
   end
@@ -906,7 +909,7 @@ local function checkpoints(id, org, status, first, backlog, drain)
   if first > #ARGV and backlog == false then
     return nil
   end
-  local h = redis.call('HMGET', jobkey(id), 'checkpoint_step', 'step_backlog')
+  local h = redis.call('HMGET', jobkey(id), F.checkpoint_step, F.step_backlog)
   local last = tonumber(h[1]) or 0
   local waiting = {}
   for s in string.gmatch(h[2] or '', '%d+') do
@@ -921,7 +924,7 @@ local function checkpoints(id, org, status, first, backlog, drain)
     end
   end
   if newest > last then
-    redis.call('HSET', jobkey(id), 'checkpoint_step', int(newest))
+    redis.call('HSET', jobkey(id), F.checkpoint_step, int(newest))
   end
   local result = h[1]
   if newest > last then
@@ -939,9 +942,9 @@ local function checkpoints(id, org, status, first, backlog, drain)
     emit(id, org, 'job.checkpoint', status, 'step ' .. waiting[i])
   end
   if to < #waiting then
-    redis.call('HSET', jobkey(id), 'step_backlog', table.concat(waiting, ',', to + 1, #waiting))
+    redis.call('HSET', jobkey(id), F.step_backlog, table.concat(waiting, ',', to + 1, #waiting))
   elseif h[2] then
-    redis.call('HDEL', jobkey(id), 'step_backlog')
+    redis.call('HDEL', jobkey(id), F.step_backlog)
   end
   return result
 end
@@ -952,9 +955,9 @@ local function promote(limit)
   local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', T, 'LIMIT', '0', limit)
   for _, id in ipairs(due) do
     redis.call('ZREM', DELAYED, id)
-    local j = redis.call('HMGET', jobkey(id), 'status', 'org', 'class', 'rank')
+    local j = redis.call('HMGET', jobkey(id), F.status, F.org, F.class, F.rank)
     if j[1] == 'QUEUED' then
-      redis.call('HDEL', jobkey(id), 'ready_at')
+      redis.call('HDEL', jobkey(id), F.ready_at)
       enqueue(id, j[2], j[3], tonumber(j[4]))
     end
   end

@@ -20,7 +20,7 @@ if arg_progress ~= '' then
 end
 -- Its inputs leave Redis (mark_ended): unless a restart of this very end put them back
 -- already (the restart's mark names the end it restored them after: its time and events).
-local b = redis.call('HMGET', ownjob(id), 'shed', 'cfg_bytes')
+local b = redis.call('HMGET', ownjob(id), F.shed, F.cfg_bytes)
 local this_end = arg_finished_at .. '|' .. (#ARGV - (REST + n) + 1)
 if b[1] == '1' and redis.call('GET', ownrestored(id)) ~= this_end then
   shed_inputs(id, b[2])

@@ -29,17 +29,17 @@ local function ended(id, org, kind, stop_reason, restart, why)
   if restart then
     restart_job(id, org)
   elseif stop_reason == 'time_limit' then
-    redis.call('HSET', jobkey(id), 'failure', failure_json('time_limit', 'user', 1,
+    redis.call('HSET', jobkey(id), F.failure, failure_json('time_limit', 'user', 1,
       "the job's time limit was reached (raise time_limit to run longer)", 'service: ' .. why,
-      redis.call('HGET', jobkey(id), 'attempt'), false))
+      redis.call('HGET', jobkey(id), F.attempt), false))
     finish_as(id, org, kind, 'FAILED', 'job.failed', 'stopped at its time limit; ' .. why)
   else
     finish_as(id, org, kind, 'STOPPED', 'job.stopped', why)
   end
 end
 
-local LAPSED_FIELDS = {'status', 'lease_expires', 'stop_requested', 'stop_reason', 'restart_requested', 'org',
-  'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind', unpack(RETRY_FIELDS)}
+local LAPSED_FIELDS = {F.status, F.lease_expires, F.stop_requested, F.stop_reason, F.restart_requested, F.org,
+  F.gpus, F.charged_until, F.time_limit_ms, F.held_since, F.gpu_ms, F.kind, unpack(RETRY_FIELDS)}
 -- lost is the failure analysis of an attempt whose agent went silent (failure.NodeLost's).
 local function lost(agent, attempt, retried)
   return failure_json('node_lost', 'platform', 0.9, 'the node running the job stopped answering (its lease lapsed)',
@@ -53,7 +53,7 @@ for _, id in ipairs(due(LEASES)) do
     -- Heartbeats renewed it since it was filed (and then stopped, or came late): file it under
     -- its real expiry.
     redis.call('ZADD', LEASES, j.lease_expires, id)
-    redis.call('HSET', key, 'lease_filed', j.lease_expires)
+    redis.call('HSET', key, F.lease_filed, j.lease_expires)
   elseif is_live(j.status) then
     local org = j.org
     local attempt, max = tonumber(j.attempt) or 1, tonumber(j.max_attempts) or 1
@@ -65,11 +65,11 @@ for _, id in ipairs(due(LEASES)) do
       ended(id, org, j.kind, j.stop_reason, j.restart_requested == '1',
         'the agent did not confirm the stop before its lease ran out')
     elseif attempt >= max then
-      redis.call('HSET', key, 'failure', lost(agent, attempt, false))
+      redis.call('HSET', key, F.failure, lost(agent, attempt, false))
       finish_as(id, org, j.kind, 'FAILED', 'job.failed',
         'lease lost ' .. attempt .. ' times (the agent stopped heartbeating); giving up')
     else
-      redis.call('HSET', key, 'failure', lost(agent, attempt, true))
+      redis.call('HSET', key, F.failure, lost(agent, attempt, true))
       retry_attempt(id, j, 'lease expired on ' .. agent, base, cap, rnd, tonumber(arg_avoid_ms))
     end
   else
@@ -78,8 +78,8 @@ for _, id in ipairs(due(LEASES)) do
 end
 
 for _, id in ipairs(due(STOPPING)) do
-  local j = jobfields(id, {'status', 'stop_requested', 'stop_reason', 'restart_requested', 'org',
-    'gpus', 'charged_until', 'time_limit_ms', 'held_since', 'gpu_ms', 'kind'})
+  local j = jobfields(id, {F.status, F.stop_requested, F.stop_reason, F.restart_requested, F.org,
+    F.gpus, F.charged_until, F.time_limit_ms, F.held_since, F.gpu_ms, F.kind})
   if is_live(j.status) and j.stop_requested == '1' then
     release(id, j)
     changed = changed + 1
@@ -91,10 +91,10 @@ end
 
 for _, id in ipairs(due(DEADLINES)) do
   redis.call('ZREM', DEADLINES, id)
-  local cur = redis.call('HMGET', jobkey(id), 'status', 'stop_requested', 'org', 'time_limit_ms')
+  local cur = redis.call('HMGET', jobkey(id), F.status, F.stop_requested, F.org, F.time_limit_ms)
   if is_live(cur[1]) and cur[2] ~= '1' then
     local deadline = NOW + grace
-    redis.call('HSET', jobkey(id), 'stop_requested', 1, 'stop_reason', 'time_limit', 'stop_deadline', deadline)
+    redis.call('HSET', jobkey(id), F.stop_requested, 1, F.stop_reason, 'time_limit', F.stop_deadline, deadline)
     redis.call('ZADD', STOPPING, deadline, id)
     emit(id, cur[3], 'job.stopping', cur[1], 'time limit of ' .. math.floor(tonumber(cur[4]) / 60000) .. ' min reached')
     changed = changed + 1
@@ -166,7 +166,7 @@ if ix[1] ~= '1' then
       end
       local ids = redis.call('ZRANGE', orgjobs(here), start, '+', 'BYLEX', 'LIMIT', 0, left)
       for _, id in ipairs(ids) do
-        local j = redis.call('HMGET', jobkey(id), 'kind', 'status')
+        local j = redis.call('HMGET', jobkey(id), F.kind, F.status)
         if j[2] then
           index_job(id, here, j[1], j[2])
         end

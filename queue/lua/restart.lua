@@ -19,12 +19,12 @@ if redis.call('EXISTS', deletingkey(id)) == 1 then
   return redis.error_reply('DELETING')
 end
 local key = jobkey(id)
-local cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org')
+local cur = redis.call('HMGET', key, F.status, F.stop_requested, F.org)
 if not cur[1] and arg_revive == '1' then
   local n = tonumber(arg_nfields)
   local finished_at
   for i = REST, REST + n - 1, 2 do
-    if ARGV[i] == 'finished_at' then
+    if ARGV[i] == F.finished_at then
       finished_at = ARGV[i + 1]
     end
   end
@@ -36,7 +36,7 @@ if not cur[1] and arg_revive == '1' then
     if arg_progress ~= '' then
       redis.call('SET', progkey(id), arg_progress)
     end
-    cur = redis.call('HMGET', key, 'status', 'stop_requested', 'org')
+    cur = redis.call('HMGET', key, F.status, F.stop_requested, F.org)
     -- Settled again as it was unless the restart below goes ahead (restart_job unmarks it).
     TO_SETTLE[id] = true
   end
@@ -53,7 +53,7 @@ if is_live(status) or status == 'FAILED' or status == 'STOPPED' then
 end
 if status == 'FAILED' or status == 'STOPPED' then
   -- Its inputs come back to Redis (the caller put them back from object storage): counted again.
-  local b = redis.call('HMGET', key, 'shed', 'cfg_bytes', 'sec_bytes')
+  local b = redis.call('HMGET', key, F.shed, F.cfg_bytes, F.sec_bytes)
   if b[1] == '1' then
     local need = inputs_bytes(b[2], b[3])
     local cur_bytes, max_bytes = over_bytes(org, need)
@@ -61,18 +61,18 @@ if status == 'FAILED' or status == 'STOPPED' then
       return redis.error_reply('LIMIT_BYTES ' .. cur_bytes .. ' ' .. max_bytes)
     end
     hold(org, need)
-    redis.call('HDEL', key, 'shed')
+    redis.call('HDEL', key, F.shed)
   end
   restart_job(id, org, DEF_QUEUED)
 elseif is_live(status) then
-  redis.call('HSET', key, 'restart_requested', 1, 'restart_limit', DEF_QUEUED, 'updated_at', T)
+  redis.call('HSET', key, F.restart_requested, 1, F.restart_limit, DEF_QUEUED, F.updated_at, T)
   if cur[2] ~= '1' then
     local deadline = NOW + tonumber(arg_grace)
-    redis.call('HSET', key, 'stop_requested', 1, 'stop_reason', 'restart', 'stop_deadline', deadline)
+    redis.call('HSET', key, F.stop_requested, 1, F.stop_reason, 'restart', F.stop_deadline, deadline)
     redis.call('ZADD', STOPPING, deadline, id)
   end
   emit(id, org, 'job.stopping', status, 'restart requested: stopping the current run first')
 else
   return redis.error_reply('CONFLICT ' .. status)
 end
-return redis.call('HGET', key, 'status')
+return redis.call('HGET', key, F.status)

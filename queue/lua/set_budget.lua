@@ -7,8 +7,8 @@
 local k = KEYS[1]
 if redis.call('EXISTS', k) == 0 then return 0 end
 if arg_budget_ms == '0' then
-  redis.call('HDEL', k, 'budget_ms', 'budget_seen')
+  redis.call('HDEL', k, F.budget_ms, F.budget_seen)
 else
-  redis.call('HSET', k, 'budget_ms', arg_budget_ms, 'budget_seen', arg_seen)
+  redis.call('HSET', k, F.budget_ms, arg_budget_ms, F.budget_seen, arg_seen)
 end
 return 1

@@ -6,7 +6,7 @@
 -- Returns 1 if the queue's copy was removed, 0 if not.
 local id = arg_id
 local key = jobkey(id)
-local j = redis.call('HMGET', key, 'status', 'finished_at')
+local j = redis.call('HMGET', key, F.status, F.finished_at)
 if not is_ended(j[1]) then
   -- Settled already, or live again: nothing to move until it next ends.
   redis.call('ZREM', SETTLE, id)

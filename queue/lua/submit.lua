@@ -38,29 +38,29 @@ if cur_bytes then
 end
 -- Fields a new job does not need yet are left out: attempt (1), fence (0), updated_at
 -- (created_at), progress (none), and time_limit_ms and max_steps when there are none.
-local fields = {'id', id, 'org', org, 'kind', arg_kind, 'name', arg_name, 'status', 'QUEUED',
-  'max_attempts', arg_max_attempts, 'priority', arg_priority, 'class', arg_class,
-  'gpus', arg_gpus, 'rank', arg_rank, 'created_at', T, 'cfg_bytes', arg_cfg_bytes, 'sec_bytes', arg_sec_bytes}
+local fields = {F.id, id, F.org, org, F.kind, arg_kind, F.name, arg_name, F.status, 'QUEUED',
+  F.max_attempts, arg_max_attempts, F.priority, arg_priority, F.class, arg_class,
+  F.gpus, arg_gpus, F.rank, arg_rank, F.created_at, T, F.cfg_bytes, arg_cfg_bytes, F.sec_bytes, arg_sec_bytes}
 if arg_time_limit ~= '0' then
-  fields[#fields + 1], fields[#fields + 2] = 'time_limit_ms', arg_time_limit
+  fields[#fields + 1], fields[#fields + 2] = F.time_limit_ms, arg_time_limit
 end
 if arg_budget_ms ~= '0' then
-  fields[#fields + 1], fields[#fields + 2] = 'budget_ms', arg_budget_ms -- heartbeat.lua stops the job at it
+  fields[#fields + 1], fields[#fields + 2] = F.budget_ms, arg_budget_ms -- heartbeat.lua stops the job at it
 end
 if arg_by ~= '' then
-  fields[#fields + 1], fields[#fields + 2] = 'by', arg_by -- usage by user
+  fields[#fields + 1], fields[#fields + 2] = F.by, arg_by -- usage by user
 end
 if arg_token ~= '' then
-  fields[#fields + 1], fields[#fields + 2] = 'token', arg_token -- usage by token
+  fields[#fields + 1], fields[#fields + 2] = F.token, arg_token -- usage by token
 end
 if arg_price_micro ~= '0' then
-  fields[#fields + 1], fields[#fields + 2] = 'price', arg_price_micro -- $ per GPU-hour × 1e6, for usage's cost
+  fields[#fields + 1], fields[#fields + 2] = F.price, arg_price_micro -- $ per GPU-hour × 1e6, for usage's cost
 end
 if arg_est_ms ~= '0' then
-  fields[#fields + 1], fields[#fields + 2] = 'est_ms', arg_est_ms -- a claim holds it past its org's monthly budget
+  fields[#fields + 1], fields[#fields + 2] = F.est_ms, arg_est_ms -- a claim holds it past its org's monthly budget
 end
 if arg_max_steps ~= '0' then
-  fields[#fields + 1], fields[#fields + 2] = 'max_steps', arg_max_steps -- bounds the steps agents report
+  fields[#fields + 1], fields[#fields + 2] = F.max_steps, arg_max_steps -- bounds the steps agents report
 end
 redis.call('HSET', jobkey(id), unpack(fields))
 -- The config and secrets go to the job's own slot: here on a single server; on a cluster the
