@@ -50,7 +50,7 @@ const archiveBatch = 100
 // ended more than the retention ago, then the oldest of organizations that keep more than
 // MaxEnded — and reports how many it moved and whether more are due. Without a Store it does
 // nothing: jobs then stay in Redis.
-func (c *Client) Archive(ctx context.Context, batch int) (moved int, more bool, err error) {
+func (c Maintenance) Archive(ctx context.Context, batch int) (moved int, more bool, err error) {
 	if c.cfg.Store == nil {
 		return 0, false, nil
 	}
@@ -66,7 +66,7 @@ func (c *Client) Archive(ctx context.Context, batch int) (moved int, more bool, 
 }
 
 // archiveDue archives up to batch jobs that ended more than the retention ago.
-func (c *Client) archiveDue(ctx context.Context, batch int) (moved int, more bool, err error) {
+func (c *store) archiveDue(ctx context.Context, batch int) (moved int, more bool, err error) {
 	now := c.cfg.Now()
 	ids, err := c.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
 		Key: c.keys.ended(), Start: "-inf", Stop: ms(now.Add(-c.cfg.Retention)), ByScore: true, Count: int64(batch),
@@ -89,7 +89,7 @@ func (c *Client) archiveDue(ctx context.Context, batch int) (moved int, more boo
 // archiveCrowded archives up to batch of the oldest ended jobs of the organizations that keep
 // more than MaxEnded ended jobs in Redis. An organization's index orders its jobs by id, that
 // is by creation, so the walk from its oldest skips only the live jobs among them.
-func (c *Client) archiveCrowded(ctx context.Context, batch int) (moved int, more bool, err error) {
+func (c *store) archiveCrowded(ctx context.Context, batch int) (moved int, more bool, err error) {
 	if batch <= 0 {
 		return 0, true, nil
 	}
@@ -154,7 +154,7 @@ func (c *Client) archiveCrowded(ctx context.Context, batch int) (moved int, more
 
 // archiveOne writes job id's record and then removes the job from Redis if it is unchanged:
 // the queue forgets it (archive.lua), and then its own keys are deleted (dropOwn).
-func (c *Client) archiveOne(ctx context.Context, id string, now time.Time) (bool, error) {
+func (c *store) archiveOne(ctx context.Context, id string, now time.Time) (bool, error) {
 	// One that ended and has not moved to its own slot yet (on a cluster, or in a store being
 	// migrated: migrate.go) moves first.
 	if !c.migrated.done.Load() {
@@ -218,7 +218,7 @@ func (c *Client) archiveOne(ctx context.Context, id string, now time.Time) (bool
 
 // dropOwn deletes the own keys of a job the queue has forgotten, and then its entry in
 // DROPPING, which keeps it until this is done.
-func (c *Client) dropOwn(ctx context.Context, id string) error {
+func (c *store) dropOwn(ctx context.Context, id string) error {
 	var own []string
 	for _, k := range rediskeys.JobOwn {
 		own = append(own, c.keys.own(id, k.Lua))
@@ -233,7 +233,7 @@ func (c *Client) dropOwn(ctx context.Context, id string) error {
 }
 
 // dropLeft finishes the deletes a crash left (jobs in DROPPING for more than a minute).
-func (c *Client) dropLeft(ctx context.Context, batch int) error {
+func (c *store) dropLeft(ctx context.Context, batch int) error {
 	ids, err := c.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
 		Key: c.keys.dropping(), Start: "-inf", Stop: ms(c.cfg.Now().Add(-time.Minute)), ByScore: true, Count: int64(batch),
 	}).Result()
@@ -249,7 +249,7 @@ func (c *Client) dropLeft(ctx context.Context, batch int) error {
 }
 
 // record reads an archived job's record; job.ErrNotFound if there is none.
-func (c *Client) record(ctx context.Context, id string) (*record, error) {
+func (c *store) record(ctx context.Context, id string) (*record, error) {
 	if c.cfg.Store == nil {
 		return nil, job.ErrNotFound
 	}
@@ -276,7 +276,7 @@ func (c *Client) record(ctx context.Context, id string) (*record, error) {
 }
 
 // archived reads a job from its record; job.ErrNotFound if it has none.
-func (c *Client) archived(ctx context.Context, id string) (*job.Job, error) {
+func (c *store) archived(ctx context.Context, id string) (*job.Job, error) {
 	rec, err := c.record(ctx, id)
 	if err != nil {
 		return nil, err

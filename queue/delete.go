@@ -15,7 +15,7 @@ import (
 // it: from then on the job cannot be restarted or forked (ErrDeleting), so a delete never finds
 // it live after its data is gone. A live job is job.ErrConflict (stop it first) and nothing is
 // marked; one that is not there, job.ErrNotFound. The mark goes with the job (Delete).
-func (c *Client) BeginDelete(ctx context.Context, id string) error {
+func (c Jobs) BeginDelete(ctx context.Context, id string) error {
 	j, err := c.Get(ctx, id)
 	if err != nil {
 		return err
@@ -39,7 +39,7 @@ func (c *Client) BeginDelete(ctx context.Context, id string) error {
 // again. Delete leaves nothing half-forgotten itself: the queue forgets the job in one
 // function call (the archiver's, archive.lua), and the own keys it leaves are deleted at once
 // or, after a crash, by the archiver's next run (DROPPING).
-func (c *Client) Delete(ctx context.Context, id string) error {
+func (c Jobs) Delete(ctx context.Context, id string) error {
 	j, err := c.Get(ctx, id)
 	if err != nil {
 		return err
@@ -87,7 +87,7 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 
 // finishDelete deletes what is left of a job the queue forgot: its own keys and its inputs'
 // copy, then its delete's mark.
-func (c *Client) finishDelete(ctx context.Context, id string) error {
+func (c *store) finishDelete(ctx context.Context, id string) error {
 	if err := c.dropOwn(ctx, id); err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (c *Client) finishDelete(ctx context.Context, id string) error {
 // SealedSecrets are a job's secrets as its submit sealed them ("" if it had none, or they went
 // with it when it was archived): for a fork, which opens and seals them again for itself. Those
 // of a job that ended are read from their copy in object storage (inputs.go).
-func (c *Client) SealedSecrets(ctx context.Context, id string) (string, error) {
+func (c Jobs) SealedSecrets(ctx context.Context, id string) (string, error) {
 	// one key at a time (the two are in different slots of a cluster), the old one first: the
 	// migration writes the new one before it deletes the old (migrate.go)
 	for _, k := range []string{c.keys.oldSecrets(id), c.keys.own(id, "ownsec")} {
@@ -126,7 +126,7 @@ func (c *Client) SealedSecrets(ctx context.Context, id string) (string, error) {
 // job is stopped (Cancel) and marked to be deleted once it has ended; the reaper's
 // DeleteEnded deletes it then, its data in storage with it. done says the job had already
 // ended, so the caller may delete it at once.
-func (c *Client) StopThenDelete(ctx context.Context, id string) (done bool, err error) {
+func (c Jobs) StopThenDelete(ctx context.Context, id string) (done bool, err error) {
 	j, err := c.Get(ctx, id)
 	if err != nil {
 		return false, err
@@ -148,7 +148,7 @@ func (c *Client) StopThenDelete(ctx context.Context, id string) (done bool, err 
 
 // DeleteEnded deletes, with their data in storage, up to batch of the jobs StopThenDelete
 // marked that have ended since; those still stopping stay marked. It reports how many went.
-func (c *Client) DeleteEnded(ctx context.Context, batch int) (int, error) {
+func (c Maintenance) DeleteEnded(ctx context.Context, batch int) (int, error) {
 	// A random sample each pass: jobs still stopping never keep the others waiting.
 	ids, err := c.rdb.SRandMemberN(ctx, c.keys.fixed("DELETE_ON_END"), int64(batch)).Result()
 	if err != nil {
@@ -177,8 +177,8 @@ func (c *Client) DeleteEnded(ctx context.Context, batch int) (int, error) {
 
 // deleteEnded deletes one job that has ended, as the API's delete does: marked first, its
 // data in storage, then the job.
-func (c *Client) deleteEnded(ctx context.Context, id string) error {
-	if err := c.BeginDelete(ctx, id); err != nil {
+func (c Maintenance) deleteEnded(ctx context.Context, id string) error {
+	if err := Jobs(c).BeginDelete(ctx, id); err != nil {
 		return err
 	}
 	if c.cfg.Store != nil {
@@ -186,5 +186,5 @@ func (c *Client) deleteEnded(ctx context.Context, id string) error {
 			return fmt.Errorf("queue: delete %s's data: %w", id, err)
 		}
 	}
-	return c.Delete(ctx, id)
+	return Jobs(c).Delete(ctx, id)
 }

@@ -16,7 +16,7 @@ import (
 // in the organization's expiring index (mark_ended), and taken out once done; a job restarted
 // meanwhile is taken out by the restart, so a live job's checkpoints are never touched. It
 // reports how many jobs it expired and whether more are due. Without a Store it does nothing.
-func (c *Client) ExpireCheckpoints(ctx context.Context, batch int) (expired int, more bool, err error) {
+func (c Maintenance) ExpireCheckpoints(ctx context.Context, batch int) (expired int, more bool, err error) {
 	if c.cfg.Store == nil {
 		return 0, false, nil
 	}
@@ -53,7 +53,7 @@ func (c *Client) ExpireCheckpoints(ctx context.Context, batch int) (expired int,
 
 // expireJob deletes a job's unpinned checkpoints and takes it out of its organization's
 // expiring index (only if it is still there as it was: a restart meanwhile took it out).
-func (c *Client) expireJob(ctx context.Context, org, id string) error {
+func (c *store) expireJob(ctx context.Context, org, id string) error {
 	all, err := jobdata.ListCheckpoints(ctx, c.cfg.Store, id)
 	if err != nil {
 		return fmt.Errorf("queue: expire checkpoints of %s: %w", id, err)

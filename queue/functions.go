@@ -110,13 +110,13 @@ func mustBuildLibrary(r jobFields) redisfn.Library {
 // the ones every function takes first, loading the library once if the server lacks it (a new
 // server, a new cluster node, a restart without persistence). rest are a variadic function's
 // further values.
-func (c *Client) call(ctx context.Context, fn, route string, a args, rest ...any) *redis.Cmd {
+func (c *store) call(ctx context.Context, fn, route string, a args, rest ...any) *redis.Cmd {
 	return c.callAt(ctx, c.cfg.Now(), fn, route, a, rest...)
 }
 
 // callAt is call with the time the function takes for now, for callers that derive other
 // times (a lease's expiry) from the same instant.
-func (c *Client) callAt(ctx context.Context, now time.Time, fn, route string, a args, rest ...any) *redis.Cmd {
+func (c *store) callAt(ctx context.Context, now time.Time, fn, route string, a args, rest ...any) *redis.Cmd {
 	return c.funcs.Call(ctx, fn, route, []any{c.keys.prefix, ms(now), c.tau, c.cfg.MaxRunning, c.cfg.MaxQueued, c.splitArg(),
 		max(0, c.cfg.MaxOrgBytes), boolArg(c.cfg.Store != nil)}, a, rest...)
 }

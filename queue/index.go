@@ -84,7 +84,7 @@ func idMs(id string) int64 {
 // listIndexed is List with a kind or status filter, read from the org's index: one range of
 // scores per kind and status the filter allows, newest first, merged. It reads only jobs that
 // pass the filter, however many do not.
-func (c *Client) listIndexed(ctx context.Context, org string, f job.ListFilter, cursor string, limit int) ([]*job.Job, string, error) {
+func (c *store) listIndexed(ctx context.Context, org string, f job.ListFilter, cursor string, limit int) ([]*job.Job, string, error) {
 	lo, hi := int64(0), rankBase-1 // creation times (ms), inclusive
 	if !f.CreatedAfter.IsZero() {
 		lo = f.CreatedAfter.UnixMilli()

@@ -53,7 +53,7 @@ type inputs struct {
 func inputsKey(id string) string { return "archive/inputs/" + id + ".json" }
 
 // putInputs writes a job's inputs to object storage.
-func (c *Client) putInputs(ctx context.Context, id, config, secrets string) error {
+func (c *store) putInputs(ctx context.Context, id, config, secrets string) error {
 	b, err := json.Marshal(inputs{Version: inputsVersion, Config: config, Secrets: secrets})
 	if err != nil {
 		return err
@@ -66,7 +66,7 @@ func (c *Client) putInputs(ctx context.Context, id, config, secrets string) erro
 
 // readInputs reads the copy of job id's inputs; nil where there is none (no object storage, or
 // a job submitted before copies were kept).
-func (c *Client) readInputs(ctx context.Context, id string) (*inputs, error) {
+func (c *store) readInputs(ctx context.Context, id string) (*inputs, error) {
 	if c.cfg.Store == nil {
 		return nil, nil
 	}
@@ -90,7 +90,7 @@ func (c *Client) readInputs(ctx context.Context, id string) (*inputs, error) {
 }
 
 // dropInputs deletes the copy of job id's inputs.
-func (c *Client) dropInputs(ctx context.Context, id string) error {
+func (c *store) dropInputs(ctx context.Context, id string) error {
 	if c.cfg.Store == nil {
 		return nil
 	}
@@ -103,7 +103,7 @@ func (c *Client) dropInputs(ctx context.Context, id string) error {
 // restoreInputs puts an ended job's inputs back in Redis from their copy, where they left it,
 // for a restart (restart.lua counts them again). The mark it leaves names the end they were
 // restored after, so that a slow settle of that end does not take them out again (put_own).
-func (c *Client) restoreInputs(ctx context.Context, id string, hash map[string]string) error {
+func (c *store) restoreInputs(ctx context.Context, id string, hash map[string]string) error {
 	if hash[jobField.Shed] != "1" {
 		return nil
 	}
@@ -164,7 +164,7 @@ func heldBytes(hash map[string]string, events []string) int64 {
 
 // jobHash is a job's hash as readers take it: the queue's copy while there is one, else its own
 // slot's (empty where there is neither).
-func (c *Client) jobHash(ctx context.Context, id string) (map[string]string, error) {
+func (c *store) jobHash(ctx context.Context, id string) (map[string]string, error) {
 	h, err := c.rdb.HGetAll(ctx, c.keys.job(id)).Result()
 	if err != nil || len(h) > 0 {
 		return h, err

@@ -8,7 +8,7 @@ import (
 
 // AddJudgeUsage counts the tokens of a call the service's judge made for a job, against the
 // job and its organization (what the organization is billed for).
-func (c *Client) AddJudgeUsage(ctx context.Context, org, id string, in, out int64) error {
+func (c Orgs) AddJudgeUsage(ctx context.Context, org, id string, in, out int64) error {
 	k := c.keys.of("orgjudge", org)
 	pipe := c.rdb.TxPipeline()
 	pipe.HIncrBy(ctx, k, "in", in)
@@ -22,7 +22,7 @@ func (c *Client) AddJudgeUsage(ctx context.Context, org, id string, in, out int6
 }
 
 // JudgeUsage is what the service's judge used for a job: its input and output tokens.
-func (c *Client) JudgeUsage(ctx context.Context, org, id string) (in, out int64, err error) {
+func (c Orgs) JudgeUsage(ctx context.Context, org, id string) (in, out int64, err error) {
 	v, err := c.rdb.HMGet(ctx, c.keys.of("orgjudge", org), "j:"+id+":in", "j:"+id+":out").Result()
 	if err != nil {
 		return 0, 0, fmt.Errorf("queue: judge usage: %w", err)

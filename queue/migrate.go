@@ -25,7 +25,7 @@ type migrated struct{ done atomic.Bool }
 
 // MigrateOwn migrates up to batch jobs of a store written before jobs had their own slots and
 // reports whether more are left.
-func (c *Client) MigrateOwn(ctx context.Context, batch int) (more bool, err error) {
+func (c Maintenance) MigrateOwn(ctx context.Context, batch int) (more bool, err error) {
 	if c.migrated.done.Load() {
 		return false, nil
 	}
@@ -83,7 +83,7 @@ func (c *Client) MigrateOwn(ctx context.Context, batch int) (more bool, err erro
 // migrateJobs moves the config and secrets of jobs ids from the old keys to their own slots and
 // files those that ended, and are still in the queue's slot, to be settled; the caller settles
 // them.
-func (c *Client) migrateJobs(ctx context.Context, ids []string) error {
+func (c *store) migrateJobs(ctx context.Context, ids []string) error {
 	cfgs := make([]*redis.StringCmd, len(ids))
 	secs := make([]*redis.StringCmd, len(ids))
 	statuses := make([]*redis.StringCmd, len(ids))

@@ -23,7 +23,7 @@ import (
 
 // Nodes lists the nodes the queue knows: those seen waiting for work lately and those out of
 // rotation, by id.
-func (c *Client) Nodes(ctx context.Context) ([]job.Node, error) {
+func (c Fleet) Nodes(ctx context.Context) ([]job.Node, error) {
 	seen, err := c.rdb.ZRangeWithScores(ctx, c.keys.fixed("AGENTS_SEEN"), 0, -1).Result()
 	if err != nil {
 		return nil, wrapErr("nodes", err)
@@ -97,7 +97,7 @@ func (c *Client) Nodes(ctx context.Context) ([]job.Node, error) {
 // SetNode takes a node out of rotation (job.NodeCordoned or job.NodeDraining) with the
 // operator's reason, or puts it back (job.NodeOK: its fault record goes too). A node the queue
 // has never seen may be cordoned ahead of its first claim.
-func (c *Client) SetNode(ctx context.Context, id, state, reason string) error {
+func (c Fleet) SetNode(ctx context.Context, id, state, reason string) error {
 	switch state {
 	case job.NodeOK:
 		_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -115,7 +115,7 @@ func (c *Client) SetNode(ctx context.Context, id, state, reason string) error {
 
 // SetBudget sets the GPU time (GPU-milliseconds, 0: none) a job may use over all its runs. Its
 // job.budget events start again from the mark its use has reached under the new budget.
-func (c *Client) SetBudget(ctx context.Context, id string, gpuMs int64) error {
+func (c Jobs) SetBudget(ctx context.Context, id string, gpuMs int64) error {
 	j, err := c.Get(ctx, id)
 	if err != nil {
 		return err

@@ -108,7 +108,7 @@ func (n *notifier) close() {
 // IdleCapacity says, for each GPU count in counts, how many claims are waiting right now with
 // at least that many GPUs of model free: how many nodes could start such a job at once. (A
 // claim that has not waited again since its last job is not counted.)
-func (c *Client) IdleCapacity(ctx context.Context, model string, counts []int) ([]int, error) {
+func (c Fleet) IdleCapacity(ctx context.Context, model string, counts []int) ([]int, error) {
 	cmds := make([]*redis.IntCmd, len(counts))
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, n := range counts {

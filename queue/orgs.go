@@ -15,7 +15,7 @@ import (
 )
 
 // SetOrg changes an organization's weight and limits; zero values restore the defaults.
-func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) error {
+func (c Orgs) SetOrg(ctx context.Context, org string, s job.OrgSettings) error {
 	if s.Weight < 0 || s.MaxRunning < 0 || s.MaxQueued < 0 || s.MonthlyGPUHours < 0 || s.CheckpointTTLDays < 0 {
 		return fmt.Errorf("queue: org settings must not be negative: %+v", s)
 	}
@@ -31,7 +31,7 @@ func (c *Client) SetOrg(ctx context.Context, org string, s job.OrgSettings) erro
 }
 
 // GetOrg reports an organization's settings in effect and its use of the queue now.
-func (c *Client) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) {
+func (c Orgs) GetOrg(ctx context.Context, org string) (job.OrgStatus, error) {
 	vals, err := c.rdb.HMGet(ctx, c.keys.org(org), "weight", "max_running", "max_queued", "queued", "running", "running_gpus", "usage",
 		"gpu_ms", "hold_anchor", "month", "month_ms", "month_budget_ms", "held", "ckpt_ttl_ms", "stored", "rbytes").Result()
 	if err != nil {
@@ -84,7 +84,7 @@ const usageEpoch = 1735689600000
 // end, with their cost at the price each job was submitted with), and what its live jobs' holds
 // have used so far, at price (the operator's, $ per GPU-hour of a model; 0 for none). live are
 // the organization's live jobs. Figures are rounded to thousandths.
-func (c *Client) UsageBy(ctx context.Context, org string, live []*job.Job, price func(model string) float64) (users, tokens []job.UsageShare, err error) {
+func (c Orgs) UsageBy(ctx context.Context, org string, live []*job.Job, price func(model string) float64) (users, tokens []job.UsageShare, err error) {
 	h, err := c.rdb.HGetAll(ctx, c.keys.orgUsage(org)).Result()
 	if err != nil {
 		return nil, nil, wrapErr("usage by user", err)

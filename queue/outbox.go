@@ -32,7 +32,7 @@ type OutboxEvent struct {
 // read the events no one has handled and acknowledge them once handled. An event read and not
 // acknowledged (its consumer died) goes to another consumer after reclaimAfter.
 type Outbox struct {
-	c      *Client
+	c      *store
 	group  string
 	exists atomic.Bool // the consumer group is known to exist
 }
@@ -41,7 +41,7 @@ type Outbox struct {
 const reclaimAfter = 2 * time.Minute
 
 // Outbox returns the consumer group group of the outbox.
-func (c *Client) Outbox(group string) *Outbox { return &Outbox{c: c, group: group} }
+func (c WebhookOutbox) Outbox(group string) *Outbox { return &Outbox{c: c.store, group: group} }
 
 // Read returns up to count events for consumer: ones another consumer read and did not
 // acknowledge within reclaimAfter, then new ones.

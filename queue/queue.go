@@ -161,8 +161,47 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Client is the queue over one Redis (a single server or a cluster).
+// Client is the queue over one Redis (a single server or a cluster). It is its surfaces
+// together, each a small type of its own that a caller needing only one can take:
+//
+//   - Jobs: submit, read and list jobs, their events, cancel, restart, delete, budgets and
+//     places in the queue — what users do (queue.go, delete.go);
+//   - Leases: claim, heartbeat, complete, fail, release — what agents do (queue.go);
+//   - Fleet: node health and idle capacity (nodes.go);
+//   - Orgs: an organization's settings, usage and stored bytes (orgs.go, judge.go, storage.go);
+//   - Tokens: revoked API tokens (revoke.go);
+//   - WebhookOutbox: the events webhooks deliver (outbox.go);
+//   - Streams: the places of open event and log streams (streams.go);
+//   - Maintenance: the reaper's duties — reap, settle, archive, expire, delete, migrate, meter
+//     (reaper.go runs them).
+//
+// All share one store: the Redis client, the settings, the key names and the function library.
 type Client struct {
+	*store
+	Jobs
+	Leases
+	Fleet
+	Orgs
+	Tokens
+	WebhookOutbox
+	Streams
+	Maintenance
+}
+
+// The queue's surfaces (see Client).
+type (
+	Jobs          struct{ *store }
+	Leases        struct{ *store }
+	Fleet         struct{ *store }
+	Orgs          struct{ *store }
+	Tokens        struct{ *store }
+	WebhookOutbox struct{ *store }
+	Streams       struct{ *store }
+	Maintenance   struct{ *store }
+)
+
+// store is what the surfaces share.
+type store struct {
 	rdb      redis.UniversalClient
 	cfg      Config
 	keys     keys
@@ -183,13 +222,15 @@ func New(rdb redis.UniversalClient, cfg Config) *Client {
 	cfg = cfg.withDefaults()
 	markUnavailable(rdb)
 	k := newKeys(cfg.Prefix)
-	return &Client{
+	s := &store{
 		rdb: rdb, cfg: cfg, keys: k,
 		tau:    int64(float64(cfg.UsageHalfLife.Milliseconds()) / math.Ln2),
 		wakeup: newNotifier(rdb, k.wake(randomHex(8))),
 		funcs:  redisfn.NewCaller(rdb, library),
 		split:  isCluster(rdb),
 	}
+	return &Client{store: s, Jobs: Jobs{s}, Leases: Leases{s}, Fleet: Fleet{s}, Orgs: Orgs{s}, Tokens: Tokens{s},
+		WebhookOutbox: WebhookOutbox{s}, Streams: Streams{s}, Maintenance: Maintenance{s}}
 }
 
 func isCluster(rdb redis.UniversalClient) bool {
@@ -215,7 +256,7 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 // a repeat of the same fingerprint returns the job first created under that key (replayed is
 // true); another fingerprint is an *job.IdempotencyConflictError. Past the organization's
 // queued limit it is a *job.LimitError.
-func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey, fingerprint string) (j *job.Job, replayed bool, err error) {
+func (c Jobs) Submit(ctx context.Context, sub job.Submission, idempotencyKey, fingerprint string) (j *job.Job, replayed bool, err error) {
 	if sub.ID == "" {
 		if sub.ID, err = job.NewID(); err != nil {
 			return nil, false, err
@@ -285,7 +326,7 @@ func (c *Client) Submit(ctx context.Context, sub job.Submission, idempotencyKey,
 }
 
 // putConfig writes a job's config and secrets to its own slot (on a cluster, before its submit).
-func (c *Client) putConfig(ctx context.Context, id, config, secrets string) error {
+func (c *store) putConfig(ctx context.Context, id, config, secrets string) error {
 	kv := []any{c.keys.own(id, "owncfg"), config}
 	if secrets != "" {
 		kv = append(kv, c.keys.own(id, "ownsec"), secrets)
@@ -298,11 +339,11 @@ func (c *Client) putConfig(ctx context.Context, id, config, secrets string) erro
 
 // dropConfig deletes what putConfig wrote for a submit that created no job. Should it fail (or
 // the process die before it), the keys stay: a config nothing refers to.
-func (c *Client) dropConfig(ctx context.Context, id string) {
+func (c *store) dropConfig(ctx context.Context, id string) {
 	_ = c.rdb.Del(context.WithoutCancel(ctx), c.keys.own(id, "owncfg"), c.keys.own(id, "ownsec")).Err()
 }
 
-func (c *Client) submitErr(org string, err error) error {
+func (c *store) submitErr(org string, err error) error {
 	if lim := limitErr(org, err); lim != nil {
 		return lim
 	}
@@ -329,7 +370,7 @@ func limitErr(org string, err error) *job.LimitError {
 }
 
 // Get returns a job.
-func (c *Client) Get(ctx context.Context, id string) (*job.Job, error) {
+func (c Jobs) Get(ctx context.Context, id string) (*job.Job, error) {
 	jobs, err := c.getMany(ctx, []string{id})
 	if err != nil {
 		return nil, fmt.Errorf("queue: get %s: %w", id, err)
@@ -343,11 +384,11 @@ func (c *Client) Get(ctx context.Context, id string) (*job.Job, error) {
 // getMany reads jobs (the hash, the config and the progress of each) in one round trip,
 // skipping ids with no job. A job's record is in the queue's slot while it is live and in its
 // own slot once it has ended and moved (settle.go): both are read, and the queue's copy wins.
-func (c *Client) getMany(ctx context.Context, ids []string) ([]*job.Job, error) {
+func (c *store) getMany(ctx context.Context, ids []string) ([]*job.Job, error) {
 	return c.getManyOnce(ctx, ids, false)
 }
 
-func (c *Client) getManyOnce(ctx context.Context, ids []string, reread bool) ([]*job.Job, error) {
+func (c *store) getManyOnce(ctx context.Context, ids []string, reread bool) ([]*job.Job, error) {
 	hashes := make([]*redis.MapStringStringCmd, len(ids))
 	progs := make([]*redis.StringCmd, len(ids))
 	owns := make([]*redis.MapStringStringCmd, len(ids))
@@ -435,7 +476,7 @@ func (c *Client) getManyOnce(ctx context.Context, ids []string, reread bool) ([]
 // ids (ordered by id) is ordered by creation time, and a time bound is a range of ids; status
 // and kind are checked job by job. One call looks at no more than listScanMax jobs: a narrow
 // filter over many jobs may return a short page with a cursor to go on from.
-func (c *Client) List(ctx context.Context, org string, f job.ListFilter, cursor string, limit int) (jobs []*job.Job, next string, err error) {
+func (c Jobs) List(ctx context.Context, org string, f job.ListFilter, cursor string, limit int) (jobs []*job.Job, next string, err error) {
 	if f.Kind != "" || len(f.Statuses) > 0 {
 		return c.listIndexed(ctx, org, f, cursor, limit)
 	}
@@ -506,11 +547,11 @@ func idPrefix(t time.Time) string {
 // Events returns the job's events with a sequence number above after, oldest first, at most
 // limit of them. A job's events are a list (in the queue's slot while it is live, in its own
 // once it has ended: settle.go); an event's position in it is its sequence number.
-func (c *Client) Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error) {
+func (c Jobs) Events(ctx context.Context, id string, after int64, limit int) ([]job.Event, error) {
 	return c.events(ctx, id, after, limit, false)
 }
 
-func (c *Client) events(ctx context.Context, id string, after int64, limit int, reread bool) ([]job.Event, error) {
+func (c *store) events(ctx context.Context, id string, after int64, limit int, reread bool) ([]job.Event, error) {
 	var events, owned *redis.StringSliceCmd
 	var exists, ownExists *redis.IntCmd
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -569,7 +610,7 @@ func parseEvents(id string, after int64, raw []string) ([]job.Event, error) {
 }
 
 // Cancel stops a job: at once if it is queued, through its agent if one holds it.
-func (c *Client) Cancel(ctx context.Context, id string) (*job.Job, error) {
+func (c Jobs) Cancel(ctx context.Context, id string) (*job.Job, error) {
 	err := c.call(ctx, "cancel", c.keys.job(id), args{"id": id, "grace": c.cfg.StopGrace.Milliseconds()}).Err()
 	c.settleSoon(ctx, id)
 	if err != nil {
@@ -613,7 +654,7 @@ var ErrArchived = fmt.Errorf("the job ended more than the retention ago and is a
 // one is stopped first and then queued again. A restart counts against the organization's
 // queued limit as a submit does: past it the answer is a *job.LimitError. An archived job is
 // ErrArchived.
-func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
+func (c Jobs) Restart(ctx context.Context, id string) (*job.Job, error) {
 	// A restart takes back a stop-then-delete: the job is wanted again. (Once the reaper has
 	// begun its delete, the restart is refused: ErrDeleting.)
 	if err := c.rdb.SRem(ctx, c.keys.fixed("DELETE_ON_END"), id).Err(); err != nil {
@@ -666,7 +707,7 @@ func (c *Client) Restart(ctx context.Context, id string) (*job.Job, error) {
 // req.Wait (capped by MaxClaimWait) for a job it could take to be queued, and returns nil, nil
 // if none came. While it waits it is filed in Redis as a waiter (see notify.go), so only a job
 // that fits it wakes it.
-func (c *Client) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error) {
+func (c Leases) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error) {
 	wait := min(req.Wait, c.cfg.MaxClaimWait)
 	free := encodeGPUs(req.GPUs)
 	gpuOnly := "0"
@@ -760,7 +801,7 @@ func encodeGPUs(gpus []job.GPU) string {
 //
 // waiter is "" or the waiter to file if nothing fits, until waitUntil; filed says whether an
 // earlier look filed it (a claim made takes it back).
-func (c *Client) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuOnly, waiter string, waitUntil time.Time, filed bool) (*job.Claim, time.Time, error) {
+func (c *store) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuOnly, waiter string, waitUntil time.Time, filed bool) (*job.Claim, time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -844,7 +885,7 @@ func progressArg(p *job.Progress) string {
 }
 
 // Heartbeat renews the lease on job id and records its progress.
-func (c *Client) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error) {
+func (c Leases) Heartbeat(ctx context.Context, id string, hb job.Heartbeat) (job.HeartbeatReply, error) {
 	pipeline, emulated, versions := "", "0", ""
 	if hb.Runtime != nil {
 		pipeline = hb.Runtime.Pipeline
@@ -901,18 +942,18 @@ func alertsArg(alerts []job.Alert) (string, error) {
 }
 
 // Complete ends a job its agent holds as COMPLETED.
-func (c *Client) Complete(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
+func (c Leases) Complete(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
 	return c.finish(ctx, id, "completed", o)
 }
 
 // Fail ends a job its agent holds as FAILED with o.Reason — or, when a stop had been
 // requested, as the stop requires: STOPPED, FAILED at a time limit, or queued again for a
 // restart. It returns the status the job ended in.
-func (c *Client) Fail(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
+func (c Leases) Fail(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
 	return c.finish(ctx, id, "failed", o)
 }
 
-func (c *Client) finish(ctx context.Context, id, how string, o job.Outcome) (job.Status, error) {
+func (c *store) finish(ctx context.Context, id, how string, o job.Outcome) (job.Status, error) {
 	steps, err := reportedSteps(o.Checkpoints)
 	if err != nil {
 		return "", err
@@ -986,7 +1027,7 @@ func freedArg(t *time.Time) string {
 
 // Release hands a job back from an agent that is going away: it is queued again at once, in
 // its place, to resume elsewhere from its newest checkpoint, without spending an attempt.
-func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
+func (c Leases) Release(ctx context.Context, id string, o job.Outcome) (job.Status, error) {
 	steps, err := reportedSteps(o.Checkpoints)
 	if err != nil {
 		return "", err
@@ -1006,7 +1047,7 @@ func (c *Client) Release(ctx context.Context, id string, o job.Outcome) (job.Sta
 // its job, if the claim was made and the agent never started it, goes back to the queue at
 // once without spending an attempt; a claim not made yet never will be. It returns the id of
 // the job handed back, or "".
-func (c *Client) AbandonClaim(ctx context.Context, agent, claimID string) (string, error) {
+func (c Leases) AbandonClaim(ctx context.Context, agent, claimID string) (string, error) {
 	// The mark outlives any claim that could still be waiting under the id.
 	mark := c.cfg.LeaseTTL + c.cfg.MaxClaimWait + time.Minute
 	id, err := c.call(ctx, "abandon", c.keys.leases(), args{"claim_id": claimID, "agent": agent, "mark_ttl": mark.Milliseconds()}).Text()
@@ -1021,7 +1062,7 @@ func (c *Client) AbandonClaim(ctx context.Context, agent, claimID string) (strin
 // time limits, retry backoffs that are over, waits that ended and agents gone quiet. It
 // reports how many jobs it changed, and more if some index had more due than one batch: call
 // it again.
-func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, err error) {
+func (c Maintenance) Reap(ctx context.Context, batch int) (changed int, more bool, err error) {
 	res, err := c.call(ctx, "reap", c.keys.leases(), args{
 		"batch": batch, "backoff_base": c.cfg.RetryBackoff.Milliseconds(), "backoff_cap": c.cfg.RetryBackoffMax.Milliseconds(),
 		"jitter": mrand.Float64(), "grace": c.cfg.StopGrace.Milliseconds(), "agent_ttl": c.agentTTL().Milliseconds(),
@@ -1043,11 +1084,11 @@ func (c *Client) Reap(ctx context.Context, batch int) (changed int, more bool, e
 
 // agentTTL is how recently an agent must have waited for work to count as about (queue_reason):
 // a waiting agent claims again at least every MaxClaimWait.
-func (c *Client) agentTTL() time.Duration { return 2*c.cfg.MaxClaimWait + 10*time.Second }
+func (c *store) agentTTL() time.Duration { return 2*c.cfg.MaxClaimWait + 10*time.Second }
 
 // SetHooked records whether org has a webhook endpoint: only such organizations' events go to
 // the outbox that webhook delivery drains.
-func (c *Client) SetHooked(ctx context.Context, org string, hooked bool) error {
+func (c Orgs) SetHooked(ctx context.Context, org string, hooked bool) error {
 	var err error
 	if hooked {
 		err = c.rdb.HSet(ctx, c.keys.org(org), "hooked", "1").Err()
@@ -1062,17 +1103,17 @@ func (c *Client) SetHooked(ctx context.Context, org string, hooked bool) error {
 
 // Position says where a QUEUED job stands and why it waits; ok is false for a job in another
 // state.
-func (c *Client) Position(ctx context.Context, id string) (job.Position, bool, error) {
+func (c Jobs) Position(ctx context.Context, id string) (job.Position, bool, error) {
 	return c.position(ctx, c.keys.job(id), id, "", "", 0)
 }
 
 // RunsAhead is where a job of org with spec would stand if it were submitted now.
-func (c *Client) RunsAhead(ctx context.Context, org string, spec jobspec.Spec) (job.Position, error) {
+func (c Jobs) RunsAhead(ctx context.Context, org string, spec jobspec.Spec) (job.Position, error) {
 	p, _, err := c.position(ctx, c.keys.leases(), "", org, spec.Class(), spec.Priority)
 	return p, err
 }
 
-func (c *Client) position(ctx context.Context, route, id, org, class string, priority int) (job.Position, bool, error) {
+func (c *store) position(ctx context.Context, route, id, org, class string, priority int) (job.Position, bool, error) {
 	res, err := c.call(ctx, "position", route, args{
 		"id": id, "org": org, "class": class, "priority": priority, "fresh_ms": c.agentTTL().Milliseconds(),
 	}).Slice()

@@ -18,7 +18,7 @@ import (
 // runs each once, in that order (the scheduled Lambda, functions/reaper, calls it every
 // minute); Run starts every duty on its own ticker and stops them together (`hostedtrain dev`).
 type Reaper struct {
-	q        *Client
+	q        Maintenance
 	interval time.Duration
 	logger   *slog.Logger
 	duties   []*duty
@@ -44,7 +44,7 @@ func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Reaper{q: q, interval: interval, logger: logger}
+	r := &Reaper{q: q.Maintenance, interval: interval, logger: logger}
 	r.duties = []*duty{
 		{name: "reap", run: r.reap},
 		{name: "archive", run: r.archive},

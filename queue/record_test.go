@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -89,7 +90,7 @@ func TestTheJobRecordIsNamedOnce(t *testing.T) {
 
 	t.Run("no field of the old names is left", func(t *testing.T) {
 		ctx := context.Background()
-		seen := 0
+		var seen atomic.Int64
 		for _, be := range backends {
 			scan := func(ctx context.Context, c *redis.Client) error {
 				iter := c.Scan(ctx, 0, "*", 1000).Iterator()
@@ -105,7 +106,7 @@ func TestTheJobRecordIsNamedOnce(t *testing.T) {
 					if _, isJob := h["x_id"]; !isJob {
 						continue
 					}
-					seen++
+					seen.Add(1)
 					for f := range h {
 						if !strings.HasPrefix(f, "x_") {
 							t.Errorf("%s: job %s holds field %q, a name not in the record", be.name, key, f)
@@ -124,8 +125,8 @@ func TestTheJobRecordIsNamedOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if seen < 20 {
-			t.Fatalf("found %d job records written with the renamed fields; the lives above write more", seen)
+		if n := seen.Load(); n < 20 {
+			t.Fatalf("found %d job records written with the renamed fields; the lives above write more", n)
 		}
 	})
 }

@@ -44,7 +44,7 @@ type revocations struct {
 // verifier's leeway after it: only then is the token refused anyway, and the entry goes.
 // However long the token lives, so does the entry. Other processes refuse it within
 // RevocationStaleness; this one at once.
-func (c *Client) RevokeToken(ctx context.Context, jti string, until time.Time) error {
+func (c Tokens) RevokeToken(ctx context.Context, jti string, until time.Time) error {
 	if jti == "" {
 		return errors.New("queue: revoke: empty token id")
 	}
@@ -78,7 +78,7 @@ func (c *Client) RevokeToken(ctx context.Context, jti string, until time.Time) e
 // refreshes the copy, the others answer from it rather than wait on Redis; a refresh that fails
 // leaves the copy as it was, for the next check to try again. Only the first load, with no copy
 // yet, makes every check wait.
-func (c *Client) TokenRevoked(ctx context.Context, jti string) (bool, error) {
+func (c Tokens) TokenRevoked(ctx context.Context, jti string) (bool, error) {
 	r := &c.revoked
 	now := c.cfg.Now()
 	r.mu.Lock()
@@ -111,7 +111,7 @@ func (c *Client) TokenRevoked(ctx context.Context, jti string) (bool, error) {
 
 // fetchRevocations reads the whole set of revocations (full), or the log of recent ones from
 // from (ms) on.
-func (c *Client) fetchRevocations(ctx context.Context, full bool, from int64) ([]redis.Z, error) {
+func (c *store) fetchRevocations(ctx context.Context, full bool, from int64) ([]redis.Z, error) {
 	if full {
 		return c.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
 			Key: c.keys.fixed("REVOKED"), ByScore: true, Start: strconv.FormatInt(time.Now().UnixMilli(), 10), Stop: "+inf",

@@ -32,7 +32,7 @@ import (
 
 // splitArg is the common argument that tells the functions a job's own keys are out of their
 // reach.
-func (c *Client) splitArg() string { return boolArg(c.split) }
+func (c *store) splitArg() string { return boolArg(c.split) }
 
 // settleBatch bounds the jobs one settle pass moves.
 const settleBatch = 16
@@ -40,7 +40,7 @@ const settleBatch = 16
 // settleSoon moves job id to its own slot if the last call ended it (on a cluster; on a single
 // server the call moved it itself). It is best effort: what it leaves, the reaper moves
 // (Settle).
-func (c *Client) settleSoon(ctx context.Context, id string) {
+func (c *store) settleSoon(ctx context.Context, id string) {
 	if c.split {
 		_, _ = c.settleOne(context.WithoutCancel(ctx), id, false)
 	}
@@ -48,15 +48,15 @@ func (c *Client) settleSoon(ctx context.Context, id string) {
 
 // settleAnySoon moves what the last call may have ended, when the caller cannot name the jobs
 // (an abandoned claim's).
-func (c *Client) settleAnySoon(ctx context.Context) {
+func (c *store) settleAnySoon(ctx context.Context) {
 	if c.split {
-		_, _, _ = c.Settle(context.WithoutCancel(ctx), settleBatch)
+		_, _, _ = Maintenance{c}.Settle(context.WithoutCancel(ctx), settleBatch)
 	}
 }
 
 // Settle moves up to batch jobs that ended, and are still in the queue's slot, to their own
 // slot, and reports how many it moved and whether more are waiting.
-func (c *Client) Settle(ctx context.Context, batch int) (moved int, more bool, err error) {
+func (c Maintenance) Settle(ctx context.Context, batch int) (moved int, more bool, err error) {
 	ids, err := c.rdb.ZRange(ctx, c.keys.settle(), 0, int64(batch)-1).Result()
 	if err != nil {
 		return 0, false, fmt.Errorf("queue: settle: %w", err)
@@ -84,9 +84,9 @@ func (c *Client) Settle(ctx context.Context, batch int) (moved int, more bool, e
 }
 
 // settleAll settles batch after batch until a batch is short or moves nothing.
-func (c *Client) settleAll(ctx context.Context) error {
+func (c *store) settleAll(ctx context.Context) error {
 	for {
-		moved, more, err := c.Settle(ctx, settleBatch*4)
+		moved, more, err := Maintenance{c}.Settle(ctx, settleBatch*4)
 		if err != nil || !more || moved == 0 {
 			return err
 		}
@@ -102,7 +102,7 @@ type live struct {
 
 // readRecord reads a job's hash, events and progress from the queue's slot (own false) or the
 // job's own slot.
-func (c *Client) readRecord(ctx context.Context, id string, own bool) (live, error) {
+func (c *store) readRecord(ctx context.Context, id string, own bool) (live, error) {
 	hk, ek, pk := c.keys.job(id), c.keys.events(id), c.keys.progress(id)
 	if own {
 		hk, ek, pk = c.keys.own(id, "ownjob"), c.keys.own(id, "ownev"), c.keys.own(id, "ownprog")
@@ -136,7 +136,7 @@ func (r live) flat() []any {
 
 // settleOne moves job id from the queue's slot to its own, if it ended and is still there.
 // filed says the job was found in SETTLE: one that has nothing to move is then taken out of it.
-func (c *Client) settleOne(ctx context.Context, id string, filed bool) (bool, error) {
+func (c *store) settleOne(ctx context.Context, id string, filed bool) (bool, error) {
 	rec, err := c.readRecord(ctx, id, false)
 	if err != nil {
 		return false, fmt.Errorf("queue: settle %s: %w", id, err)

@@ -61,7 +61,7 @@ type Metered struct {
 // MeterStorage measures up to batch of the jobs due for it (STORED_DUE). The error is the
 // job store's; a job whose objects could not be listed is counted in Failed instead. Without a
 // Store it does nothing.
-func (c *Client) MeterStorage(ctx context.Context, batch int) (Metered, error) {
+func (c Maintenance) MeterStorage(ctx context.Context, batch int) (Metered, error) {
 	if c.cfg.Store == nil {
 		return Metered{}, nil
 	}
@@ -107,7 +107,7 @@ func (c *Client) MeterStorage(ctx context.Context, batch int) (Metered, error) {
 
 // measureDue measures the job of one entry of STORED_DUE and files what it found, and the
 // entry's next time. listErr is the object store's, err Redis's.
-func (c *Client) measureDue(ctx context.Context, z redis.Z) (listErr, err error) {
+func (c *store) measureDue(ctx context.Context, z redis.Z) (listErr, err error) {
 	member := z.Member.(string)
 	id := strings.TrimPrefix(member, "~")
 	due := func(org, how string, bytes int64) error {
@@ -130,7 +130,7 @@ func (c *Client) measureDue(ctx context.Context, z redis.Z) (listErr, err error)
 
 // fileExisting files the live and ended jobs of a store from before the storage meter, once
 // (META stored_filed): what claim and mark_ended file from then on.
-func (c *Client) fileExisting(ctx context.Context) error {
+func (c *store) fileExisting(ctx context.Context) error {
 	if c.storedFiled.Load() {
 		return nil
 	}
@@ -170,7 +170,7 @@ func (c *Client) fileExisting(ctx context.Context) error {
 
 // remeasure measures a job of org again after some of its objects were deleted; archived or
 // not, it changes only a job that has an entry.
-func (c *Client) remeasure(ctx context.Context, org, id string) error {
+func (c *store) remeasure(ctx context.Context, org, id string) error {
 	bytes, err := c.storedNow(ctx, id)
 	if err != nil {
 		return err
@@ -179,7 +179,7 @@ func (c *Client) remeasure(ctx context.Context, org, id string) error {
 }
 
 // storedNow sums the sizes of a job's objects.
-func (c *Client) storedNow(ctx context.Context, id string) (int64, error) {
+func (c *store) storedNow(ctx context.Context, id string) (int64, error) {
 	objs, err := c.cfg.Store.List(ctx, jobdata.JobPrefix(id))
 	if err != nil {
 		return 0, fmt.Errorf("queue: meter storage of %s: %w", id, err)
@@ -192,7 +192,7 @@ func (c *Client) storedNow(ctx context.Context, id string) (int64, error) {
 }
 
 // orgOf is the organization of a job in Redis, live or ended; "" for one not there.
-func (c *Client) orgOf(ctx context.Context, id string) (string, error) {
+func (c *store) orgOf(ctx context.Context, id string) (string, error) {
 	for _, k := range []string{c.keys.job(id), c.keys.own(id, "ownjob")} {
 		org, err := c.rdb.HGet(ctx, k, jobField.Org).Result()
 		if err == nil {
@@ -206,13 +206,13 @@ func (c *Client) orgOf(ctx context.Context, id string) (string, error) {
 }
 
 // fileStored changes job id's entry in org's stored bytes (stored.lua says how).
-func (c *Client) fileStored(ctx context.Context, org, id, how string, bytes int64) error {
+func (c *store) fileStored(ctx context.Context, org, id, how string, bytes int64) error {
 	return c.callStored(ctx, org, id, how, bytes, "", "")
 }
 
 // callStored is stored.lua, for a measurement of the STORED_DUE entry member taken at score
 // taken ("" for none).
-func (c *Client) callStored(ctx context.Context, org, id, how string, bytes int64, member, taken string) error {
+func (c *store) callStored(ctx context.Context, org, id, how string, bytes int64, member, taken string) error {
 	err := c.call(ctx, "stored", c.keys.orgStored(org), args{"org": org, "id": id, "bytes": bytes, "how": how,
 		"member": member, "taken": taken, "every_ms": c.cfg.StorageEvery.Milliseconds()}).Err()
 	if err != nil {
@@ -223,7 +223,7 @@ func (c *Client) callStored(ctx context.Context, org, id, how string, bytes int6
 
 // StoredBytes are the bytes each of ids keeps in object storage as last measured, by id (0
 // for one not measured, or keeping nothing).
-func (c *Client) StoredBytes(ctx context.Context, org string, ids []string) (map[string]int64, error) {
+func (c Orgs) StoredBytes(ctx context.Context, org string, ids []string) (map[string]int64, error) {
 	out := make(map[string]int64, len(ids))
 	if len(ids) == 0 {
 		return out, nil

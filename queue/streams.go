@@ -13,23 +13,23 @@ import (
 
 // OpenStream takes a place for stream (a name unique to this stream) in org's streams until
 // lease from now, unless max are open; it reports whether it got one.
-func (c *Client) OpenStream(ctx context.Context, org, stream string, max int, lease time.Duration) (bool, error) {
+func (c Streams) OpenStream(ctx context.Context, org, stream string, max int, lease time.Duration) (bool, error) {
 	return c.callStream(ctx, org, stream, "open", max, lease)
 }
 
 // RenewStream keeps stream's place for lease from now; false if it had lost it (its lease ran
 // out first).
-func (c *Client) RenewStream(ctx context.Context, org, stream string, lease time.Duration) (bool, error) {
+func (c Streams) RenewStream(ctx context.Context, org, stream string, lease time.Duration) (bool, error) {
 	return c.callStream(ctx, org, stream, "renew", 0, lease)
 }
 
 // CloseStream gives stream's place back.
-func (c *Client) CloseStream(ctx context.Context, org, stream string) error {
+func (c Streams) CloseStream(ctx context.Context, org, stream string) error {
 	_, err := c.callStream(ctx, org, stream, "close", 0, 0)
 	return err
 }
 
-func (c *Client) callStream(ctx context.Context, org, stream, how string, max int, lease time.Duration) (bool, error) {
+func (c *store) callStream(ctx context.Context, org, stream, how string, max int, lease time.Duration) (bool, error) {
 	now := c.cfg.Now()
 	n, err := c.callAt(ctx, now, "stream", c.keys.of("orgstreams", org), args{"org": org, "stream": stream,
 		"until": ms(now.Add(lease)), "max": max, "how": how}).Int()
