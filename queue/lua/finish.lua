@@ -17,8 +17,8 @@
 local id = arg_id
 local j = jobfields(id, {F.lease_token, F.status, F.stop_requested, F.org, F.stop_reason,
   F.restart_requested, F.gpus, F.charged_until, F.time_limit_ms, F.held_since, F.gpu_ms, F.kind, unpack(RETRY_FIELDS)})
-if j.lease_token ~= arg_token or not is_live(j.status) then
-  return redis.error_reply('LEASE_LOST lease token is not current')
+if lease_lost(j.lease_token, j.status, arg_token) then
+  return LEASE_LOST
 end
 local beyond = steps_beyond(id, REST)
 if beyond then

@@ -18,8 +18,8 @@ local key = jobkey(id)
 local cur = redis.call('HMGET', key, F.lease_token, F.status, F.stop_requested, F.org,
   F.started_at, F.gpus, F.charged_until, F.time_limit_ms, F.step_backlog, F.kind, F.lease_filed, F.agent_id,
   F.budget_ms, F.gpu_ms, F.held_since, F.budget_seen)
-if cur[1] ~= arg_token or not is_live(cur[2]) then
-  return redis.error_reply('LEASE_LOST lease token is not current')
+if lease_lost(cur[1], cur[2], arg_token) then
+  return LEASE_LOST
 end
 local beyond = steps_beyond(id, REST)
 if beyond then

@@ -138,6 +138,14 @@ local function is_live(status)
   return status == 'PENDING' or status == 'RUNNING'
 end
 
+-- lease_lost says whether a caller holding token has lost the lease of a job whose current
+-- lease token and status are current and status: the one check of every write an agent makes
+-- under its lease (heartbeat, finish, release), answered with LEASE_LOST.
+local LEASE_LOST = {err = 'LEASE_LOST lease token is not current'}
+local function lease_lost(current, status, token)
+  return current ~= token or not is_live(status)
+end
+
 -- The parse of what agents say they have free, of GPU class names and of waiting claims, kept
 -- across calls: all are few and repeat.
 local FREE_CACHE, CLASS_CACHE, WAITER_CACHE, CACHE_SIZE = {}, {}, {}, 0

@@ -9,8 +9,8 @@
 -- STEP_BEYOND <max_steps> if a step is beyond the job's max_steps (nothing is changed).
 local id = arg_id
 local j = jobfields(id, RELEASE_FIELDS)
-if j.lease_token ~= arg_token or not is_live(j.status) then
-  return redis.error_reply('LEASE_LOST lease token is not current')
+if lease_lost(j.lease_token, j.status, arg_token) then
+  return LEASE_LOST
 end
 local beyond = steps_beyond(id, REST)
 if beyond then
