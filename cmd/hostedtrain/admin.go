@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/seal"
 )
@@ -81,18 +82,14 @@ func newRevokeCmd() *cobra.Command {
 		Use:   "revoke TOKEN",
 		Short: "Refuse a token from now until it expires (needs an admin token)",
 		Args:  needArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
+		RunE: withAPI(func(cmd *cobra.Command, args []string, api *client.Client) error {
 			jti, until, err := api.RevokeToken(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked until %s\n", jti, until.Format(time.RFC3339))
 			return nil
-		},
+		}),
 	}
 }
 
@@ -187,29 +184,21 @@ func newOrgCmd() *cobra.Command {
 	}
 	get := &cobra.Command{
 		Use: "get ORG", Short: "Show an organization's settings and use", Args: needArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
+		RunE: withAPI(func(cmd *cobra.Command, args []string, api *client.Client) error {
 			st, err := api.GetOrg(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			show(cmd, st)
 			return nil
-		},
+		}),
 	}
 	var s job.OrgSettings
 	set := &cobra.Command{
 		Use: "set ORG", Short: "Set an organization's weight, limits and monthly budget (flags not given keep their values; 0 restores a default)",
 		Example: "  hostedtrain admin org set acme --monthly-gpu-hours 2000\n  hostedtrain admin org set acme --weight 2 --max-running 8",
 		Args:    needArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
+		RunE: withAPI(func(cmd *cobra.Command, args []string, api *client.Client) error {
 			cur, err := api.GetOrg(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -238,7 +227,7 @@ func newOrgCmd() *cobra.Command {
 			}
 			show(cmd, st)
 			return nil
-		},
+		}),
 	}
 	set.Flags().Float64Var(&s.Weight, "weight", 0, "share of the GPUs relative to other organizations (default 1)")
 	set.Flags().IntVar(&s.MaxRunning, "max-running", 0, "jobs that may run at once")
@@ -271,18 +260,14 @@ func newNodesCmd() *cobra.Command {
 		var reason string
 		sc := &cobra.Command{
 			Use: use + " NODE", Short: short, Args: needArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				api, err := apiClient()
-				if err != nil {
-					return err
-				}
+			RunE: withAPI(func(cmd *cobra.Command, args []string, api *client.Client) error {
 				n, err := api.SetNode(cmd.Context(), args[0], state, reason)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "node %s %s (now %s)\n", n.ID, done, n.State)
 				return nil
-			},
+			}),
 		}
 		if state != job.NodeOK {
 			sc.Flags().StringVar(&reason, "reason", "", "why, for whoever looks next")

@@ -73,7 +73,17 @@ var resume struct{ job, command string }
 // following records that the command now follows job: on Ctrl-C, command follows it again.
 func following(job, command string) { resume.job, resume.command = job, command }
 
-// apiClient builds a client from the environment, else from `hostedtrain login`'s config.
+// withAPI is the preamble of a command that calls the API: run gets the client apiClient builds.
+func withAPI(run func(cmd *cobra.Command, args []string, api *client.Client) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		api, err := apiClient()
+		if err != nil {
+			return err
+		}
+		return run(cmd, args, api)
+	}
+}
+
 // jobAPI is the preamble of a command about one job: the API client and the job's whole id
 // from what the user typed (a prefix or a name; jobID).
 func jobAPI(cmd *cobra.Command, arg string) (*client.Client, string, error) {
@@ -85,6 +95,7 @@ func jobAPI(cmd *cobra.Command, arg string) (*client.Client, string, error) {
 	return api, id, err
 }
 
+// apiClient builds a client from the environment, else from `hostedtrain login`'s config.
 func apiClient() (*client.Client, error) {
 	cfg, err := loadConfig()
 	if err != nil {

@@ -176,17 +176,13 @@ func newWebhookDeleteCmd() *cobra.Command {
 		Use:   "delete ID",
 		Short: "Remove an endpoint",
 		Args:  needArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
+		RunE: withAPI(func(cmd *cobra.Command, args []string, api *client.Client) error {
 			if err := api.DeleteWebhook(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s removed\n", args[0])
 			return nil
-		},
+		}),
 	}
 }
 
@@ -195,18 +191,14 @@ func newWebhookTestCmd() *cobra.Command {
 		Use:   "test ID",
 		Short: "Send a webhook.test delivery; see it with `hostedtrain webhook deliveries ID`",
 		Args:  needArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
+		RunE: withAPI(func(cmd *cobra.Command, args []string, api *client.Client) error {
 			d, err := api.TestWebhook(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "test delivery %s queued (message %s)\n", d.ID, d.MessageID)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -262,17 +254,13 @@ func newWebhookRedeliverCmd() *cobra.Command {
 		Use:   "redeliver ID DELIVERY_ID",
 		Short: "Send a delivery again now (same message id)",
 		Args:  needArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			api, err := apiClient()
-			if err != nil {
-				return err
-			}
+		RunE: withAPI(func(cmd *cobra.Command, args []string, api *client.Client) error {
 			d, err := api.RedeliverWebhook(cmd.Context(), args[0], args[1])
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s queued again (%d attempts so far)\n", d.ID, d.Attempts)
 			return nil
-		},
+		}),
 	}
 }
