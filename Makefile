@@ -168,7 +168,7 @@ bench-lambda: redis-server
 ## the real bubblewrap, cgroups, redis-server and S3 server; CI runs it after make test
 REDTEAM_TESTS := 'TOML|Bigger|Blocked|Seccomp|StayInItsNetwork|OnlyTheRunsSteps|KilledAgent|PastItsMemory|PastItsDisk|NodeCannotStart|ProxyConnections|HidesTheNodes|LimitsAreTheJobsShare|NodeCheck|Xid|Quarantined|SandboxLimits|RestartDuringADelete|StreamsAreCapped|WithinTheBudget|NodeHealth|InputsLeaveRedis|JobStoreBytes|BacklogIsBounded|Hostile|ReachesNothing'
 redteam: deps
-	HOSTEDTRAIN_REDTEAM=1 $(GO) test -count=1 -timeout 20m -run $(REDTEAM_TESTS) ./internal/jobspec ./internal/webhook ./gpuagent ./api ./queue ./webhooks
+	HOSTEDTRAIN_REDTEAM=1 $(GO) test -count=1 -timeout 20m -run $(REDTEAM_TESTS) ./internal/jobspec ./internal/webhook ./gpuagent ./gpuagent/sandbox ./api ./queue ./webhooks
 
 ## chaos: 1,000 emulated jobs through the HTTP API while agents are SIGKILLed (120 times),
 ## the API process is restarted once and redis-server twice; checks nothing is lost, run twice
@@ -262,7 +262,7 @@ redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is still missing"; exit 1; }
 
 ## sandbox: bubblewrap (Debian's bubblewrap) and util-linux's setpriv, which the GPU agent runs
-## every job process in (gpuagent.Sandbox); the isolation tests run the real ones
+## every job process in (gpuagent/sandbox); the isolation tests run the real ones
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1 || { \
 	  echo "installing bubblewrap with apt-get"; \

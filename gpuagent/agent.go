@@ -24,11 +24,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/upstream"
@@ -110,9 +112,10 @@ type Config struct {
 	// StallFloor is the shortest wait without a new step that counts as a stall, whatever the
 	// job's stall_factor times its median step time (default 10 min).
 	StallFloor time.Duration
-	// Sandbox runs the job's processes isolated from the node and each other; nil runs them
-	// as the agent's own user with the node in reach — unsafe with other people's code.
-	Sandbox *Sandbox
+	// Sandbox runs the job's processes isolated from the node and each other (gpuagent/sandbox);
+	// nil runs them as the agent's own user with the node in reach — unsafe with other people's
+	// code.
+	Sandbox *sandbox.Config
 	// HealthQuery is the command that asks the GPU driver how the node's GPUs are (health.go:
 	// nvidia-smi with HealthQuery's arguments on a node whose GPUs it lists); nil: the GPUs are
 	// not asked (a node of --gpus). KernelLog is the kernel's log the check reads the driver's
@@ -162,7 +165,7 @@ func (c *Config) validate() error {
 			}
 			c.Sandbox.Allow = append(c.Sandbox.Allow, addr)
 		}
-		if err := c.Sandbox.check(); err != nil {
+		if err := c.Sandbox.Check(); err != nil {
 			return fmt.Errorf("gpuagent: %w", err)
 		}
 	}
@@ -176,6 +179,9 @@ type Agent struct {
 	pool  *pool
 	ports *portAllocator
 	tel   *telemetry
+
+	// sandbox is the open sandbox the jobs run in, while Run runs; nil where Config.Sandbox is.
+	sandbox *sandbox.Sandbox
 
 	mu      sync.Mutex
 	cpuJobs int
@@ -214,12 +220,14 @@ func New(cfg Config) (*Agent, error) {
 // running pipelines, commits their complete checkpoints and hands their jobs back to the
 // queue. It returns once every job is handed back or reported.
 func (a *Agent) Run(ctx context.Context) error {
-	if sb := a.cfg.Sandbox; sb != nil {
+	if c := a.cfg.Sandbox; c != nil {
 		// What an agent of this work folder left running when it died ends before any claim.
-		if err := sb.start(a.cfg.WorkDir, len(a.cfg.Devices), a.cfg.MaxCPUJobs); err != nil {
+		sb, err := sandbox.Open(*c, a.cfg.WorkDir, len(a.cfg.Devices), a.cfg.MaxCPUJobs)
+		if err != nil {
 			return fmt.Errorf("gpuagent: %w", err)
 		}
-		defer sb.stop() // after every job has ended (deferred calls run last first)
+		a.sandbox = sb
+		defer sb.Close() // after every job has ended (deferred calls run last first)
 	}
 	var jobs sync.WaitGroup
 	defer jobs.Wait()
@@ -326,9 +334,9 @@ func (a *Agent) admit(ctx context.Context, cl *job.Claim) (*jobRun, error) {
 		a.ports.give(cl.Job.ID)
 		return nil, fmt.Errorf("no %d×%s free for the job", res.GPUs, res.GPUType)
 	}
-	var disk *jobDisk
-	if sb := a.cfg.Sandbox; sb != nil && sb.DiskQuota >= 0 {
-		if disk, err = sb.openDisk(a.cfg.WorkDir, a.jobDir(cl.Job.ID), len(devs)); err != nil {
+	var disk *sandbox.Disk
+	if sb := a.sandbox; sb != nil {
+		if disk, err = sb.OpenDisk(a.jobDir(cl.Job.ID), len(devs)); err != nil {
 			a.pool.give(cl.Job.ID)
 			a.ports.give(cl.Job.ID)
 			return nil, err
@@ -402,4 +410,22 @@ func hostPort(raw string) (string, error) {
 		port = "80"
 	}
 	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
+// programs are the pipeline's own programs and its prime-rl checkout where they lie outside the
+// system folders: the sandbox shows them read-only.
+func programs(p render.Pipeline) []string {
+	var paths []string
+	add := func(p string) {
+		if p != "" && filepath.IsAbs(p) && !sandbox.InSystemDirs(p) && !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	add(p.PrimeRL)
+	for _, t := range [][]string{p.RL, p.Preflight, p.GEPA, p.GEPACheck, p.EnvCheck, p.Eval, p.Serve, p.Install} {
+		if len(t) > 0 && filepath.IsAbs(t[0]) {
+			add(t[0])
+		}
+	}
+	return paths
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/api/apitest"
 	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
@@ -318,7 +319,7 @@ func (b bundle) startAgentProcessIn(t testing.TB, name, work string, args ...str
 		_ = cmd.Wait()
 		// What a killed agent leaves (its jobs' groups and file systems) its next start would
 		// end; the test ends it here.
-		if err := gpuagent.Reclaim(work); err != nil {
+		if err := sandbox.Reclaim(work); err != nil {
 			t.Errorf("reclaim what agent %s left: %v", name, err)
 		}
 		if t.Failed() {

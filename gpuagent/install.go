@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
@@ -54,14 +55,14 @@ func (r *jobRun) installEnvironments(ctx context.Context) error {
 		// A checkout without one gets an empty one: the job's view is seen in its place.
 		err := os.MkdirAll(venv, 0o755)
 		if err == nil && r.disk != nil {
-			err = r.disk.overlay(venv, own)
+			err = r.disk.Overlay(venv, own)
 		} else if err == nil {
-			err = linkTree(venv, own)
+			err = sandbox.LinkTree(venv, own)
 		}
 		if err != nil {
 			return &startError{fmt.Errorf("prime-rl's Python for the job's environments: %v", err)}
 		}
-		if err := r.box.bind(own, venv, r.disk != nil); err != nil {
+		if err := r.box.Bind(own, venv, r.disk != nil); err != nil {
 			return err
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
@@ -42,18 +43,18 @@ func (s *fullStore) Put(ctx context.Context, key string, r io.Reader) error {
 
 // sandboxed is the agent's sandbox as a node runs it, with what the emulator's config check
 // needs (the kit and its Python) shown read-only.
-func sandboxed(t testing.TB) *gpuagent.Sandbox {
+func sandboxed(t testing.TB) *sandbox.Config {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the sandbox tests need root, as the agent does on a node: run make test as root (CI does)")
 	}
-	var f gpuagent.SandboxFlags
+	var f sandbox.Flags
 	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
 	f.Register(fs)
 	if err := fs.Parse(upstreamtest.SandboxFlags(t)); err != nil {
 		t.Fatal(err)
 	}
-	return f.Sandbox()
+	return f.Config()
 }
 
 // When the job's storage fills up while it runs, the attempt fails with the reason after a
@@ -236,7 +237,7 @@ func TestAKilledAgentLeavesNothingRunning(t *testing.T) {
 	if got := b.waitFor(t, j.ID, "running", func(j *job.Job) bool { return j.Status.Terminal() || j.Progress.Step >= 2 }); got.Status.Terminal() {
 		t.Fatalf("the job ended: %s %s", got.Status, got.Error)
 	}
-	pids, err := gpuagent.Running(work)
+	pids, err := sandbox.Running(work)
 	if err != nil || len(pids) < 3 {
 		t.Fatalf("the job's processes: %v, %v; want its sandbox, pipeline and the process it left behind", pids, err)
 	}
@@ -254,7 +255,7 @@ func TestAKilledAgentLeavesNothingRunning(t *testing.T) {
 	}
 	_ = node.Wait()
 	testwait.Until(t, 30*time.Second, "the job's processes to end with their agent", func() bool {
-		left, err := gpuagent.Running(work)
+		left, err := sandbox.Running(work)
 		return err == nil && len(left) == 1 && left[0] == stray.Process.Pid
 	})
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), work) {
@@ -266,7 +267,7 @@ func TestAKilledAgentLeavesNothingRunning(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the next agent on the node did not end the process the last one left in its job's group")
 	}
-	if left, err := gpuagent.Running(work); err != nil || len(left) != 0 {
+	if left, err := sandbox.Running(work); err != nil || len(left) != 0 {
 		t.Fatalf("after the next agent started: %v, %v", left, err)
 	}
 }

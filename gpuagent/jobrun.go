@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/failure"
 	"github.com/hostedtrain/hostedtrain/internal/job"
@@ -32,8 +33,8 @@ type jobRun struct {
 	dir     string
 	log     *slog.Logger
 	store   blob.Store
-	box     *box     // the job's sandbox; nil where the sandbox is off
-	disk    *jobDisk // the job's file system (its folder); nil where it has none
+	box     *sandbox.Box  // the job's sandbox; nil where the sandbox is off
+	disk    *sandbox.Disk // the job's file system (its folder); nil where it has none
 	storage *storageFault
 	// flushFails counts the flushes in a row that failed; at Config.StorageTries the job's
 	// storage is taken as refusing it.
@@ -54,7 +55,9 @@ type jobRun struct {
 // runDeps is what a job needs of its agent.
 type runDeps struct {
 	cfg *Config
-	tel *telemetry
+	// sandbox is the open sandbox the job's processes run in; nil where it is off.
+	sandbox *sandbox.Sandbox
+	tel     *telemetry
 	// freeGPUs gives the job's devices back to the node; safe to call twice.
 	freeGPUs func()
 }
@@ -111,19 +114,19 @@ func (o outcome) label() string {
 	return [...]string{"completed", "failed", "stopped", "failed", "released", "lost"}[o.kind]
 }
 
-func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, store blob.Store, creds *grantedCreds, disk *jobDisk) *jobRun {
+func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, store blob.Store, creds *grantedCreds, disk *sandbox.Disk) *jobRun {
 	dir := a.jobDir(cl.Job.ID)
 	if disk == nil {
 		_ = os.RemoveAll(dir)
 		_ = os.MkdirAll(dir, 0o755)
 	}
-	for _, d := range writableDirs {
+	for _, d := range sandbox.WritableDirs {
 		_ = os.MkdirAll(filepath.Join(dir, d), 0o700)
 	}
 	log := a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence, "kind", cl.Job.Kind)
 	r := &jobRun{
 		claim: cl, devices: devs, ports: ports, dir: dir, disk: disk, log: log, store: store, storage: newStorageFault(),
-		deps: runDeps{cfg: &a.cfg, tel: a.tel, freeGPUs: sync.OnceFunc(func() { a.freeDevices(cl.Job.ID, len(devs) == 0) })},
+		deps: runDeps{cfg: &a.cfg, sandbox: a.sandbox, tel: a.tel, freeGPUs: sync.OnceFunc(func() { a.freeDevices(cl.Job.ID, len(devs) == 0) })},
 	}
 	r.lease = newLeaseKeeper(a.cfg.API, cl, a.runtime(), creds, log, a.tel)
 	// The job's GPU time ends when its GPUs go back, not when its report arrives.
@@ -228,7 +231,7 @@ func (r *jobRun) pipelineEnv(localKey string) []string {
 func (a *Agent) runJob(drain context.Context, r *jobRun) {
 	defer os.RemoveAll(r.dir)
 	if r.disk != nil {
-		defer r.disk.close() // before the folder is removed: it is the mount point
+		defer r.disk.Close() // before the folder is removed: it is the mount point
 	}
 	defer a.ports.give(r.claim.Job.ID)
 	r.note("job claimed", "attempt", r.claim.Job.Attempt, "gpus", visibleDevices(r.devices),
@@ -282,7 +285,7 @@ func (r *jobRun) execute(drain, ctx context.Context) outcome {
 	defer r.deps.freeGPUs()
 	defer func() {
 		if r.box != nil {
-			r.box.close()
+			r.box.Close()
 		}
 	}()
 	defer func() { r.limits = r.limitsReached() }() // before the sandbox closes: its counters go with it
@@ -302,17 +305,17 @@ func (r *jobRun) execute(drain, ctx context.Context) outcome {
 // them: the OOM kills and refused tasks of its control group, and its file system full.
 func (r *jobRun) limitsReached() []string {
 	var hits []string
-	if r.box != nil && r.box.group != nil {
-		lim := r.box.limits
-		if n := r.box.group.oomKills(); n > 0 {
+	if r.box != nil {
+		lim := r.box.Limits()
+		if n := r.box.OOMKills(); n > 0 {
 			hits = append(hits, fmt.Sprintf("memory: the kernel ended %d of its processes at its limit of %.1f GiB", n, float64(lim.Memory)/(1<<30)))
 		}
-		if n := r.box.group.tasksRefused(); n > 0 {
+		if n := r.box.TasksRefused(); n > 0 {
 			hits = append(hits, fmt.Sprintf("tasks: %d new processes or threads refused at its limit of %d", n, lim.Tasks))
 		}
 	}
-	if r.disk != nil && r.disk.full() {
-		_, size := r.disk.space()
+	if r.disk != nil && r.disk.Full() {
+		_, size := r.disk.Space()
 		hits = append(hits, fmt.Sprintf("disk: its file system of %.1f GiB is full", float64(size)/(1<<30)))
 	}
 	return hits

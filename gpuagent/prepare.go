@@ -47,8 +47,12 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		return nil, out
 	}
 
-	if cfg.Sandbox != nil {
-		b, err := cfg.Sandbox.openBox(r.dir, r.devices, func(msg string) { r.note(msg) })
+	if sb := r.deps.sandbox; sb != nil {
+		gpus := make([]int, len(r.devices))
+		for i, d := range r.devices {
+			gpus[i] = d.Index
+		}
+		b, err := sb.OpenBox(r.dir, gpus, func(msg string) { r.note(msg) })
 		if err != nil {
 			return nil, failedIn(failure.StageNode, "sandbox: %v", err)
 		}

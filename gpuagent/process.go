@@ -8,11 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 )
 
 // process is a pipeline command running in its own process group, so that a stop reaches
@@ -31,7 +32,7 @@ type process struct {
 // startProcess runs argv in dir with env, in the job's sandbox when box is not nil; stdout
 // and stderr go to logPath. env is the job's part of the environment: the process gets it and
 // a few fixed variables, never the agent's own (its token, storage keys).
-func startProcess(box *box, argv []string, dir string, env []string, logPath string) (*process, error) {
+func startProcess(box *sandbox.Box, argv []string, dir string, env []string, logPath string) (*process, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("empty command")
 	}
@@ -41,7 +42,7 @@ func startProcess(box *box, argv []string, dir string, env []string, logPath str
 	}
 	var cmd *exec.Cmd
 	if box != nil {
-		if cmd, err = box.command(argv, env); err != nil {
+		if cmd, err = box.Command(argv, env); err != nil {
 			logf.Close()
 			return nil, err
 		}
@@ -54,45 +55,30 @@ func startProcess(box *box, argv []string, dir string, env []string, logPath str
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	p := &process{cmd: cmd, done: make(chan struct{}), sandboxed: box != nil}
-	started := make(chan error, 1)
-	run := func() error {
-		back, err := func() {}, error(nil)
-		if box != nil && box.group != nil {
-			// The calling thread is locked (box.ns.do): it takes the process into the job's
-			// control group and comes back out.
-			back, err = box.group.startIn(cmd.SysProcAttr)
-		}
-		if err == nil {
-			err = cmd.Start()
-			back()
-		}
-		for _, f := range cmd.ExtraFiles {
-			f.Close() // the child has its own copies
-		}
-		started <- err
-		if err != nil {
-			logf.Close()
-			return nil
-		}
-		p.err = cmd.Wait()
+	ended := func(err error) {
+		p.err = err
 		logf.Close()
 		// Whatever the leader left behind in its group goes with it.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		close(p.done)
-		return nil
 	}
 	if box != nil {
-		// Started from a thread inside the job's network namespace, which the process
-		// inherits; the thread stays until the process ends (Pdeathsig follows the thread).
+		// Started from a thread inside the job's network namespace, into its control group;
+		// the thread stays until the process ends (Pdeathsig follows the thread).
+		err = box.Start(cmd, ended)
+	} else {
+		started := make(chan error, 1)
 		go func() {
-			if err := box.ns.do(run); err != nil {
-				started <- err
+			err := cmd.Start()
+			started <- err
+			if err == nil {
+				ended(cmd.Wait())
 			}
 		}()
-	} else {
-		go func() { _ = run() }()
+		err = <-started
 	}
-	if err := <-started; err != nil {
+	if err != nil {
+		logf.Close()
 		return nil, &startError{fmt.Errorf("start %s: %w", argv[0], err)}
 	}
 	return p, nil
@@ -150,7 +136,7 @@ func (p *process) exitCode() int {
 func (p *process) terminate(grace time.Duration) {
 	p.termOnce.Do(func() {
 		if p.sandboxed {
-			signalGroupBut(p.cmd.Process.Pid, syscall.SIGTERM)
+			sandbox.Signal(p.cmd, syscall.SIGTERM)
 		} else {
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 		}
@@ -166,7 +152,7 @@ func (p *process) terminate(grace time.Duration) {
 }
 
 // runCommand runs a short preparation command (an environment install) to completion.
-func runCommand(ctx context.Context, box *box, argv []string, dir string, env []string, logPath string) error {
+func runCommand(ctx context.Context, box *sandbox.Box, argv []string, dir string, env []string, logPath string) error {
 	p, err := startProcess(box, argv, dir, env, logPath)
 	if err != nil {
 		return err
@@ -214,24 +200,4 @@ func until(parent context.Context, chans ...<-chan struct{}) (context.Context, c
 		}()
 	}
 	return ctx, cancel
-}
-
-// signalGroupBut sends sig to every process of the group led by pgid but the leader. In a
-// sandbox the leader is bubblewrap's monitor: ended by SIGTERM, it would take the sandbox
-// with it before the pipeline could finish a checkpoint. Bubblewrap's init inside ignores
-// the signal (PID 1 of a namespace gets only what it handles), the pipeline gets it.
-func signalGroupBut(pgid int, sig syscall.Signal) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == pgid {
-			continue
-		}
-		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
-			_ = syscall.Kill(pid, sig)
-		}
-	}
 }

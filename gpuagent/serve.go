@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 )
 
 // newKey is a random key for the inference server the agent starts for one job.
@@ -70,7 +71,7 @@ func (r *jobRun) startServer(ctx context.Context, s *render.Serve, key string, t
 // Hub package can run at Python's start), and the agent runs as root in the node's network: a
 // redirect to http://localhost:… followed from here, or a name resolved and dialled from the
 // resolver's threads, would send the agent's request to the node's own ports.
-func jobClient(b *box, timeout time.Duration) *http.Client {
+func jobClient(b *sandbox.Box, timeout time.Duration) *http.Client {
 	return &http.Client{
 		Timeout:       timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -88,12 +89,7 @@ func jobClient(b *box, timeout time.Duration) *http.Client {
 				if b == nil {
 					return d.DialContext(ctx, network, addr)
 				}
-				var c net.Conn
-				err = b.ns.do(func() (err error) {
-					c, err = d.DialContext(ctx, network, ap.String())
-					return err
-				})
-				return c, err
+				return b.DialContext(ctx, network, ap.String())
 			},
 		},
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/httpserver"
@@ -75,7 +76,7 @@ func run() error {
 		"(default: --nvidia-smi "+strings.Join(gpuagent.HealthQuery, " ")+" where the GPUs come from nvidia-smi; none with --gpus)")
 	kernelLog := flag.String("kernel-log", "/dev/kmsg", "the kernel's log, where the node's check looks for the GPU driver's hardware Xid reports (empty: not read)")
 	healthInterval := flag.Duration("health-interval", gpuagent.DefaultHealthInterval, "how often the node checks itself before a claim when nothing made it look sooner")
-	var sf gpuagent.SandboxFlags
+	var sf sandbox.Flags
 	sf.Register(flag.CommandLine)
 	metricsAddr := flag.String("metrics-addr", "127.0.0.1:9400", "where /metrics (Prometheus) and /healthz are served; empty: nowhere")
 	flag.Parse()
@@ -140,7 +141,7 @@ func run() error {
 		DrainTimeout:  *drainTimeout,
 		PollInterval:  *pollInterval,
 		FlushInterval: *flushInterval,
-		Sandbox:       sf.Sandbox(),
+		Sandbox:       sf.Config(),
 		Logger:        logger,
 		// The node's own check (health.go): the driver's answers and the kernel's log.
 		HealthQuery:    healthCommand(*healthQuery, *gpus, *nvidiaSMI),

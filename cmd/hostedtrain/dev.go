@@ -25,6 +25,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/api"
 	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
@@ -62,7 +63,7 @@ type devOptions struct {
 	// drainTimeout bounds a stop, from the signal to the exit, whatever state Redis is in.
 	drainTimeout time.Duration
 
-	sandbox gpuagent.SandboxFlags
+	sandbox sandbox.Flags
 
 	allowLoopbackWebhooks bool
 	webhookSchedule       string
@@ -438,8 +439,8 @@ func devKeys(data string) (*auth.KeySet, error) {
 
 // sandboxFor is agent i's sandbox (1-based): the agents of one dev stack give their job slots
 // users of their own.
-func sandboxFor(f gpuagent.SandboxFlags, i int) *gpuagent.Sandbox {
-	sb := f.Sandbox()
+func sandboxFor(f sandbox.Flags, i int) *sandbox.Config {
+	sb := f.Config()
 	if sb != nil {
 		sb.UIDBase += (i - 1) * 64
 	}

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
@@ -114,7 +114,7 @@ func startDevIn(t *testing.T, data, stepTime string, extra ...string) *devStack 
 		// next start would.
 		agents, _ := filepath.Glob(filepath.Join(data, "agents", "*"))
 		for _, a := range agents {
-			if err := gpuagent.Reclaim(a); err != nil {
+			if err := sandbox.Reclaim(a); err != nil {
 				t.Errorf("reclaim what agent %s left: %v", a, err)
 			}
 		}

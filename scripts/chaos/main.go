@@ -34,7 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/api"
-	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
@@ -251,7 +251,7 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 		// What the last agents left, as their next start on the node would.
 		slots, _ := filepath.Glob(filepath.Join(dir, "work", "slot-*"))
 		for _, w := range slots {
-			if err := gpuagent.Reclaim(w); err != nil {
+			if err := sandbox.Reclaim(w); err != nil {
 				fmt.Println("chaos: reclaim", w, err)
 			}
 		}

@@ -1,4 +1,4 @@
-package gpuagent
+package sandbox
 
 import (
 	"fmt"

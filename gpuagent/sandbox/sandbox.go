@@ -1,7 +1,8 @@
-package gpuagent
+package sandbox
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,13 +23,11 @@ import (
 
 	"golang.org/x/net/netutil"
 	"golang.org/x/sys/unix"
-
-	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 )
 
-// Sandbox runs every process of a job (environment installs, the preflight, the pipeline, the
-// inference server) in bubblewrap (bwrap, Debian's package bubblewrap), as an unprivileged
-// user of the job's slot, with:
+// Config is the sandbox an operator asks for (Flags). The sandbox runs every process of a job
+// (environment installs, the preflight, the pipeline, the inference server) in bubblewrap (bwrap,
+// Debian's package bubblewrap), as an unprivileged user of the job's slot, with:
 //
 //   - a clean environment: a fixed PATH, HOME in the job's folder, the job's proxy, the
 //     job's own variables and secrets; nothing of the agent's (its token, storage keys);
@@ -45,7 +44,9 @@ import (
 //
 // Storage credentials never enter it: the agent uploads. The agent must run as root: it makes
 // the network namespaces, gives each slot its own user id and chowns the writable folders.
-type Sandbox struct {
+//
+// Check fills in its defaults; Open readies it for an agent.
+type Config struct {
 	// Bwrap is the bubblewrap binary (default: bwrap on PATH).
 	Bwrap string
 	// UIDBase is the first slot's user and group id (default 61000): slot n runs as
@@ -95,12 +96,8 @@ type Sandbox struct {
 	// job can fill it).
 	DiskQuota int64
 
-	mu    sync.Mutex
-	slots map[int]bool
-	// cgroups are the agent's parent control groups and share what a job's limits are cut
-	// from; set by start.
-	cgroups *cgroupTree
-	share   nodeShare
+	// checked is set once Check has filled in the defaults.
+	checked bool
 }
 
 // DefaultUIDBase is the first slot's user id: far above the ids Debian hands out.
@@ -114,19 +111,38 @@ const (
 	maxSlots   = 16
 )
 
-// start readies the sandbox for an agent whose work folder is workDir, with gpus GPUs and
-// room for cpuJobs jobs without GPUs: its control groups, cleaned of what an earlier agent of
-// the same folder left running (a crashed agent's sandboxes are killed here, before any claim),
-// and the node's share a job's limits are cut from.
-func (s *Sandbox) start(workDir string, gpus, cpuJobs int) error {
+// Sandbox is the sandbox of one agent on its node, open: its control groups, its job slots
+// and the node's share a job's limits are cut from. Its jobs each get a Box, and a Disk.
+type Sandbox struct {
+	cfg     Config
+	workDir string
+
+	mu    sync.Mutex
+	slots map[int]bool
+	// cgroups are the agent's parent control groups and share what a job's limits are cut
+	// from.
+	cgroups *cgroupTree
+	share   nodeShare
+}
+
+// Open readies the sandbox c for an agent whose work folder (absolute, free of links) is
+// workDir, with gpus GPUs and room for cpuJobs jobs without GPUs: its control groups, cleaned of
+// what an earlier agent of the same folder left running (a crashed agent's sandboxes are killed
+// here, before any claim), and the node's share a job's limits are cut from. It keeps a copy of
+// c, checked first where Check has not been called on it.
+func Open(c Config, workDir string, gpus, cpuJobs int) (*Sandbox, error) {
+	if !c.checked {
+		if err := c.Check(); err != nil {
+			return nil, err
+		}
+	}
 	t, err := openCgroups(workDir)
 	if err != nil {
-		return fmt.Errorf("the sandbox: %w", err)
+		return nil, fmt.Errorf("the sandbox: %w", err)
 	}
-	s.cgroups = t
-	s.share = readNodeShare(gpus, cpuJobs, s.NodeMemory)
+	s := &Sandbox{cfg: c, workDir: workDir, cgroups: t, share: readNodeShare(gpus, cpuJobs, c.NodeMemory)}
 	cleanDisks(workDir)
-	return nil
+	return s, nil
 }
 
 // Reclaim ends what an agent of workDir left on the node when it died (SIGKILL, a crash): every
@@ -191,15 +207,15 @@ func Running(workDir string) ([]int, error) {
 	return pids, nil
 }
 
-// stop removes the agent's control groups once its jobs have ended.
-func (s *Sandbox) stop() {
+// Close removes the agent's control groups once its jobs have ended (their boxes closed).
+func (s *Sandbox) Close() {
 	if s.cgroups != nil {
 		s.cgroups.close()
 	}
 }
 
 // Limits are the limits a job with gpus GPUs runs under on this node.
-func (s *Sandbox) Limits(gpus int) jobLimits { return s.share.limits(gpus, s.MaxProcs) }
+func (s *Sandbox) Limits(gpus int) Limits { return s.share.limits(gpus, s.cfg.MaxProcs) }
 
 // systemDirs are the host folders every job sees read-only.
 var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"}
@@ -207,50 +223,54 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 // nvidiaControl are the device files every CUDA process opens besides its GPUs'.
 var nvidiaControl = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps"}
 
-func (s *Sandbox) check() error {
-	if s.Bwrap == "" {
-		s.Bwrap = "bwrap"
+// Check fills in c's defaults and checks that the node and the agent have what the sandbox
+// needs: bubblewrap, util-linux's setpriv and prlimit (and mkfs.ext4 and mount where jobs get a
+// file system of their own), a seccomp filter for this machine, and root. It also makes the
+// files the agent's own parent left open close-on-exec.
+func (c *Config) Check() error {
+	if c.Bwrap == "" {
+		c.Bwrap = "bwrap"
 	}
-	path, err := exec.LookPath(s.Bwrap)
+	path, err := exec.LookPath(c.Bwrap)
 	if err != nil {
 		return fmt.Errorf("the sandbox needs bubblewrap (apt-get install bubblewrap): %w", err)
 	}
-	s.Bwrap = path
-	if s.Setpriv == "" {
-		s.Setpriv = "setpriv"
+	c.Bwrap = path
+	if c.Setpriv == "" {
+		c.Setpriv = "setpriv"
 	}
-	if s.Setpriv, err = exec.LookPath(s.Setpriv); err != nil {
+	if c.Setpriv, err = exec.LookPath(c.Setpriv); err != nil {
 		return fmt.Errorf("the sandbox needs util-linux's setpriv: %w", err)
 	}
-	if s.Prlimit == "" {
-		s.Prlimit = "prlimit"
+	if c.Prlimit == "" {
+		c.Prlimit = "prlimit"
 	}
-	if s.Prlimit, err = exec.LookPath(s.Prlimit); err != nil {
+	if c.Prlimit, err = exec.LookPath(c.Prlimit); err != nil {
 		return fmt.Errorf("the sandbox needs util-linux's prlimit: %w", err)
 	}
-	if s.DiskQuota >= 0 {
+	if c.DiskQuota >= 0 {
 		for _, tool := range []string{"mkfs.ext4", "mount"} {
 			if _, err := exec.LookPath(tool); err != nil {
 				return fmt.Errorf("the sandbox gives each job a file system of its own and needs %s (Debian's e2fsprogs, util-linux): %w", tool, err)
 			}
 		}
 	}
-	if s.TmpSize == 0 {
-		s.TmpSize = 1 << 30
+	if c.TmpSize == 0 {
+		c.TmpSize = 1 << 30
 	}
-	if s.ShmSize == 0 {
-		s.ShmSize = 16 << 30
+	if c.ShmSize == 0 {
+		c.ShmSize = 16 << 30
 	}
-	if s.MaxProcs == 0 {
-		s.MaxProcs = 16384
+	if c.MaxProcs == 0 {
+		c.MaxProcs = 16384
 	}
 	var nofile unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
 		return fmt.Errorf("the sandbox: read the agent's open-files limit: %w", err)
 	}
-	s.MaxFiles = int(min(uint64(cmp.Or(s.MaxFiles, 65536)), nofile.Max))
-	if s.ProxyConns == 0 {
-		s.ProxyConns = int(min(512, max(16, (int64(nofile.Cur)-agentFiles)/2/maxSlots)))
+	c.MaxFiles = int(min(uint64(cmp.Or(c.MaxFiles, 65536)), nofile.Max))
+	if c.ProxyConns == 0 {
+		c.ProxyConns = int(min(512, max(16, (int64(nofile.Cur)-agentFiles)/2/maxSlots)))
 	}
 	if _, err := seccompFilter(runtime.GOARCH); err != nil {
 		return fmt.Errorf("the sandbox: %w", err)
@@ -259,22 +279,23 @@ func (s *Sandbox) check() error {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("mark inherited files close-on-exec: %w", err)
 	}
-	if s.UIDBase == 0 {
-		s.UIDBase = DefaultUIDBase
+	if c.UIDBase == 0 {
+		c.UIDBase = DefaultUIDBase
 	}
-	if s.Hide == nil {
-		s.Hide = []string{"/etc/hostedtrain"}
+	if c.Hide == nil {
+		c.Hide = []string{"/etc/hostedtrain"}
 	}
-	if s.DevDir == "" {
-		s.DevDir = "/dev"
+	if c.DevDir == "" {
+		c.DevDir = "/dev"
 	}
-	if s.ProxyPort == 0 {
-		s.ProxyPort = 3128
+	if c.ProxyPort == 0 {
+		c.ProxyPort = 3128
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("the sandbox needs the agent to run as root (it gives each job slot its own user and network); " +
 			"run it as root, or turn the sandbox off with --unsafe-no-sandbox")
 	}
+	c.checked = true
 	return nil
 }
 
@@ -299,16 +320,16 @@ func (s *Sandbox) give(n int) {
 	delete(s.slots, n)
 }
 
-// box is one job's sandbox: its slot's user, its network namespace and egress proxy, and the
-// job's folder.
-type box struct {
+// Box is one job's sandbox: its slot's user, its control group, its network namespace and
+// egress proxy, and the job's folder. The job's processes start in it (Command, Start).
+type Box struct {
 	sb      *Sandbox
 	slot    int
 	uid     int
 	dir     string
-	devices []Device
+	devices []int     // the CUDA indexes of the job's GPUs
 	group   *jobGroup // the job's control group: its limits, and what ends it whole
-	limits  jobLimits
+	limits  Limits
 	ns      *netns
 	proxy   *egressProxy
 	// forwards are listeners in the job's network for the allowed loopback addresses.
@@ -324,58 +345,61 @@ type box struct {
 	owned bool
 }
 
-// writableDirs are the job folder's parts its processes may write.
-var writableDirs = []string{"outputs", "home", "tmp"}
+// WritableDirs are the job folder's parts its processes may write. The agent makes them in
+// every job's folder, sandboxed or not.
+var WritableDirs = []string{"outputs", "home", "tmp"}
 
-// openBox makes a job's sandbox: a slot, the writable folders owned by the slot's user, a
-// network namespace and the egress proxy in it.
-func (s *Sandbox) openBox(dir string, devices []Device, logf func(string)) (*box, error) {
+// OpenBox makes the sandbox of a job whose folder is dir and whose GPUs have the CUDA indexes
+// gpus: a slot, the writable folders (to be owned by the slot's user), a control group with the
+// job's limits, a network namespace and the egress proxy in it. logf gets what the job's notes
+// should say (a refusal of the egress proxy, once a host).
+func (s *Sandbox) OpenBox(dir string, gpus []int, logf func(string)) (*Box, error) {
 	slot := s.take()
-	b := &box{sb: s, slot: slot, uid: s.UIDBase + slot, dir: dir, devices: devices}
-	for _, d := range writableDirs {
+	b := &Box{sb: s, slot: slot, uid: s.cfg.UIDBase + slot, dir: dir, devices: gpus}
+	for _, d := range WritableDirs {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
-			b.close()
+			b.Close()
 			return nil, err
 		}
 	}
 	if s.cgroups == nil {
-		b.close()
-		return nil, errors.New("the sandbox was not started (Sandbox.start)")
+		b.Close()
+		return nil, errors.New("the sandbox was not opened (sandbox.Open)")
 	}
-	b.limits = s.Limits(len(devices))
+	b.limits = s.Limits(len(gpus))
 	g, err := s.cgroups.newGroup(filepath.Base(dir), b.limits)
 	if err != nil {
-		b.close()
+		b.Close()
 		return nil, err
 	}
 	b.group = g
 	ns, err := newNetns()
 	if err != nil {
-		b.close()
+		b.Close()
 		return nil, err
 	}
 	b.ns = ns
 	var ln net.Listener
 	err = ns.do(func() (err error) {
-		ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(s.ProxyPort))
+		ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(s.cfg.ProxyPort))
 		return err
 	})
 	if err != nil {
-		b.close()
+		b.Close()
 		return nil, fmt.Errorf("the job's egress proxy: %w", err)
 	}
-	b.proxy = startEgressProxy(netutil.LimitListener(ln, s.ProxyConns), s.Allow, logf)
+	b.proxy = startEgressProxy(netutil.LimitListener(ln, s.cfg.ProxyConns), s.cfg.Allow, logf)
 	if b.sysfs, err = b.mountSysfs(); err != nil {
-		b.close()
+		b.Close()
 		return nil, err
 	}
-	for _, addr := range s.Allow {
+	for _, addr := range s.cfg.Allow {
 		if ap, err := netip.ParseAddrPort(addr); err != nil || !ap.Addr().IsLoopback() {
 			continue
 		}
 		var fl net.Listener
 		if err := ns.do(func() (err error) { fl, err = net.Listen("tcp", addr); return err }); err != nil {
-			b.close()
+			b.Close()
 			return nil, fmt.Errorf("forward %s into the job's network: %w", addr, err)
 		}
 		b.forwards = append(b.forwards, fl)
@@ -387,7 +411,7 @@ func (s *Sandbox) openBox(dir string, devices []Device, logf func(string)) (*box
 // mountSysfs mounts, from a thread in the job's network namespace, a sysfs the job sees as its
 // /sys: the node's hardware as /sys shows it, but only the job's own network interfaces. It
 // lies beside the job's folder, in the agent's mount namespace.
-func (b *box) mountSysfs() (string, error) {
+func (b *Box) mountSysfs() (string, error) {
 	dir := filepath.Join(filepath.Dir(filepath.Dir(b.dir)), "sysfs", filepath.Base(b.dir))
 	unmount(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -425,9 +449,9 @@ func forward(ln net.Listener, addr string) {
 	}
 }
 
-// close ends whatever the job left running (its group's processes), then frees its network,
+// Close ends whatever the job left running (its group's processes), then frees its network,
 // proxy and slot.
-func (b *box) close() {
+func (b *Box) Close() {
 	if b.group != nil {
 		if err := b.group.remove(); err != nil && b.proxy != nil && b.proxy.logf != nil {
 			b.proxy.logf(err.Error())
@@ -457,9 +481,31 @@ type bindMount struct {
 	dirsOnly bool
 }
 
-// bind makes host read-write at inside for the job's processes, owned by the slot's user (only
-// its folders where dirsOnly).
-func (b *box) bind(host, inside string, dirsOnly bool) error {
+// Limits are the limits the job runs under: its share of the node.
+func (b *Box) Limits() Limits { return b.limits }
+
+// OOMKills is how many of the job's processes the kernel killed for its memory limit (its
+// control group's count).
+func (b *Box) OOMKills() int {
+	if b.group == nil {
+		return 0
+	}
+	return b.group.oomKills()
+}
+
+// TasksRefused is how many times the job's control group refused it a new process or thread
+// (its tasks limit).
+func (b *Box) TasksRefused() int {
+	if b.group == nil {
+		return 0
+	}
+	return b.group.tasksRefused()
+}
+
+// Bind makes host read-write at inside for the job's processes, owned by the slot's user (only
+// its folders where dirsOnly: an overlay's files stay whose they are). Only before the job's
+// first process.
+func (b *Box) Bind(host, inside string, dirsOnly bool) error {
 	if b.owned {
 		return errors.New("sandbox: a folder can be bound only before the job's first process")
 	}
@@ -470,9 +516,9 @@ func (b *box) bind(host, inside string, dirsOnly bool) error {
 // env is the whole environment of a process in the sandbox: nothing of the agent's. The
 // fixed variables come last, so that they win over any of the job's with the same name
 // (exec.Cmd keeps the last of duplicates); the service refuses such names at submit anyway.
-func (b *box) env(jobEnv []string) []string {
-	path := strings.Join(append(slices.Clone(b.sb.Path), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"), ":")
-	proxy := "http://127.0.0.1:" + strconv.Itoa(b.sb.ProxyPort)
+func (b *Box) env(jobEnv []string) []string {
+	path := strings.Join(append(slices.Clone(b.sb.cfg.Path), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"), ":")
+	proxy := "http://127.0.0.1:" + strconv.Itoa(b.sb.cfg.ProxyPort)
 	return append(slices.Clone(jobEnv),
 		"PATH="+path, "HOME="+filepath.Join(b.dir, "home"), "TMPDIR="+filepath.Join(b.dir, "tmp"), "LANG=C.UTF-8", "USER=job",
 		"HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy, "ALL_PROXY="+proxy,
@@ -485,7 +531,7 @@ func (b *box) env(jobEnv []string) []string {
 // args are bwrap's arguments before the command. Bubblewrap runs as root (it mounts what the
 // agent can read, whatever the slot's user could reach on the host) and keeps only the
 // capabilities setpriv needs to become the slot's user, which then drops them all.
-func (b *box) args(argv []string) []string {
+func (b *Box) args(argv []string) []string {
 	args := []string{
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", "job", "--die-with-parent",
@@ -494,7 +540,7 @@ func (b *box) args(argv []string) []string {
 	for _, d := range systemDirs {
 		args = append(args, "--ro-bind-try", d, d)
 	}
-	for _, h := range b.sb.Hide {
+	for _, h := range b.sb.cfg.Hide {
 		if fi, err := os.Stat(h); err == nil && fi.IsDir() {
 			args = append(args, "--tmpfs", h)
 		}
@@ -511,18 +557,18 @@ func (b *box) args(argv []string) []string {
 	if _, err := os.Stat("/sys/fs/cgroup"); err == nil {
 		args = append(args, "--tmpfs", "/sys/fs/cgroup")
 	}
-	args = append(args, "--perms", "1777", "--size", strconv.FormatInt(b.sb.ShmSize, 10), "--tmpfs", "/dev/shm")
-	for _, d := range b.devices {
-		name := "nvidia" + strconv.Itoa(d.Index)
-		args = append(args, "--dev-bind-try", filepath.Join(b.sb.DevDir, name), "/dev/"+name)
+	args = append(args, "--perms", "1777", "--size", strconv.FormatInt(b.sb.cfg.ShmSize, 10), "--tmpfs", "/dev/shm")
+	for _, idx := range b.devices {
+		name := "nvidia" + strconv.Itoa(idx)
+		args = append(args, "--dev-bind-try", filepath.Join(b.sb.cfg.DevDir, name), "/dev/"+name)
 	}
 	for _, name := range nvidiaControl {
-		args = append(args, "--dev-bind-try", filepath.Join(b.sb.DevDir, name), "/dev/"+name)
+		args = append(args, "--dev-bind-try", filepath.Join(b.sb.cfg.DevDir, name), "/dev/"+name)
 	}
 	// /tmp is the sandbox's own (the job's big temporary files go to TMPDIR, in its folder);
 	// it comes before the binds below, which may lie under it.
-	args = append(args, "--perms", "1777", "--size", strconv.FormatInt(b.sb.TmpSize, 10), "--tmpfs", "/tmp")
-	for _, p := range b.sb.ReadOnly {
+	args = append(args, "--perms", "1777", "--size", strconv.FormatInt(b.sb.cfg.TmpSize, 10), "--tmpfs", "/tmp")
+	for _, p := range b.sb.cfg.ReadOnly {
 		args = append(args, b.reachable(p)...)
 		args = append(args, "--ro-bind-try", p, p)
 	}
@@ -530,7 +576,7 @@ func (b *box) args(argv []string) []string {
 	// and tmp writable. The folder is root's, so the job cannot swap these for links.
 	args = append(args, b.reachable(b.dir)...)
 	args = append(args, "--ro-bind", b.dir, b.dir)
-	for _, d := range writableDirs {
+	for _, d := range WritableDirs {
 		args = append(args, "--bind", filepath.Join(b.dir, d), filepath.Join(b.dir, d))
 	}
 	for _, bd := range b.binds {
@@ -539,9 +585,9 @@ func (b *box) args(argv []string) []string {
 	args = append(args, "--chdir", b.dir, "--")
 	uid := strconv.Itoa(b.uid)
 	nproc := strconv.Itoa(b.limits.Tasks)
-	nofile := strconv.Itoa(b.sb.MaxFiles)
-	args = append(args, b.sb.Prlimit, "--nproc="+nproc+":"+nproc, "--nofile="+nofile+":"+nofile, "--",
-		b.sb.Setpriv, "--reuid="+uid, "--regid="+uid, "--clear-groups",
+	nofile := strconv.Itoa(b.sb.cfg.MaxFiles)
+	args = append(args, b.sb.cfg.Prlimit, "--nproc="+nproc+":"+nproc, "--nofile="+nofile+":"+nofile, "--",
+		b.sb.cfg.Setpriv, "--reuid="+uid, "--regid="+uid, "--clear-groups",
 		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--")
 	return append(args, argv...)
 }
@@ -549,13 +595,13 @@ func (b *box) args(argv []string) []string {
 // own gives the writable folders to the slot's user: the agent writes into them (configs,
 // restored checkpoints) before a process starts. Hard links are left alone: a job's copy of
 // prime-rl's Python links the node's files, which stay the node's.
-func (b *box) own() error {
+func (b *Box) own() error {
 	if b.owned {
 		return nil
 	}
 	b.owned = true
 	roots := []bindMount{}
-	for _, d := range writableDirs {
+	for _, d := range WritableDirs {
 		roots = append(roots, bindMount{host: filepath.Join(b.dir, d)})
 	}
 	roots = append(roots, b.binds...)
@@ -583,8 +629,10 @@ func (b *box) own() error {
 	return nil
 }
 
-// command makes the exec.Cmd that runs argv in the sandbox with the job's env.
-func (b *box) command(argv, jobEnv []string) (*exec.Cmd, error) {
+// Command makes the exec.Cmd that runs argv in the sandbox with the job's env (its own
+// variables and secrets: the sandbox adds its fixed ones, never the agent's). The first one
+// gives the writable folders to the slot's user. Start starts it.
+func (b *Box) Command(argv, jobEnv []string) (*exec.Cmd, error) {
 	if err := b.own(); err != nil {
 		return nil, fmt.Errorf("sandbox: give the job's folders to its user: %w", err)
 	}
@@ -602,12 +650,80 @@ func (b *box) command(argv, jobEnv []string) (*exec.Cmd, error) {
 		filter.Close()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	cmd := exec.Command(b.sb.Bwrap, append([]string{"--args", "3"}, all[sep:]...)...)
+	cmd := exec.Command(b.sb.cfg.Bwrap, append([]string{"--args", "3"}, all[sep:]...)...)
 	cmd.ExtraFiles = []*os.File{opts, filter}
 	cmd.Dir = "/"
 	cmd.Env = b.env(jobEnv)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
+}
+
+// Start starts cmd, which Command made, in the box: from a thread of its own inside the job's
+// network namespace, which the process inherits, and straight into the job's control group. The
+// thread stays until the process has ended (the process's Pdeathsig follows the thread that
+// forked it): it waits for the process there and hands what cmd.Wait returned to ended. Start
+// returns once the process has started, or with why it could not.
+func (b *Box) Start(cmd *exec.Cmd, ended func(error)) error {
+	started := make(chan error, 1)
+	go func() {
+		err := b.ns.do(func() error {
+			back, err := func() {}, error(nil)
+			if b.group != nil {
+				// The calling thread is locked (ns.do): it takes the process into the job's
+				// control group and comes back out.
+				back, err = b.group.startIn(cmd.SysProcAttr)
+			}
+			if err == nil {
+				err = cmd.Start()
+				back()
+			}
+			for _, f := range cmd.ExtraFiles {
+				f.Close() // the child has its own copies
+			}
+			started <- err
+			if err == nil {
+				ended(cmd.Wait())
+			}
+			return nil
+		})
+		if err != nil {
+			started <- err
+		}
+	}()
+	return <-started
+}
+
+// Signal sends sig to every process in the process group of cmd (which Start started) but its
+// leader, bubblewrap's monitor: ended by SIGTERM, the monitor would take the sandbox down with it
+// at once, before the job could finish a checkpoint. Bubblewrap's init inside ignores the signal
+// (PID 1 of a namespace gets only what it handles); the job's own processes get it.
+func Signal(cmd *exec.Cmd, sig syscall.Signal) {
+	pgid := cmd.Process.Pid
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == pgid {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+}
+
+// DialContext connects to addr from a thread inside the job's network namespace: its own
+// loopback is there, the node's is not. addr should be a literal address: the dial then makes
+// its socket on that thread, never on one of the resolver's.
+func (b *Box) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := b.ns.do(func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }
 
 // argsFile is a file holding args NUL-separated, read from its start: bubblewrap's --args.
@@ -633,11 +749,11 @@ func argsFile(args []string) (*os.File, error) {
 	return f, nil
 }
 
-// linkTree makes dst a copy of the tree at src whose files are hard links to src's (a copy
+// LinkTree makes dst a copy of the tree at src whose files are hard links to src's (a copy
 // when they are on different file systems): a job's own prime-rl Python environment, where its
 // environment installs go, without copying gigabytes. The slot's user can replace any file in
 // its copy but write into none of the node's: they are not its files.
-func linkTree(src, dst string) error {
+func LinkTree(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -686,10 +802,10 @@ func copyFile(src, dst string) error {
 
 // reachable are the arguments that make the folders above path, where bwrap makes them for a
 // bind, ones the slot's user can pass through (bwrap would copy the host's modes).
-func (b *box) reachable(path string) []string {
+func (b *Box) reachable(path string) []string {
 	var args []string
 	for _, a := range ancestors(path) {
-		if !underSystemDir(a) {
+		if !InSystemDirs(a) {
 			args = append(args, "--perms", "0755", "--dir", a)
 		}
 	}
@@ -705,7 +821,9 @@ func ancestors(path string) []string {
 	return out
 }
 
-func underSystemDir(path string) bool {
+// InSystemDirs reports whether path lies in the system folders every job sees read-only (/usr,
+// /bin, /lib*, /etc, /opt): a program there needs no ReadOnly of its own.
+func InSystemDirs(path string) bool {
 	for _, d := range systemDirs {
 		if path == d || strings.HasPrefix(path, d+"/") {
 			return true
@@ -714,8 +832,8 @@ func underSystemDir(path string) bool {
 	return false
 }
 
-// SandboxFlags are the sandbox's command-line flags, shared by gpuagent and hostedtrain dev.
-type SandboxFlags struct {
+// Flags are the sandbox's command-line flags, shared by gpuagent and hostedtrain dev.
+type Flags struct {
 	unsafeOff bool
 	readOnly  stringList
 	path      stringList
@@ -724,7 +842,7 @@ type SandboxFlags struct {
 }
 
 // Register adds the flags to fs.
-func (f *SandboxFlags) Register(fs *flag.FlagSet) {
+func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.unsafeOff, "unsafe-no-sandbox", false, "UNSAFE: run jobs without the sandbox, as this process's user with its environment's "+
 		"neighbours in reach (only for a machine that runs nobody else's code)")
 	fs.Var(&f.readOnly, "sandbox-ro", "a host folder jobs see read-only at the same place (a Python outside /usr, a conformance kit; repeatable)")
@@ -733,33 +851,15 @@ func (f *SandboxFlags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.uidBase, "sandbox-uid-base", DefaultUIDBase, "the first job slot's user id: slot n runs as this plus n")
 }
 
-// Sandbox is the sandbox the flags ask for: nil with --unsafe-no-sandbox.
-func (f *SandboxFlags) Sandbox() *Sandbox {
+// Config is the sandbox the flags ask for: nil with --unsafe-no-sandbox.
+func (f *Flags) Config() *Config {
 	if f.unsafeOff {
 		return nil
 	}
-	return &Sandbox{ReadOnly: f.readOnly, Path: f.path, UIDBase: f.uidBase, Allow: f.allow}
+	return &Config{ReadOnly: f.readOnly, Path: f.path, UIDBase: f.uidBase, Allow: f.allow}
 }
 
 type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
-
-// programs are the pipeline's own programs and its prime-rl checkout where they lie outside the
-// system folders: the sandbox shows them read-only.
-func programs(p render.Pipeline) []string {
-	var paths []string
-	add := func(p string) {
-		if p != "" && filepath.IsAbs(p) && !underSystemDir(p) && !slices.Contains(paths, p) {
-			paths = append(paths, p)
-		}
-	}
-	add(p.PrimeRL)
-	for _, t := range [][]string{p.RL, p.Preflight, p.GEPA, p.GEPACheck, p.EnvCheck, p.Eval, p.Serve, p.Install} {
-		if len(t) > 0 && filepath.IsAbs(t[0]) {
-			add(t[0])
-		}
-	}
-	return paths
-}

@@ -1,4 +1,4 @@
-package gpuagent
+package sandbox
 
 import (
 	"context"
@@ -30,7 +30,7 @@ type egressProxy struct {
 	// conns bounds the connections the job has open through the proxy at once.
 	conns chan struct{}
 	// allow are the host:port addresses the operator lets jobs reach whatever the guard says
-	// (Sandbox.Allow: an inference endpoint of its own in its network).
+	// (Config.Allow: an inference endpoint of its own in its network).
 	allow map[string]bool
 
 	mu      sync.Mutex

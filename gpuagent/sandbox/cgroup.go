@@ -1,4 +1,4 @@
-package gpuagent
+package sandbox
 
 import (
 	"bufio"
@@ -206,8 +206,8 @@ func (t *cgroupTree) dirs() []string {
 	return dirs
 }
 
-// jobLimits are what one job's group is given.
-type jobLimits struct {
+// Limits are what one job's control group is given: its share of the node.
+type Limits struct {
 	Memory   int64   // bytes, swap none
 	CPUShare float64 // the job's share of the node, for its CPU and I/O weights
 	CPUMax   float64 // cores at most
@@ -238,7 +238,7 @@ func (g *jobGroup) v1dir(c string) string {
 }
 
 // newGroup makes a job's group with its limits.
-func (t *cgroupTree) newGroup(name string, lim jobLimits) (*jobGroup, error) {
+func (t *cgroupTree) newGroup(name string, lim Limits) (*jobGroup, error) {
 	g := t.group(name)
 	_ = g.remove() // a group of the same name left behind is the same job's earlier attempt
 	for _, d := range g.dirsAll() {
@@ -272,7 +272,7 @@ func (g *jobGroup) dirsAll() []string {
 }
 
 // limit writes the job's limits to the controllers the node has.
-func (g *jobGroup) limit(lim jobLimits) error {
+func (g *jobGroup) limit(lim Limits) error {
 	weight := func(lo, hi int) string {
 		return strconv.Itoa(min(hi, max(lo, int(lim.CPUShare*float64(hi)/4))))
 	}
@@ -538,7 +538,7 @@ func readNodeShare(gpus, cpuJobs int, memory int64) nodeShare {
 }
 
 // limits are a job's with gpus GPUs (0: a job without GPUs).
-func (n nodeShare) limits(gpus, maxTasks int) jobLimits {
+func (n nodeShare) limits(gpus, maxTasks int) Limits {
 	share := cpuJobShare
 	if n.cpuJob == 0 && n.gpus == 0 {
 		share = 1
@@ -548,7 +548,7 @@ func (n nodeShare) limits(gpus, maxTasks int) jobLimits {
 		share = rest * float64(gpus) / float64(n.gpus)
 	}
 	slots := max(1, n.gpus+n.cpuJob)
-	return jobLimits{
+	return Limits{
 		Memory:   max(256<<20, int64(float64(n.memory)*share)),
 		CPUShare: share,
 		CPUMax:   float64(max(1, n.cpus-1)),

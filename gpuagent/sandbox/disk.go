@@ -1,4 +1,4 @@
-package gpuagent
+package sandbox
 
 import (
 	"bufio"
@@ -26,8 +26,8 @@ import (
 // .venv below, read-only, and the job's changes above it, in its own space. Nothing is copied or
 // linked for it.
 
-// jobDisk is a job's file system and the mounts on it.
-type jobDisk struct {
+// Disk is a job's file system and the mounts on it.
+type Disk struct {
 	dir    string   // the job's folder: the mount point
 	image  string   // the image file
 	mounts []string // mounted on dir's file system, in mount order (overlays)
@@ -42,30 +42,34 @@ const minDisk = 256 << 20
 
 // diskSize is the size of a job's file system with gpus GPUs: its share of the work disk, or
 // the operator's DiskQuota.
-func (s *Sandbox) diskSize(workDir string, gpus int) (int64, error) {
-	if s.DiskQuota > 0 {
-		return s.DiskQuota, nil
+func (s *Sandbox) diskSize(gpus int) (int64, error) {
+	if s.cfg.DiskQuota > 0 {
+		return s.cfg.DiskQuota, nil
 	}
 	var st unix.Statfs_t
-	if err := unix.Statfs(workDir, &st); err != nil {
+	if err := unix.Statfs(s.workDir, &st); err != nil {
 		return 0, fmt.Errorf("read the work disk's size: %w", err)
 	}
 	total := float64(st.Blocks) * float64(st.Bsize) * diskShare
 	return max(minDisk, int64(total*s.Limits(gpus).CPUShare)), nil
 }
 
-// openDisk makes dir a file system of its own for a job with gpus GPUs (see above). Whatever
-// was at dir before goes.
-func (s *Sandbox) openDisk(workDir, dir string, gpus int) (*jobDisk, error) {
-	size, err := s.diskSize(workDir, gpus)
+// OpenDisk makes dir, a job's folder in the agent's work folder, a file system of its own for a
+// job with gpus GPUs (see above). Whatever was at dir before goes. It returns nil, and leaves
+// dir alone, where jobs get none (a negative DiskQuota).
+func (s *Sandbox) OpenDisk(dir string, gpus int) (*Disk, error) {
+	if s.cfg.DiskQuota < 0 {
+		return nil, nil
+	}
+	size, err := s.diskSize(gpus)
 	if err != nil {
 		return nil, err
 	}
-	images := filepath.Join(workDir, "disks")
+	images := filepath.Join(s.workDir, "disks")
 	if err := os.MkdirAll(images, 0o700); err != nil {
 		return nil, err
 	}
-	d := &jobDisk{dir: dir, image: filepath.Join(images, filepath.Base(dir)+".img")}
+	d := &Disk{dir: dir, image: filepath.Join(images, filepath.Base(dir)+".img")}
 	unmountUnder(dir)
 	_ = os.RemoveAll(dir)
 	_ = os.Remove(d.image)
@@ -87,20 +91,20 @@ func (s *Sandbox) openDisk(workDir, dir string, gpus int) (*jobDisk, error) {
 		err = run("mount", "-t", "ext4", "-o", "loop,nosuid,nodev", d.image, dir)
 	}
 	if err != nil {
-		d.close()
+		d.Close()
 		return nil, fmt.Errorf("the job's disk of %d MiB: %w", size>>20, err)
 	}
 	_ = os.Remove(filepath.Join(dir, "lost+found"))
 	if err := os.Chmod(dir, 0o755); err != nil {
-		d.close()
+		d.Close()
 		return nil, err
 	}
 	return d, nil
 }
 
-// overlay mounts at merged the tree lower (read-only, the node's) with the job's changes kept
+// Overlay mounts at merged the tree lower (read-only, the node's) with the job's changes kept
 // on the job's disk.
-func (d *jobDisk) overlay(lower, merged string) error {
+func (d *Disk) Overlay(lower, merged string) error {
 	name := filepath.Base(merged)
 	upper, work := filepath.Join(d.dir, "."+name+"-upper"), filepath.Join(d.dir, "."+name+"-work")
 	for _, p := range []string{upper, work, merged} {
@@ -116,8 +120,8 @@ func (d *jobDisk) overlay(lower, merged string) error {
 	return nil
 }
 
-// space is how many bytes the job's file system has left for it to write, and its size.
-func (d *jobDisk) space() (avail, size int64) {
+// Space is how many bytes the job's file system has left for it to write, and its size.
+func (d *Disk) Space() (avail, size int64) {
 	var st unix.Statfs_t
 	if unix.Statfs(d.dir, &st) != nil {
 		return 0, 0
@@ -125,16 +129,16 @@ func (d *jobDisk) space() (avail, size int64) {
 	return int64(st.Bavail) * st.Bsize, int64(st.Blocks) * st.Bsize
 }
 
-// full reports whether the job's file system has (nearly) no room left: less than 1 MiB, or
+// Full reports whether the job's file system has (nearly) no room left: less than 1 MiB, or
 // half a percent of it.
-func (d *jobDisk) full() bool {
-	avail, size := d.space()
+func (d *Disk) Full() bool {
+	avail, size := d.Space()
 	return size > 0 && (avail < 1<<20 || avail < size/200)
 }
 
-// close unmounts the job's file system and removes its image. The job's processes must have
+// Close unmounts the job's file system and removes its image. The job's processes must have
 // ended; one still holding a file is detached from (lazily unmounted), never left mounted.
-func (d *jobDisk) close() {
+func (d *Disk) Close() {
 	for i := len(d.mounts) - 1; i >= 0; i-- {
 		unmount(d.mounts[i])
 	}

@@ -1,25 +1,33 @@
-package gpuagent
+package sandbox
 
 import (
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/mountns"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
+
+func TestMain(m *testing.M) {
+	// As an agent does: what the tests' boxes mount goes with the test process.
+	mountns.Private()
+	os.Exit(m.Run())
+}
 
 // These tests do what a hostile tenant's code did (issue 14) inside the real bubblewrap, and
 // check that it fails now. They need root, as the agent does on a node and in CI.
 
-func needSandbox(t *testing.T) *Sandbox {
+// needSandbox opens a sandbox as an agent with 4 GPUs does, its configuration changed first by
+// set.
+func needSandbox(t *testing.T, set ...func(*Config)) *Sandbox {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the sandbox tests need root, as the agent does on a node: run make test as root (CI does)")
@@ -27,14 +35,18 @@ func needSandbox(t *testing.T) *Sandbox {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Fatal("bwrap is missing: make test installs Debian's bubblewrap")
 	}
-	sb := &Sandbox{UIDBase: 62000 + os.Getpid()%1000*8, ProxyPort: 3128}
-	if err := sb.check(); err != nil {
+	c := Config{UIDBase: 62000 + os.Getpid()%1000*8, ProxyPort: 3128}
+	for _, f := range set {
+		f(&c)
+	}
+	if err := c.Check(); err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.start(t.TempDir(), 4, 2); err != nil {
+	sb, err := Open(c, t.TempDir(), 4, 2)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(sb.stop)
+	t.Cleanup(sb.Close)
 	return sb
 }
 
@@ -42,7 +54,7 @@ func needSandbox(t *testing.T) *Sandbox {
 func jobDir(t *testing.T, work, id string) string {
 	t.Helper()
 	dir := filepath.Join(work, "jobs", id)
-	for _, d := range append([]string{""}, writableDirs...) {
+	for _, d := range append([]string{""}, WritableDirs...) {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -50,25 +62,66 @@ func jobDir(t *testing.T, work, id string) string {
 	return dir
 }
 
-func openTestBox(t *testing.T, sb *Sandbox, dir string, devs []Device) (*box, *[]string) {
+func openTestBox(t *testing.T, sb *Sandbox, dir string, gpus []int) (*Box, *[]string) {
 	t.Helper()
 	var notes []string
-	b, err := sb.openBox(dir, devs, func(s string) { notes = append(notes, s) })
+	b, err := sb.OpenBox(dir, gpus, func(s string) { notes = append(notes, s) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.close)
+	t.Cleanup(b.Close)
 	return b, &notes
 }
 
-// inBox runs a shell script in the box to its end and returns what it printed.
-func inBox(t *testing.T, b *box, script string, env ...string) string {
+// process is a command started in a box as the agent starts one: its output to a log file,
+// what is left of its process group killed when it ends.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProcess(t *testing.T, b *Box, argv []string, env []string, logPath string) *process {
 	t.Helper()
-	log := filepath.Join(t.TempDir(), "out.log")
-	p, err := startProcess(b, []string{"/bin/sh", "-c", script}, b.dir, env, log)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd, err := b.Command(argv, env)
+	if err != nil {
+		logf.Close()
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	err = b.Start(cmd, func(error) {
+		logf.Close()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		close(p.done)
+	})
+	if err != nil {
+		logf.Close()
+		t.Fatal(err)
+	}
+	return p
+}
+
+// terminate stops the process as the agent stops a job's: SIGTERM to all but bubblewrap's
+// monitor (Signal), SIGKILL to the group after grace.
+func (p *process) terminate(grace time.Duration) {
+	Signal(p.cmd, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// inBox runs a shell script in the box to its end and returns what it printed.
+func inBox(t *testing.T, b *Box, script string, env ...string) string {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "out.log")
+	p := startProcess(t, b, []string{"/bin/sh", "-c", script}, env, log)
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
@@ -88,10 +141,7 @@ func TestSandboxEnvironmentAndProcesses(t *testing.T) {
 	// Another job, with a secret, running beside it.
 	other, _ := openTestBox(t, sb, jobDir(t, work, "other"), nil)
 	otherLog := filepath.Join(t.TempDir(), "other.log")
-	op, err := startProcess(other, []string{"/bin/sh", "-c", "echo up; exec sleep 60"}, other.dir, []string{"OTHER_SECRET=other-jobs-secret"}, otherLog)
-	if err != nil {
-		t.Fatal(err)
-	}
+	op := startProcess(t, other, []string{"/bin/sh", "-c", "echo up; exec sleep 60"}, []string{"OTHER_SECRET=other-jobs-secret"}, otherLog)
 	t.Cleanup(func() { op.terminate(time.Second) })
 	testwait.Until(t, 10*time.Second, "the other job runs", func() bool {
 		b, _ := os.ReadFile(otherLog)
@@ -142,7 +192,6 @@ func section(out, head string) string {
 }
 
 func TestSandboxFilesystem(t *testing.T) {
-	sb := needSandbox(t)
 	// The agent's configuration, as infra/gpu-node keeps it under /etc.
 	conf, err := os.MkdirTemp("/etc", "hostedtrain-test-")
 	if err != nil {
@@ -152,7 +201,7 @@ func TestSandboxFilesystem(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(conf, "agent.env"), []byte("HOSTEDTRAIN_AGENT_TOKEN=secret-from-config\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb.Hide = []string{conf}
+	sb := needSandbox(t, func(c *Config) { c.Hide = []string{conf} })
 	dir := jobDir(t, t.TempDir(), "job")
 	if err := os.WriteFile(filepath.Join(dir, "rl.toml"), []byte("max_steps = 1\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -184,14 +233,14 @@ func TestSandboxFilesystem(t *testing.T) {
 }
 
 func TestSandboxGPUs(t *testing.T) {
-	sb := needSandbox(t)
-	sb.DevDir = t.TempDir()
+	devDir := t.TempDir()
+	sb := needSandbox(t, func(c *Config) { c.DevDir = devDir })
 	for _, name := range []string{"nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidia4", "nvidia5", "nvidia6", "nvidia7", "nvidiactl", "nvidia-uvm"} {
-		if err := os.WriteFile(filepath.Join(sb.DevDir, name), nil, 0o666); err != nil {
+		if err := os.WriteFile(filepath.Join(devDir, name), nil, 0o666); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), []Device{{Index: 2}, {Index: 5}})
+	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), []int{2, 5})
 	// Even told otherwise by a variable, the job sees its own GPUs only.
 	out := inBox(t, b, "ls /dev | grep nvidia | tr '\\n' ' '", "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7")
 	if got, want := strings.Fields(out), []string{"nvidia-uvm", "nvidia2", "nvidia5", "nvidiactl"}; strings.Join(got, " ") != strings.Join(want, " ") {
@@ -241,13 +290,13 @@ print("proxy agent port:", via_proxy("127.0.0.1:%d"))
 print("proxy metadata:", via_proxy("169.254.169.254:80"))
 print("proxy private:", via_proxy("10.0.0.1:443"))
 print("proxy var:", os.environ.get("HTTPS_PROXY"))
-`, sb.ProxyPort, port, port)
+`, sb.cfg.ProxyPort, port, port)
 	out := inBox(t, b, python+" -c '"+probe+"'")
 	if strings.Contains(out, "CONNECTED") || strings.Contains(out, "agent secrets") {
 		t.Errorf("the job reached the node:\n%s", out)
 	}
 	for _, line := range []string{"proxy agent port: HTTP/1.1 403", "proxy metadata: HTTP/1.1 403", "proxy private: HTTP/1.1 403",
-		"proxy var: http://127.0.0.1:" + strconv.Itoa(sb.ProxyPort)} {
+		"proxy var: http://127.0.0.1:" + strconv.Itoa(sb.cfg.ProxyPort)} {
 		if !strings.Contains(out, line) {
 			t.Errorf("want %q:\n%s", line, out)
 		}
@@ -262,10 +311,7 @@ func TestSandboxGracefulStop(t *testing.T) {
 	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
 	log := filepath.Join(t.TempDir(), "out.log")
 	marker := filepath.Join(b.dir, "outputs", "checkpoint-finished")
-	p, err := startProcess(b, []string{"/bin/sh", "-c", `trap 'echo done > ` + marker + `; exit 0' TERM; echo ready; while :; do sleep 0.1; done`}, b.dir, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startProcess(t, b, []string{"/bin/sh", "-c", `trap 'echo done > ` + marker + `; exit 0' TERM; echo ready; while :; do sleep 0.1; done`}, nil, log)
 	testwait.Until(t, 10*time.Second, "the pipeline runs", func() bool {
 		out, _ := os.ReadFile(log)
 		return strings.Contains(string(out), "ready")
@@ -279,8 +325,7 @@ func TestSandboxGracefulStop(t *testing.T) {
 // One job cannot exhaust the node: its processes, its /tmp and /dev/shm (both in the node's
 // memory) are bounded, and the node's cgroups are not shown (red team, issue 14).
 func TestSandboxLimits(t *testing.T) {
-	sb := needSandbox(t)
-	sb.MaxProcs, sb.TmpSize, sb.ShmSize = 40, 8<<20, 8<<20
+	sb := needSandbox(t, func(c *Config) { c.MaxProcs, c.TmpSize, c.ShmSize = 40, 8<<20, 8<<20 })
 	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
 	out := inBox(t, b, `
 		grep "Max processes" /proc/self/limits | tr -s ' ' 
@@ -291,7 +336,7 @@ func TestSandboxLimits(t *testing.T) {
 		echo "cgroups $(ls /sys/fs/cgroup | wc -l)"
 		for i in $(seq 1 100); do sleep 5 & done
 	`)
-	files := fmt.Sprintf("Max open files %d %d", sb.MaxFiles, sb.MaxFiles)
+	files := fmt.Sprintf("Max open files %d %d", sb.cfg.MaxFiles, sb.cfg.MaxFiles)
 	for _, want := range []string{"Max processes 40 40", files, "shm: 1 MiB written", "cgroups 0", "Cannot fork"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("want %q:\n%s", want, out)
@@ -340,97 +385,6 @@ print("threads and fork: ok")
 	}
 }
 
-// The agent's calls to a job's servers stay in the job's network (red team, issue 29): a job's
-// inference server that answers /health with a redirect to the node's loopback, and names that
-// resolve there, reach nothing on the node — the redirect is not followed, and only a literal
-// loopback address is dialled, from inside the job's network namespace.
-func TestTheAgentsCallsToAJobStayInItsNetwork(t *testing.T) {
-	sb := needSandbox(t)
-	// A canary on the node's loopback, IPv4 and IPv6, at one port.
-	var canary atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	canaryPort := ln.Addr().(*net.TCPAddr).Port
-	listeners := []net.Listener{ln}
-	if ln6, err := net.Listen("tcp", fmt.Sprintf("[::1]:%d", canaryPort)); err == nil {
-		defer ln6.Close()
-		listeners = append(listeners, ln6)
-	}
-	for _, l := range listeners {
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				canary.Add(1)
-				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
-				c.Close()
-			}
-		}()
-	}
-	b, _ := openTestBox(t, sb, jobDir(t, t.TempDir(), "job"), nil)
-	// The job's "inference server": every answer is a redirect to the node's canary.
-	jobPort := freePort(t)
-	server := fmt.Sprintf(`
-import http.server
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(302)
-        self.send_header("Location", "http://localhost:%[1]d/pwned" if self.path == "/health" else "http://[::1]:%[1]d/pwned")
-        self.end_headers()
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", %[2]d), H).serve_forever()
-`, canaryPort, jobPort)
-	log := filepath.Join(t.TempDir(), "server.log")
-	p, err := startProcess(b, []string{"/usr/bin/python3", "-c", server}, b.dir, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.terminate(time.Second)
-	hc := jobClient(b, 2*time.Second)
-	url := fmt.Sprintf("http://127.0.0.1:%d/", jobPort)
-	testwait.Until(t, 20*time.Second, "the job's server listens", func() bool {
-		return b.ns.do(func() error {
-			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", jobPort))
-			if err == nil {
-				c.Close()
-			}
-			return err
-		}) == nil
-	})
-	for _, u := range []string{url + "health", url + "other", fmt.Sprintf("http://localhost:%d/health", canaryPort),
-		fmt.Sprintf("http://[::1]:%d/health", canaryPort)} {
-		resp, err := hc.Get(u)
-		switch {
-		case err == nil:
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusFound {
-				t.Errorf("%s: %d, want the redirect itself, not followed", u, resp.StatusCode)
-			}
-		case strings.HasPrefix(u, url):
-			t.Errorf("%s: %v, want the job's own answer", u, err)
-		}
-	}
-	if n := canary.Load(); n != 0 {
-		t.Fatalf("the node's loopback was reached %d times through the agent", n)
-	}
-}
-
-// freePort is a port free on the node's loopback now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // What the job reads of the node through /proc and /sys (red team, issue 29): PID 1 of its
 // namespace (bubblewrap) shows no option of the sandbox's — no path of the node it binds — and
 // /sys shows the job's network interfaces only, not the node's, while the node's devices stay
@@ -449,7 +403,7 @@ func TestSandboxHidesTheNodesInterfacesAndPaths(t *testing.T) {
 	for _, line := range strings.Split(out, "\n") {
 		switch {
 		case strings.HasPrefix(line, "cmdline: "):
-			for _, leak := range []string{"--bind", "--ro-bind", "--seccomp", "--tmpfs", "--dev", b.sb.Hide[0], b.dir + " "} {
+			for _, leak := range []string{"--bind", "--ro-bind", "--seccomp", "--tmpfs", "--dev", b.sb.cfg.Hide[0], b.dir + " "} {
 				if strings.Contains(line, leak) {
 					t.Errorf("PID 1's command line shows %q: %s", leak, line)
 				}

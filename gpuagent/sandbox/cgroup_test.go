@@ -1,4 +1,4 @@
-package gpuagent
+package sandbox
 
 import (
 	"os"
@@ -50,14 +50,14 @@ func BenchmarkAJobsShareOfTheNode(b *testing.B) {
 		b.Skip("needs root, as the agent does")
 	}
 	work := b.TempDir()
-	sb := &Sandbox{}
-	if err := sb.start(work, 8, 2); err != nil {
+	sb, err := Open(Config{}, work, 8, 2)
+	if err != nil {
 		b.Fatal(err)
 	}
-	defer sb.stop()
+	defer sb.Close()
 	for i := 0; b.Loop(); i++ {
 		dir := filepath.Join(work, "jobs", strconv.Itoa(i))
-		d, err := sb.openDisk(work, dir, 1)
+		d, err := sb.OpenDisk(dir, 1)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func BenchmarkAJobsShareOfTheNode(b *testing.B) {
 		if err := g.remove(); err != nil {
 			b.Fatal(err)
 		}
-		d.close()
+		d.Close()
 		_ = os.Remove(dir)
 	}
 }
