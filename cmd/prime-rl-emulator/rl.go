@@ -10,13 +10,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -36,8 +34,10 @@ type emulation struct {
 	ckptBytes   int64
 	ckptTime    time.Duration
 	serveDelay  time.Duration
-	check       []string // upstream's config check (the conformance kit's check.py)
-	venv        string   // the emulated prime-rl's Python environment
+	// loraLoadTime is how long loading a LoRA adapter takes; tokenTime paces a stream's tokens.
+	loraLoadTime, tokenTime time.Duration
+	check                   []string // upstream's config check (the conformance kit's check.py)
+	venv                    string   // the emulated prime-rl's Python environment
 }
 
 func (e *emulation) flag(name, value string) (bool, error) {
@@ -66,6 +66,10 @@ func (e *emulation) flag(name, value string) (bool, error) {
 		e.ckptTime, err = time.ParseDuration(value)
 	case "serve-delay":
 		e.serveDelay, err = time.ParseDuration(value)
+	case "lora-load-time":
+		e.loraLoadTime, err = time.ParseDuration(value)
+	case "token-time":
+		e.tokenTime, err = time.ParseDuration(value)
 	case "check":
 		e.check = strings.Fields(value)
 	case "venv":
@@ -883,47 +887,6 @@ func serveHealth(ln net.Listener, model, key string) {
 		return
 	}
 	_ = httpserver.New(openAIHandler(model, key, nil)).Serve(ln)
-}
-
-var completions sync.Mutex
-
-func openAIHandler(model, key string, logf func(string)) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	auth := func(w http.ResponseWriter, r *http.Request) bool {
-		if key != "" && r.Header.Get("Authorization") != "Bearer "+key {
-			http.Error(w, `{"error":"Unauthorized"}`, http.StatusUnauthorized)
-			return false
-		}
-		return true
-	}
-	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
-		if !auth(w, r) {
-			return
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{{"id": model, "object": "model"}}})
-	})
-	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		if !auth(w, r) {
-			return
-		}
-		var req struct {
-			Model string `json:"model"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		if req.Model != model {
-			http.Error(w, fmt.Sprintf(`{"error":"The model %s does not exist."}`, req.Model), http.StatusNotFound)
-			return
-		}
-		if logf != nil {
-			completions.Lock()
-			logf("POST /v1/chat/completions 200")
-			completions.Unlock()
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"object": "chat.completion", "model": model,
-			"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": "emulated answer"}, "finish_reason": "stop"}}})
-	})
-	return mux
 }
 
 // work is a fixed amount of CPU work: hashing a buffer, the stand-in for a trainer step's

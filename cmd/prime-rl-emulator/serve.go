@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,9 +18,11 @@ import (
 )
 
 // runServe emulates `vllm serve MODEL --host H --port P`: an OpenAI-compatible server that
-// answers /health once "loaded" (--emulate.serve-delay), lists MODEL at /v1/models and
-// answers /v1/chat/completions, all behind the key in VLLM_API_KEY when it is set (vLLM's
-// --api-key). SIGTERM stops it.
+// answers /health once "loaded" (--emulate.serve-delay), lists MODEL (and the LoRA adapters
+// loaded) at /v1/models and answers /v1/chat/completions, all behind the key in VLLM_API_KEY
+// when it is set (vLLM's --api-key). With --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
+// it loads and unloads adapters at run time (openai.go; --emulate.lora-load-time each), and
+// --emulate.token-time paces a stream's tokens. SIGTERM stops it.
 func runServe(ctx context.Context, args []string, out io.Writer) int {
 	var em emulation
 	rest, err := parseCommon(args, &em)
@@ -33,6 +36,10 @@ func runServe(ctx context.Context, args []string, out io.Writer) int {
 	port := fs.Int("port", 8000, "port")
 	fs.Int("tensor-parallel-size", 1, "tensor parallelism")
 	fs.Int("max-model-len", 0, "the longest sequence served (vLLM's --max-model-len)")
+	enableLora := fs.Bool("enable-lora", false, "serve LoRA adapters")
+	fs.Int("max-loras", 1, "LoRA adapters in one batch")
+	fs.Int("max-cpu-loras", 0, "LoRA adapters kept in CPU memory")
+	maxRank := fs.Int("max-lora-rank", 16, "the highest LoRA rank served")
 	if err := fs.Parse(rest[1:]); err != nil {
 		return 2
 	}
@@ -49,7 +56,10 @@ func runServe(ctx context.Context, args []string, out io.Writer) int {
 		return 1
 	}
 	ready := time.Now().Add(em.serveDelay)
-	api := openAIHandler(model, os.Getenv("VLLM_API_KEY"), logf)
+	api := newOpenAI(model, os.Getenv("VLLM_API_KEY"), logf, loraOptions{
+		enabled: *enableLora, runtime: strings.EqualFold(os.Getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING"), "true"),
+		maxRank: *maxRank, loadTime: em.loraLoadTime, tokenTime: em.tokenTime,
+	}).handler()
 	srv := httpserver.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if time.Now().Before(ready) {
 			http.Error(w, "loading", http.StatusServiceUnavailable)
