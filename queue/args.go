@@ -42,6 +42,13 @@ var funcArgs = map[string][]string{
 	"settle":       {"id", "finished_at", "events"},
 	"put_own":      {"id", "finished_at", "progress", "nfields", restArg},
 	"stored":       {"org", "id", "bytes", "how", "member", "taken", "every_ms"},
+	// deployments.go
+	"adapter_put":   {"id", "org", "job", "step", "base", "kind", "name", "max"},
+	"deploy":        {"id", "org", "key", "server", "max"},
+	"unload":        {"id", "org", "idle"},
+	"serving":       {"id", "token", "loaded", restArg},
+	"adapter_check": {"id", "idle_ms"},
+	"server_check":  {"member"},
 }
 
 // args are a call's own arguments by name.

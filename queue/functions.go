@@ -58,6 +58,18 @@ var (
 	streamLua string
 	//go:embed lua/set_budget.lua
 	setBudgetLua string
+	//go:embed lua/adapter_put.lua
+	adapterPutLua string
+	//go:embed lua/deploy.lua
+	deployLua string
+	//go:embed lua/unload.lua
+	unloadLua string
+	//go:embed lua/serving.lua
+	servingLua string
+	//go:embed lua/adapter_check.lua
+	adapterCheckLua string
+	//go:embed lua/server_check.lua
+	serverCheckLua string
 )
 
 // library is the queue's functions, built once.
@@ -77,6 +89,8 @@ func buildLibrary(r jobFields) (redisfn.Library, error) {
 		"position": positionLua, "set_org": setOrgLua, "abandon": abandonLua, "archive": archiveLua,
 		"unwait": unwaitLua, "settle": settleLua, "put_own": putOwnLua, "stored": storedLua,
 		"delete_begin": deleteBeginLua, "stream": streamLua, "set_budget": setBudgetLua,
+		"adapter_put": adapterPutLua, "deploy": deployLua, "unload": unloadLua, "serving": servingLua,
+		"adapter_check": adapterCheckLua, "server_check": serverCheckLua,
 	}
 	for name, body := range bodies {
 		if bodies[name], err = r.expandFields(body); err != nil {

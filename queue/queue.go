@@ -108,6 +108,13 @@ type Config struct {
 	// StorageEvery is how often the storage meter measures each live job's objects (storage.go);
 	// a job that ended is measured once, soon after. Default 5 min.
 	StorageEvery time.Duration
+	// Deployments (deployments.go): the adapters one model server holds (default
+	// DefaultAdaptersPerServer), the adapters one organization may file (DefaultMaxAdapters), and
+	// how long a deployed adapter no request reached stays loaded (DefaultDeploymentIdle;
+	// negative: for ever).
+	AdaptersPerServer int
+	MaxAdapters       int
+	DeploymentIdle    time.Duration
 	// Now is the clock; tests replace it. Default time.Now.
 	Now func() time.Time
 }
@@ -132,6 +139,10 @@ const (
 	DefaultMaxQueued = 1000
 	DefaultRetention = 7 * 24 * time.Hour
 	DefaultMaxEnded  = 10000
+	// Deployments.
+	DefaultAdaptersPerServer = 8
+	DefaultMaxAdapters       = 1000
+	DefaultDeploymentIdle    = time.Hour
 )
 
 func (c Config) withDefaults() Config {
@@ -155,6 +166,9 @@ func (c Config) withDefaults() Config {
 	c.MaxQueued = cmp.Or(c.MaxQueued, DefaultMaxQueued)
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.MaxEnded = cmp.Or(c.MaxEnded, DefaultMaxEnded)
+	c.AdaptersPerServer = cmp.Or(c.AdaptersPerServer, DefaultAdaptersPerServer)
+	c.MaxAdapters = cmp.Or(c.MaxAdapters, DefaultMaxAdapters)
+	c.DeploymentIdle = cmp.Or(c.DeploymentIdle, DefaultDeploymentIdle)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -172,6 +186,8 @@ func (c Config) withDefaults() Config {
 //   - Tokens: revoked API tokens (revoke.go);
 //   - WebhookOutbox: the events webhooks deliver (outbox.go);
 //   - Streams: the places of open event and log streams (streams.go);
+//   - Deployments: adapters (committed checkpoints' weights), deploying them on model servers
+//     (serve jobs) and unloading them, what serve agents hold (deployments.go);
 //   - Maintenance: the reaper's duties — reap, settle, archive, expire, delete, migrate, meter
 //     (reaper.go runs them).
 //
@@ -185,6 +201,7 @@ type Client struct {
 	Tokens
 	WebhookOutbox
 	Streams
+	Deployments
 	Maintenance
 }
 
@@ -197,6 +214,7 @@ type (
 	Tokens        struct{ *store }
 	WebhookOutbox struct{ *store }
 	Streams       struct{ *store }
+	Deployments   struct{ *store }
 	Maintenance   struct{ *store }
 )
 
@@ -230,7 +248,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Client {
 		split:  isCluster(rdb),
 	}
 	return &Client{store: s, Jobs: Jobs{s}, Leases: Leases{s}, Fleet: Fleet{s}, Orgs: Orgs{s}, Tokens: Tokens{s},
-		WebhookOutbox: WebhookOutbox{s}, Streams: Streams{s}, Maintenance: Maintenance{s}}
+		WebhookOutbox: WebhookOutbox{s}, Streams: Streams{s}, Deployments: Deployments{s}, Maintenance: Maintenance{s}}
 }
 
 func isCluster(rdb redis.UniversalClient) bool {

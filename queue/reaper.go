@@ -13,10 +13,11 @@ import (
 
 // Reaper does the queue's timed work: each piece a duty of its own — reaping lapsed leases and
 // what else is due (Reap), archiving, expiring checkpoints, deleting the jobs stopped to be
-// deleted, migrating an old store, metering storage — with its own interval and a bound on one
-// run. A duty that fails is logged and counted and never keeps another from running. RunOnce
-// runs each once, in that order (the scheduled Lambda, functions/reaper, calls it every
-// minute); Run starts every duty on its own ticker and stops them together (`hostedtrain dev`).
+// deleted, migrating an old store, metering storage, keeping deployments true to their servers —
+// with its own interval and a bound on one run. A duty that fails is logged and counted and
+// never keeps another from running. RunOnce runs each once, in that order (the scheduled
+// Lambda, functions/reaper, calls it every minute); Run starts every duty on its own ticker and
+// stops them together (`hostedtrain dev`).
 type Reaper struct {
 	q        Maintenance
 	interval time.Duration
@@ -52,6 +53,7 @@ func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
 		{name: "delete", run: r.deleteEnded},
 		{name: "migrate", run: r.migrate},
 		{name: "meter", run: r.meter, timeout: meterFor + 5*time.Second},
+		{name: "deployments", run: r.q.CheckDeployments},
 	}
 	return r
 }

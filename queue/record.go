@@ -89,7 +89,10 @@ func newRecord(prefix string) jobFields {
 }
 
 // fields are the record's fields in order: each one's Lua name and its name in the hash.
-func (r jobFields) fields() (lua, stored []string) {
+func (r jobFields) fields() (lua, stored []string) { return tableOf(r) }
+
+// tableOf reads a record table (a struct of string fields tagged with their Lua names).
+func tableOf(r any) (lua, stored []string) {
 	v := reflect.ValueOf(r)
 	for i := range v.NumField() {
 		lua = append(lua, v.Type().Field(i).Tag.Get("lua"))
@@ -98,29 +101,36 @@ func (r jobFields) fields() (lua, stored []string) {
 	return lua, stored
 }
 
-// fieldRef is a field as the Lua library writes it.
-var fieldRef = regexp.MustCompile(`\bF\.([A-Za-z_][A-Za-z0-9_]*)`)
+// fieldRef is a field as the Lua library writes it: F.<name> a job's, A.<name> an adapter's.
+var fieldRef = regexp.MustCompile(`\b([FA])\.([A-Za-z_][A-Za-z0-9_]*)`)
 
-// expandFields replaces every F.<name> of src by the field's name in the hash, quoted, and
-// refuses a name the record does not have.
+// expandFields replaces every F.<name> (a job field) and A.<name> (an adapter field) of src by
+// the field's name in its hash, quoted, and refuses a name its table does not have.
 func (r jobFields) expandFields(src string) (string, error) {
-	lua, stored := r.fields()
-	names := make(map[string]string, len(lua))
-	for i, n := range lua {
-		names[n] = stored[i]
+	return expandTables(src, map[string]any{"F": r, "A": adapterField})
+}
+
+func expandTables(src string, tables map[string]any) (string, error) {
+	names := map[string]map[string]string{}
+	for letter, t := range tables {
+		lua, stored := tableOf(t)
+		names[letter] = make(map[string]string, len(lua))
+		for i, n := range lua {
+			names[letter][n] = stored[i]
+		}
 	}
 	var bad []string
 	out := fieldRef.ReplaceAllStringFunc(src, func(m string) string {
-		n := m[len("F."):]
-		s, ok := names[n]
+		letter, n, _ := strings.Cut(m, ".")
+		s, ok := names[letter][n]
 		if !ok {
-			bad = append(bad, n)
+			bad = append(bad, m)
 			return m
 		}
 		return "'" + s + "'"
 	})
 	if len(bad) > 0 {
-		return "", fmt.Errorf("queue: the Lua library names job fields the record does not have: %s", strings.Join(bad, ", "))
+		return "", fmt.Errorf("queue: the Lua library names fields their record does not have: %s", strings.Join(bad, ", "))
 	}
 	return out, nil
 }
@@ -142,4 +152,43 @@ func (r jobFields) luaFieldIDs() string {
 func (r jobFields) claimed() []string {
 	return []string{r.ID, r.Org, r.Kind, r.Name, r.Status, r.Attempt, r.MaxAttempts, r.ResumeStep,
 		r.CreatedAt, r.UpdatedAt, r.AgentID}
+}
+
+// adapterFields are the fields of an adapter's hash (deployments.go): the weights of one
+// committed checkpoint step, and where and how they are served. The Lua writes each as
+// A.<name>.
+type adapterFields struct {
+	ID               string `lua:"id" what:"the adapter's id"`
+	Org              string `lua:"org" what:"the organization that owns it (its job's)"`
+	Job              string `lua:"job" what:"the job whose checkpoint it is"`
+	Step             string `lua:"step" what:"the checkpoint's step"`
+	Base             string `lua:"base" what:"the base model it is served on"`
+	Kind             string `lua:"kind" what:"lora (served beside others of its base) or full (a server of its own)"`
+	Name             string `lua:"name" what:"its job's name"`
+	Status           string `lua:"status" what:"READY: its weights are committed"`
+	Deployment       string `lua:"deployment" what:"NOT_DEPLOYED, DEPLOYING, DEPLOYED, UNLOADING, DEPLOY_FAILED, UNLOAD_FAILED"`
+	Server           string `lua:"server" what:"the serve job that holds or is to hold it"`
+	Node             string `lua:"node" what:"the agent that serves it"`
+	Error            string `lua:"error" what:"why its deployment failed"`
+	Idle             string `lua:"idle" what:"1: unloaded for being idle; the next request deploys it again"`
+	CreatedAt        string `lua:"created_at" what:"when it was filed (ms)"`
+	UpdatedAt        string `lua:"updated_at" what:"when it last changed (ms)"`
+	DeployedAt       string `lua:"deployed_at" what:"when it was last deployed (ms)"`
+	UsedAt           string `lua:"used_at" what:"when a request last reached it (ms)"`
+	Requests         string `lua:"requests" what:"requests served"`
+	Failures         string `lua:"failures" what:"requests that failed"`
+	PromptTokens     string `lua:"prompt_tokens" what:"prompt tokens served"`
+	CompletionTokens string `lua:"completion_tokens" what:"completion tokens served"`
+}
+
+// adapterField is the adapter record's field names as the service stores them.
+var adapterField = newAdapterRecord()
+
+func newAdapterRecord() adapterFields {
+	var r adapterFields
+	v := reflect.ValueOf(&r).Elem()
+	for i := range v.NumField() {
+		v.Field(i).SetString(v.Type().Field(i).Tag.Get("lua"))
+	}
+	return r
 }

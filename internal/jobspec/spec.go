@@ -28,6 +28,9 @@ const (
 	KindRL   = "rl"
 	KindGEPA = "gepa"
 	KindEval = "eval"
+	// KindServe is a model server of deployments (queue/deployments.go): made by a deploy,
+	// never submitted.
+	KindServe = "serve"
 )
 
 // Defaults. The rl ones are the public `prime` CLI's, so a file means the same here and there;

@@ -163,6 +163,8 @@ var Queue = Set{
 		{"DROPPING", "dropping", "archived jobs whose own keys are still to delete, by when they were archived"},
 		{"REVOKED", "revocations", "revoked token ids by when their revocation ends"},
 		{"REVOKED_LOG", "revocations:log", "\"<jti> <end ms>\" by when it was revoked, for ten minutes (see revoke.go)"},
+		{"ADAPTERS_LIVE", "adapters:live", "adapters deploying, deployed or unloading, by when a request last reached them (the reaper's deployments duty)"},
+		{"SERVERS", "servers", "live serve jobs (deployments' model servers), by when they were made"},
 	},
 	Named: []Named{
 		{Lua: "jobkey", Pre: "job:", What: "a live job's hash of small fields (see JobOwn for one that ended)"},
@@ -188,6 +190,12 @@ var Queue = Set{
 		{Lua: "deletingkey", Pre: "deleting:", What: "a job whose delete has begun (its data in storage is going): restart refuses it; gone with the job"},
 		{Lua: "idemkey", Pre: "idem:", What: "an idempotency key (counted org name, then the key): \"<fingerprint> <job>\""},
 		{Lua: "wakechan", Pre: "wake:", What: "the pub/sub channel of one API process's waiting claims"},
+		{Lua: "adapterkey", Pre: "adapter:", What: "an adapter's hash: one committed checkpoint's weights and their deployment (queue/record.go's adapterFields)"},
+		{Lua: "orgadapters", Pre: "org:", Post: ":adapters", What: "an organization's adapters by when they were filed"},
+		{Lua: "adapterof", Pre: "adapterof:", Args: 2, What: "the adapter of a job's checkpoint step (job, step)"},
+		{Lua: "orgservers", Pre: "org:", Post: ":servers", What: "an organization's model servers: base model (full:<adapter> for a full fine-tune) -> its serve job"},
+		{Lua: "servingkey", Pre: "serving:", What: "the adapters a serve job is to hold"},
+		{Lua: "unloadingkey", Pre: "unloading:", What: "the adapters a serve job is to drop, until its agent says they are gone"},
 	},
 }
 

@@ -1,0 +1,43 @@
+-- serving is a serve job's agent saying, under its lease, which adapters its model server holds
+-- (arg_loaded, space-separated) and which it could not load (ARGV[REST..]: id, reason pairs),
+-- and hearing which it is to hold. A wanted adapter loaded is DEPLOYED, one that failed
+-- DEPLOY_FAILED (no longer wanted); an adapter it was to drop and no longer holds is
+-- NOT_DEPLOYED.
+-- Returns the wanted adapters, each "<id> <job> <step> <kind>"; errors LEASE_LOST.
+local j = redis.call('HMGET', jobkey(arg_id), F.lease_token, F.status, F.agent_id)
+if lease_lost(j[1], j[2], arg_token) then
+  return LEASE_LOST
+end
+local loaded = {}
+for a in string.gmatch(arg_loaded, '%S+') do
+  loaded[a] = true
+end
+for i = REST, #ARGV, 2 do
+  local a = ARGV[i]
+  if redis.call('SREM', servingkey(arg_id), a) == 1 then
+    redis.call('HSET', adapterkey(a), A.deployment, 'DEPLOY_FAILED', A.error, ARGV[i + 1], A.server, '', A.updated_at, T)
+    redis.call('ZREM', ADAPTERS_LIVE, a)
+  end
+end
+for _, a in ipairs(redis.call('SMEMBERS', unloadingkey(arg_id))) do
+  if not loaded[a] then
+    redis.call('SREM', unloadingkey(arg_id), a)
+    if redis.call('HGET', adapterkey(a), A.deployment) == 'UNLOADING' then
+      redis.call('HSET', adapterkey(a), A.deployment, 'NOT_DEPLOYED', A.server, '', A.updated_at, T)
+      redis.call('ZREM', ADAPTERS_LIVE, a)
+    end
+  end
+end
+local out = {}
+for _, a in ipairs(redis.call('SMEMBERS', servingkey(arg_id))) do
+  local h = redis.call('HMGET', adapterkey(a), A.deployment, A.job, A.step, A.kind)
+  if not h[2] then
+    redis.call('SREM', servingkey(arg_id), a) -- deleted meanwhile
+  else
+    if loaded[a] and h[1] ~= 'DEPLOYED' then
+      redis.call('HSET', adapterkey(a), A.deployment, 'DEPLOYED', A.deployed_at, T, A.node, j[3] or '', A.updated_at, T)
+    end
+    out[#out + 1] = a .. ' ' .. h[2] .. ' ' .. h[3] .. ' ' .. h[4]
+  end
+end
+return out
