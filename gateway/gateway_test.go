@@ -334,7 +334,7 @@ func TestAStreamCutByALostNodeEndsWithAnError(t *testing.T) {
 	go func() {
 		br := bufio.NewReader(resp.Body)
 		first, _ := br.ReadString('\n') // the stream has begun
-		s.stopTun()                      // and the node is gone: its tunnel closes mid-stream
+		s.stopTun()                     // and the node is gone: its tunnel closes mid-stream
 		all, _ := io.ReadAll(br)
 		rest <- first + string(all)
 	}()
