@@ -50,7 +50,7 @@ func (a *Admission) Admit(kind, contentType string, body []byte) (*Admitted, *Pr
 	if prob != nil {
 		return nil, prob
 	}
-	ad, prob := admit(r, a.s.normalizeOptions())
+	ad, prob := admit(jobFileOf(r), a.s.normalizeOptions())
 	if prob != nil {
 		return nil, prob
 	}

@@ -62,9 +62,8 @@ func invalidBudget(fe *FieldError) *Problem {
 	return p
 }
 
-// budgetProblem refuses a job file whose budget cannot be priced, at its line.
-func budgetProblem(r *http.Request, fe *FieldError) *Problem {
-	b := requestBody(r)
+// budgetProblem refuses a job file whose budget cannot be priced, at its line in b.
+func budgetProblem(b *body, fe *FieldError) *Problem {
 	b.place(fe)
 	return invalidJob([]FieldError{*fe}, b)
 }

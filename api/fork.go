@@ -78,9 +78,11 @@ func (s *Server) forkJob(w http.ResponseWriter, r *http.Request) {
 		sealed, err = s.cfg.Secrets.Seal(plain, id)
 		return sealed, nil, err
 	}
-	j, _, ok := s.enqueue(w, r, &admitted{spec: spec, gpusSaid: true}, map[string]string{"/checkpoint_id": "/step"}, seal, "")
-	if !ok {
+	j, _, prob := s.enqueue(r, &admitted{spec: spec, gpusSaid: true, body: requestBody(r)}, map[string]string{"/checkpoint_id": "/step"}, seal, "", "")
+	if prob != nil {
+		writeProblem(w, r, prob)
 		return
 	}
+	w.Header().Set("Location", "/v1/jobs/"+j.ID)
 	writeJSON(w, http.StatusCreated, j)
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,33 +25,60 @@ import (
 
 // storeReady answers 503 when the service runs without object storage configured.
 func (s *Server) storeReady(w http.ResponseWriter, r *http.Request) bool {
-	if s.cfg.Store == nil {
-		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "no-object-storage",
-			"this deployment has no object storage configured, so job metrics, checkpoints and artifacts cannot be read"))
+	if prob := s.needStore(); prob != nil {
+		writeProblem(w, r, prob)
 		return false
 	}
 	return true
 }
 
+// needStore is the 503 of a read of job data when the service runs without object storage
+// configured (nil when it has some).
+func (s *Server) needStore() *Problem {
+	if s.cfg.Store == nil {
+		return newProblem(http.StatusServiceUnavailable, "no-object-storage",
+			"this deployment has no object storage configured, so job metrics, checkpoints and artifacts cannot be read")
+	}
+	return nil
+}
+
 func (s *Server) getJobMetrics(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
-	if !ok || !s.storeReady(w, r) {
+	if !ok {
 		return
 	}
-	q := jobdata.MetricsQuery{
-		MinStep: intQuery(r, "min_step", 0),
-		MaxStep: intQuery(r, "max_step", 0),
-		Limit:   intQuery(r, "limit", 1000),
+	page, prob := s.jobMetrics(r, j, metricsQueryOf(r.URL.Query()))
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
 	}
-	for _, n := range strings.Split(r.URL.Query().Get("names"), ",") {
+	writeJSON(w, http.StatusOK, page)
+}
+
+// metricsQueryOf reads what GET /v1/jobs/{id}/metrics asks for from its query, which
+// validation has checked.
+func metricsQueryOf(in url.Values) jobdata.MetricsQuery {
+	q := jobdata.MetricsQuery{
+		MinStep: intParam(in, "min_step", 0),
+		MaxStep: intParam(in, "max_step", 0),
+		Limit:   intParam(in, "limit", 1000),
+	}
+	for _, n := range strings.Split(in.Get("names"), ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			q.Names = append(q.Names, n)
 		}
 	}
+	return q
+}
+
+// jobMetrics is a page of the rows of one of the caller's jobs' metrics.
+func (s *Server) jobMetrics(r *http.Request, j *job.Job, q jobdata.MetricsQuery) (*wire.MetricsPage, *Problem) {
+	if prob := s.needStore(); prob != nil {
+		return nil, prob
+	}
 	read, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, q)
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		return nil, s.failure(r, err)
 	}
 	s.noteSkipped(r, j.ID, read)
 	page := wire.MetricsPage{Items: read.Rows}
@@ -58,7 +86,7 @@ func (s *Server) getJobMetrics(w http.ResponseWriter, r *http.Request) {
 		next := read.Rows[len(read.Rows)-1].Step() + 1
 		page.NextMinStep = &next
 	}
-	writeJSON(w, http.StatusOK, page)
+	return &page, nil
 }
 
 // noteSkipped logs the stored lines a read of a job's metrics passed over: the answer holds
@@ -71,13 +99,32 @@ func (s *Server) noteSkipped(r *http.Request, jobID string, read jobdata.Metrics
 
 func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
-	if !ok || !s.storeReady(w, r) {
+	if !ok {
 		return
+	}
+	list, prob := s.jobCheckpoints(r, j)
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// checkpointList is a job's checkpoints, and when the download links in it expire.
+type checkpointList struct {
+	ExpiresAt time.Time         `json:"expires_at"`
+	Items     []wire.Checkpoint `json:"items"`
+}
+
+// jobCheckpoints are the checkpoints of one of the caller's jobs, each committed one's files
+// with download links to where r reached the API.
+func (s *Server) jobCheckpoints(r *http.Request, j *job.Job) (*checkpointList, *Problem) {
+	if prob := s.needStore(); prob != nil {
+		return nil, prob
 	}
 	cps, err := jobdata.ListCheckpoints(r.Context(), s.cfg.Store, j.ID)
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		return nil, s.failure(r, err)
 	}
 	// pins and metrics are extras: the list (and its download links) does not fail for them
 	pinned, err := jobdata.PinnedSteps(r.Context(), s.cfg.Store, j.ID)
@@ -114,14 +161,13 @@ func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
 			it.Status = "committed"
 			files, err := s.checkpointDownloads(r, j.ID, c.Step, expires)
 			if err != nil {
-				s.internalError(w, r, err)
-				return
+				return nil, s.failure(r, err)
 			}
 			it.Download = files
 		}
 		items = append(items, it)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items, "expires_at": expires})
+	return &checkpointList{ExpiresAt: expires, Items: items}, nil
 }
 
 // checkpointMetrics are, for each of the steps (ascending), the training reward of the step and
@@ -247,6 +293,17 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	p, prob := s.jobProgress(r, j)
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// jobProgress is where one of the caller's jobs stands: its step, pace and the steps that
+// have rollouts.
+func (s *Server) jobProgress(r *http.Request, j *job.Job) (*wire.JobProgress, *Problem) {
 	p := wire.JobProgress{JobID: j.ID, Status: j.Status, Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps,
 		Metrics: j.Progress.Metrics, Series: j.Progress.Series, Result: j.Progress.Result, CheckpointStep: j.Progress.CheckpointStep,
 		StartedAt: j.StartedAt, UpdatedAt: j.UpdatedAt}
@@ -265,8 +322,7 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 		read, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, jobdata.MetricsQuery{
 			MinStep: max(0, p.Step-progressWindow), Names: []string{"time"}})
 		if err != nil {
-			s.internalError(w, r, err)
-			return
+			return nil, s.failure(r, err)
 		}
 		s.noteSkipped(r, j.ID, read)
 		if pace, ok := stepPace(read.Rows); ok {
@@ -285,7 +341,7 @@ func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
 			s.cfg.Logger.Warn("progress: list the job's rollouts", "job", j.ID, "err", err)
 		}
 	}
-	writeJSON(w, http.StatusOK, p)
+	return &p, nil
 }
 
 // stepPace is the mean time between consecutive steps of rows (by their `time`), over the
@@ -371,18 +427,26 @@ func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	u, prob := s.jobUsage(r, j)
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	writeJSON(w, http.StatusOK, u)
+}
+
+// jobUsage is what one of the caller's jobs used (getJobUsage).
+func (s *Server) jobUsage(r *http.Request, j *job.Job) (*wire.JobUsage, *Problem) {
 	c := j.Config
 	u := wire.JobUsage{JobID: j.ID, Name: j.Name, Kind: j.Kind, Status: j.Status, Model: c.Model, GPUs: c.Resources.GPUs,
 		GPUType: c.Resources.GPUType, GPUSeconds: round3(j.GPUSeconds), Step: j.Progress.Step, MaxSteps: j.Progress.MaxSteps, UpdatedAt: j.UpdatedAt}
 	stored, err := s.cfg.Queue.StoredBytes(r.Context(), j.Org, []string{j.ID})
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		return nil, s.failure(r, err)
 	}
 	u.StorageBytes = stored[j.ID]
 	if jt, err := s.judgeTokens(r, j); err != nil {
-		s.internalError(w, r, err)
-		return
+		return nil, s.failure(r, err)
 	} else if jt != nil {
 		u.JudgeTokens = &wire.TokenCounts{Input: jt.in, Output: jt.out, Total: jt.in + jt.out}
 	}
@@ -409,8 +473,7 @@ func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
 		for minStep := 0; ; {
 			read, err := jobdata.ReadMetrics(r.Context(), s.cfg.Store, j.ID, jobdata.MetricsQuery{MinStep: minStep, Names: tokenKeys, Limit: 10000})
 			if err != nil {
-				s.internalError(w, r, err)
-				return
+				return nil, s.failure(r, err)
 			}
 			for _, row := range read.Rows {
 				in, _ := row.Float(tokenKeys[0])
@@ -425,25 +488,22 @@ func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
 		}
 		u.Tokens.Total = u.Tokens.Input + u.Tokens.Output
 	}
-	writeJSON(w, http.StatusOK, u)
+	return &u, nil
 }
 
-// rolloutsOf reads the step of a job's rollouts the request names (`step`; the newest
-// without), and the steps that have them. rs is nil when the job has none yet; a named step
-// without rollouts is answered 404 here (ok false).
-func (s *Server) rolloutsOf(w http.ResponseWriter, r *http.Request, jobID string) (rs *jobdata.RolloutStep, steps []int, ok bool) {
+// rolloutsOf reads a step of a job's rollouts (0: the newest), and the steps that have them.
+// rs is nil when the job has none yet; a named step without rollouts is a 404.
+func (s *Server) rolloutsOf(r *http.Request, jobID string, step int) (rs *jobdata.RolloutStep, steps []int, prob *Problem) {
 	steps, err := jobdata.RolloutSteps(r.Context(), s.cfg.Store, jobID)
 	if err != nil {
-		s.internalError(w, r, err)
-		return nil, nil, false
+		return nil, nil, s.failure(r, err)
 	}
 	if steps == nil {
 		steps = []int{}
 	}
-	step := intQuery(r, "step", 0)
 	if step == 0 {
 		if len(steps) == 0 {
-			return nil, steps, true
+			return nil, steps, nil
 		}
 		step = steps[len(steps)-1]
 	}
@@ -451,14 +511,12 @@ func (s *Server) rolloutsOf(w http.ResponseWriter, r *http.Request, jobID string
 	if errors.Is(err, blob.ErrNotFound) {
 		p := newProblem(http.StatusNotFound, "no-rollouts", fmt.Sprintf("step %d has no stored rollouts; %s", step, describeSteps(steps)))
 		p.Errors = []FieldError{{Parameter: "step", Message: "no rollouts stored for this step"}}
-		writeProblem(w, r, p)
-		return nil, nil, false
+		return nil, nil, p
 	}
 	if err != nil {
-		s.internalError(w, r, err)
-		return nil, nil, false
+		return nil, nil, s.failure(r, err)
 	}
-	return &got, steps, true
+	return &got, steps, nil
 }
 
 // describeSteps names the steps that have rollouts, briefly.
@@ -481,34 +539,62 @@ func describeSteps(steps []int) string {
 
 func (s *Server) getJobSamples(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
-	if !ok || !s.storeReady(w, r) {
-		return
-	}
-	rs, steps, ok := s.rolloutsOf(w, r, j.ID)
 	if !ok {
 		return
 	}
-	page := wire.SamplesPage{JobID: j.ID, Steps: steps, Samples: []jobdata.Sample{}, Page: intQuery(r, "page", 1), Limit: intQuery(r, "limit", 100)}
-	if rs != nil {
-		page.Step, page.Episodes, page.Total = &rs.Step, rs.Episodes, len(rs.Samples)
-		page.TotalPages = (page.Total + page.Limit - 1) / page.Limit
-		if from := (page.Page - 1) * page.Limit; from < page.Total {
-			page.Samples = rs.Samples[from:min(from+page.Limit, page.Total)]
-		}
+	page, prob := s.jobSamples(r, j, intQuery(r, "step", 0), intQuery(r, "page", 1), intQuery(r, "limit", 100))
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
 	}
 	writeJSON(w, http.StatusOK, page)
 }
 
+// jobSamples is page page (from 1, limit samples a page) of the samples of a step (0: the
+// newest) of one of the caller's jobs' rollouts.
+func (s *Server) jobSamples(r *http.Request, j *job.Job, step, page, limit int) (*wire.SamplesPage, *Problem) {
+	if prob := s.needStore(); prob != nil {
+		return nil, prob
+	}
+	rs, steps, prob := s.rolloutsOf(r, j.ID, step)
+	if prob != nil {
+		return nil, prob
+	}
+	p := wire.SamplesPage{JobID: j.ID, Steps: steps, Samples: []jobdata.Sample{}, Page: page, Limit: limit}
+	if rs != nil {
+		p.Step, p.Episodes, p.Total = &rs.Step, rs.Episodes, len(rs.Samples)
+		p.TotalPages = (p.Total + p.Limit - 1) / p.Limit
+		if from := (p.Page - 1) * p.Limit; from < p.Total {
+			p.Samples = rs.Samples[from:min(from+p.Limit, p.Total)]
+		}
+	}
+	return &p, nil
+}
+
 func (s *Server) getJobDistributions(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
-	if !ok || !s.storeReady(w, r) {
-		return
-	}
-	rs, steps, ok := s.rolloutsOf(w, r, j.ID)
 	if !ok {
 		return
 	}
-	page := wire.DistributionPage{JobID: j.ID, Type: orString(r.URL.Query().Get("type"), "rewards"), Steps: steps}
+	page, prob := s.jobDistributions(r, j, intQuery(r, "step", 0), r.URL.Query().Get("type"))
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// jobDistributions is the histogram of type typ ("": rewards) of a step (0: the newest) of one
+// of the caller's jobs' rollouts.
+func (s *Server) jobDistributions(r *http.Request, j *job.Job, step int, typ string) (*wire.DistributionPage, *Problem) {
+	if prob := s.needStore(); prob != nil {
+		return nil, prob
+	}
+	rs, steps, prob := s.rolloutsOf(r, j.ID, step)
+	if prob != nil {
+		return nil, prob
+	}
+	page := wire.DistributionPage{JobID: j.ID, Type: orString(typ, "rewards"), Steps: steps}
 	page.Bins = []jobdata.Bin{}
 	if rs != nil {
 		page.Step = &rs.Step
@@ -516,7 +602,7 @@ func (s *Server) getJobDistributions(w http.ResponseWriter, r *http.Request) {
 			page.Distribution = d
 		}
 	}
-	writeJSON(w, http.StatusOK, page)
+	return &page, nil
 }
 
 // pinCheckpoint (PUT) keeps a committed checkpoint of the job past its keep_cloud; unpin

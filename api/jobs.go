@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -22,24 +23,37 @@ func (s *Server) normalizeOptions() jobspec.Options {
 	return jobspec.Options{OperatorJudge: s.cfg.Judge != nil}
 }
 
+// jobFile is a job file the contract has validated, and the kind it was sent as.
+type jobFile struct {
+	value any    // the document as validated
+	body  *body  // as read: errors are placed at its lines, a submit is fingerprinted by it
+	kind  string // the `kind` query parameter; "" for none
+}
+
+// jobFileOf is the job file of a request that passed validation (a submit, a preview).
+func jobFileOf(r *http.Request) jobFile {
+	v, _ := validatedBody(r)
+	return jobFile{value: v, body: requestBody(r), kind: r.URL.Query().Get("kind")}
+}
+
 // admitted is a job file that passed the schema and the rules.
 type admitted struct {
 	spec     jobspec.Spec
 	secrets  map[string]string
 	warnings []FieldError
-	gpusSaid bool // the file says its GPUs (num_gpus)
+	gpusSaid bool  // the file says its GPUs (num_gpus)
+	body     *body // what the service's checks place their problems in
 }
 
 // admit normalizes a validated job file and checks the rules the schema cannot say.
-func admit(r *http.Request, opts jobspec.Options) (*admitted, *Problem) {
-	v, _ := validatedBody(r)
-	m, ok := v.(map[string]any)
+func admit(f jobFile, opts jobspec.Options) (*admitted, *Problem) {
+	m, ok := f.value.(map[string]any)
 	if !ok {
 		return nil, newProblem(http.StatusBadRequest, "invalid-job", "the job must be a TOML document or a JSON object")
 	}
-	b := requestBody(r)
+	b := f.body
 	// `train submit` (kind rl) takes full fine-tunes too, as `prime train` does.
-	if q := r.URL.Query().Get("kind"); q != "" && m["kind"] != q && (q != jobspec.KindRL || m["kind"] != jobspec.KindFFT) {
+	if q := f.kind; q != "" && m["kind"] != q && (q != jobspec.KindRL || m["kind"] != jobspec.KindFFT) {
 		fe := FieldError{Pointer: "/kind", Message: fmt.Sprintf("this file says kind = %q, but it was submitted as a %s job; "+
 			"drop the kind line or submit it with the matching command", m["kind"], q)}
 		b.place(&fe)
@@ -53,7 +67,7 @@ func admit(r *http.Request, opts jobspec.Options) (*admitted, *Problem) {
 		return nil, invalidJob(placed(res.Errors, b), b)
 	}
 	_, gpusSaid := m["num_gpus"]
-	return &admitted{spec: res.Spec, secrets: res.Secrets, warnings: placed(res.Warnings, b), gpusSaid: gpusSaid}, nil
+	return &admitted{spec: res.Spec, secrets: res.Secrets, warnings: placed(res.Warnings, b), gpusSaid: gpusSaid, body: b}, nil
 }
 
 func placed(issues []jobspec.Issue, b *body) []FieldError {
@@ -73,10 +87,25 @@ type submitted struct {
 }
 
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
-	a, prob := admit(r, s.normalizeOptions())
+	sub, replayed, prob := s.submit(r, jobFileOf(r), r.Header.Get("Idempotency-Key"))
 	if prob != nil {
 		writeProblem(w, r, prob)
 		return
+	}
+	w.Header().Set("Location", "/v1/jobs/"+sub.ID)
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, http.StatusCreated, sub)
+}
+
+// submit queues a job file for the caller of r, as POST /v1/jobs does: admitted, checked
+// against the service, its secrets sealed. With idemKey ("" for none) a repeat of the same
+// file answers the job the key made first (replayed, without warnings).
+func (s *Server) submit(r *http.Request, f jobFile, idemKey string) (*submitted, bool, *Problem) {
+	a, prob := admit(f, s.normalizeOptions())
+	if prob != nil {
+		return nil, false, prob
 	}
 	seal := func(id string) (string, *Problem, error) {
 		if len(a.secrets) == 0 {
@@ -86,23 +115,25 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		sealed, err := s.cfg.Secrets.Seal(plain, id)
 		return sealed, nil, err
 	}
-	j, replayed, ok := s.enqueue(w, r, a, nil, seal, r.Header.Get("Idempotency-Key"))
-	if !ok {
-		return
+	fp := ""
+	if idemKey != "" {
+		fp = fingerprint(f)
 	}
-	if replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeJSON(w, http.StatusCreated, submitted{Job: j})
-		return
+	j, replayed, prob := s.enqueue(r, a, nil, seal, idemKey, fp)
+	switch {
+	case prob != nil:
+		return nil, false, prob
+	case replayed:
+		return &submitted{Job: j}, true, nil
 	}
-	writeJSON(w, http.StatusCreated, submitted{Job: j, Warnings: a.warnings})
+	return &submitted{Job: j, Warnings: a.warnings}, false, nil
 }
 
 // serviceChecks are what an admitted job is checked for against the service's own state, for
 // a preview, a submit and a fork alike: the model offered, the warm start's checkpoint (its
 // problems' pointers renamed by rename), the budget priced (returned in GPU-ms).
 func (s *Server) serviceChecks(r *http.Request, a *admitted, rename map[string]string) (int64, *Problem) {
-	if prob := s.offered(r, a); prob != nil {
+	if prob := s.offered(a); prob != nil {
 		return 0, prob
 	}
 	if prob := s.resolveWarmStart(r, a, rename); prob != nil {
@@ -110,61 +141,48 @@ func (s *Server) serviceChecks(r *http.Request, a *admitted, rename map[string]s
 	}
 	budget, fe := s.budgetOf(a.spec)
 	if fe != nil {
-		return 0, budgetProblem(r, fe)
+		return 0, budgetProblem(a.body, fe)
 	}
 	return budget, nil
 }
 
-// enqueue queues an admitted job, as a submit and a fork both do: serviceChecks, a new id, the estimate, the secrets sealed for the new job
-// (seal), the queue's limits and the idempotency key. ok is false once it has answered.
-func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, a *admitted, rename map[string]string,
-	seal func(id string) (string, *Problem, error), idemKey string) (j *job.Job, replayed, ok bool) {
+// enqueue queues an admitted job for the caller of r, as a submit and a fork both do:
+// serviceChecks, a new id, the estimate, the secrets sealed for the new job (seal), the queue's
+// limits and the idempotency key (idemKey, with fp the fingerprint of what it was sent with).
+func (s *Server) enqueue(r *http.Request, a *admitted, rename map[string]string,
+	seal func(id string) (string, *Problem, error), idemKey, fp string) (j *job.Job, replayed bool, prob *Problem) {
 	budget, prob := s.serviceChecks(r, a, rename)
 	if prob != nil {
-		writeProblem(w, r, prob)
-		return nil, false, false
+		return nil, false, prob
 	}
 	id, err := job.NewID()
 	if err != nil {
-		s.internalError(w, r, err)
-		return nil, false, false
+		return nil, false, s.failure(r, err)
 	}
 	sub := job.Submission{ID: id, Org: principal(r).Org, Spec: a.spec, BudgetGPUMs: budget,
 		CreatedBy: principal(r).Subject, TokenID: principal(r).TokenID, PricePerGPUHour: s.price(a.spec.Model)}
 	if sub.EstimateGPUMs, err = s.estimateGPUMs(r.Context(), sub.Org, a.spec); err != nil {
-		s.internalError(w, r, err)
-		return nil, false, false
+		return nil, false, s.failure(r, err)
 	}
-	var sprob *Problem
-	if sub.SealedSecrets, sprob, err = seal(id); sprob != nil || err != nil {
-		if sprob != nil {
-			writeProblem(w, r, sprob)
-		} else {
-			s.internalError(w, r, err)
+	if sub.SealedSecrets, prob, err = seal(id); prob != nil || err != nil {
+		if prob == nil {
+			prob = s.failure(r, err)
 		}
-		return nil, false, false
-	}
-	fp := ""
-	if idemKey != "" {
-		fp = fingerprint(r)
+		return nil, false, prob
 	}
 	j, replayed, err = s.cfg.Queue.Submit(r.Context(), sub, idemKey, fp)
 	var limit *job.LimitError
 	var conflict *job.IdempotencyConflictError
 	switch {
 	case errors.As(err, &limit):
-		writeProblem(w, r, limitProblem(limit))
-		return nil, false, false
+		return nil, false, limitProblem(limit)
 	case errors.As(err, &conflict):
-		writeProblem(w, r, newProblem(http.StatusConflict, "idempotency-key-reused", fmt.Sprintf(
-			"this Idempotency-Key was used for job %s with another body; use a new key for a new job", conflict.JobID)))
-		return nil, false, false
+		return nil, false, newProblem(http.StatusConflict, "idempotency-key-reused", fmt.Sprintf(
+			"this Idempotency-Key was used for job %s with another body; use a new key for a new job", conflict.JobID))
 	case err != nil:
-		s.internalError(w, r, err)
-		return nil, false, false
+		return nil, false, s.failure(r, err)
 	}
-	w.Header().Set("Location", "/v1/jobs/"+j.ID)
-	return j, replayed, true
+	return j, replayed, nil
 }
 
 // limitProblem answers a submit or restart past one of the organization's limits.
@@ -187,10 +205,10 @@ func limitProblem(limit *job.LimitError) *Problem {
 const limitBytesRetry = 60
 
 // fingerprint identifies a submission's content for idempotency: its kind and its body.
-func fingerprint(r *http.Request) string {
+func fingerprint(f jobFile) string {
 	h := sha256.New()
-	h.Write([]byte(r.URL.Query().Get("kind") + "\n" + r.Header.Get("Content-Type") + "\n"))
-	h.Write(requestBody(r).raw)
+	h.Write([]byte(f.kind + "\n" + f.body.mediaType + "\n"))
+	h.Write(f.body.raw)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -213,7 +231,7 @@ type previewQueue struct {
 }
 
 func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
-	a, prob := admit(r, s.normalizeOptions())
+	a, prob := admit(jobFileOf(r), s.normalizeOptions())
 	if prob == nil {
 		_, prob = s.serviceChecks(r, a, nil)
 	}
@@ -245,9 +263,15 @@ type jobList struct {
 	NextCursor string     `json:"next_cursor,omitempty"`
 }
 
-func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
-	limit := intQuery(r, "limit", 20)
-	q := r.URL.Query()
+// jobQuery is what a listing of jobs asks for (GET /v1/jobs): which jobs, from where, how many.
+type jobQuery struct {
+	filter job.ListFilter
+	cursor string
+	limit  int
+}
+
+// jobQueryOf reads a jobQuery from GET /v1/jobs's query, which validation has checked.
+func jobQueryOf(q url.Values) jobQuery {
 	f := job.ListFilter{Kind: q.Get("kind")}
 	for _, st := range strings.Split(q.Get("status"), ",") {
 		if st != "" {
@@ -256,49 +280,80 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	f.CreatedAfter, _ = time.Parse(time.RFC3339Nano, q.Get("created_after"))
 	f.CreatedBefore, _ = time.Parse(time.RFC3339Nano, q.Get("created_before"))
-	jobs, next, err := s.cfg.Queue.List(r.Context(), principal(r).Org, f, q.Get("cursor"), limit)
-	if err != nil {
-		s.internalError(w, r, err)
+	return jobQuery{filter: f, cursor: q.Get("cursor"), limit: intParam(q, "limit", 20)}
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	list, prob := s.jobPage(r, jobQueryOf(r.URL.Query()))
+	if prob != nil {
+		writeProblem(w, r, prob)
 		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// jobPage is a page of the caller's organization's jobs, newest first.
+func (s *Server) jobPage(r *http.Request, q jobQuery) (*jobList, *Problem) {
+	jobs, next, err := s.cfg.Queue.List(r.Context(), principal(r).Org, q.filter, q.cursor, q.limit)
+	if err != nil {
+		return nil, s.failure(r, err)
 	}
 	if jobs == nil {
 		jobs = []*job.Job{}
 	}
-	writeJSON(w, http.StatusOK, jobList{Items: jobs, NextCursor: next})
+	return &jobList{Items: jobs, NextCursor: next}, nil
 }
 
-// ownJob loads the job named in the path if the caller's organization owns it. Another
-// organization's job reads exactly like a missing one, so nothing leaks.
+// ownJob loads the job named in the path if the caller's organization owns it (ownedJob),
+// answering the problem when not.
 func (s *Server) ownJob(w http.ResponseWriter, r *http.Request) (*job.Job, bool) {
-	id := pathParam(r, "id")
-	j, err := s.cfg.Queue.Get(r.Context(), id)
-	if errors.Is(err, job.ErrNotFound) || (err == nil && j.Org != principal(r).Org) {
-		writeProblem(w, r, newProblem(http.StatusNotFound, "job-not-found", "no job "+id+" in your organization"))
-		return nil, false
-	}
-	if err != nil {
-		s.internalError(w, r, err)
+	j, prob := s.ownedJob(r, pathParam(r, "id"))
+	if prob != nil {
+		writeProblem(w, r, prob)
 		return nil, false
 	}
 	return j, true
 }
 
+// ownedJob is job id if the caller's organization owns it. Another organization's job reads
+// exactly like a missing one, so nothing leaks.
+func (s *Server) ownedJob(r *http.Request, id string) (*job.Job, *Problem) {
+	j, err := s.cfg.Queue.Get(r.Context(), id)
+	if errors.Is(err, job.ErrNotFound) || (err == nil && j.Org != principal(r).Org) {
+		return nil, newProblem(http.StatusNotFound, "job-not-found", "no job "+id+" in your organization")
+	}
+	if err != nil {
+		return nil, s.failure(r, err)
+	}
+	return j, nil
+}
+
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.ownJob(w, r)
-	if !ok {
+	j, prob := s.jobAsSeen(r, pathParam(r, "id"))
+	if prob != nil {
+		writeProblem(w, r, prob)
 		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// jobAsSeen is the caller's job id as GET /v1/jobs/{id} answers it: while it is queued, with
+// how many runs are ahead of it and why it waits.
+func (s *Server) jobAsSeen(r *http.Request, id string) (*job.Job, *Problem) {
+	j, prob := s.ownedJob(r, id)
+	if prob != nil {
+		return nil, prob
 	}
 	if j.Status == job.Queued {
 		pos, queued, err := s.cfg.Queue.Position(r.Context(), j.ID)
 		if err != nil {
-			s.internalError(w, r, err)
-			return
+			return nil, s.failure(r, err)
 		}
 		if queued {
 			j.RunsAhead, j.QueueReason = &pos.RunsAhead, pos.Reason
 		}
 	}
-	writeJSON(w, http.StatusOK, j)
+	return j, nil
 }
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
@@ -306,69 +361,84 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	after, prob := s.cancel(r, j)
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	writeJSON(w, http.StatusOK, after)
+}
+
+// cancel stops one of the caller's jobs (POST /v1/jobs/{id}/cancel) and is the job after.
+func (s *Server) cancel(r *http.Request, j *job.Job) (*job.Job, *Problem) {
 	after, err := s.cfg.Queue.Cancel(r.Context(), j.ID)
 	switch {
 	case errors.Is(err, job.ErrConflict):
-		writeProblem(w, r, newProblem(http.StatusConflict, "job-finished",
-			"job "+j.ID+" already ended ("+string(j.Status)+"); there is nothing to stop"))
+		return nil, newProblem(http.StatusConflict, "job-finished",
+			"job "+j.ID+" already ended ("+string(j.Status)+"); there is nothing to stop")
 	case err != nil:
-		s.internalError(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, after)
+		return nil, s.failure(r, err)
 	}
+	return after, nil
 }
 
-// deleteJob deletes a job that ended. It decides before it deletes anything: the job is marked
-// as being deleted (a restart is refused from then on), then its data in object storage goes,
-// then the job; a delete that fails part way leaves the mark and is finished by asking again.
 func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
 	if !ok {
 		return
 	}
-	live := func() {
-		writeProblem(w, r, newProblem(http.StatusConflict, "job-live",
-			"job "+j.ID+" is "+string(j.Status)+": stop it first (hostedtrain train stop "+j.ID+"), then delete it, or delete it with ?stop=true (hostedtrain train delete --stop) to do both"))
+	stopping, prob := s.deleteOwned(r, j, r.URL.Query().Get("stop") == "true")
+	switch {
+	case prob != nil:
+		writeProblem(w, r, prob)
+	case stopping != nil:
+		writeJSON(w, http.StatusAccepted, stopping)
+	default:
+		w.WriteHeader(http.StatusNoContent)
 	}
-	if !j.Status.Terminal() && r.URL.Query().Get("stop") == "true" {
+}
+
+// deleteOwned deletes one of the caller's jobs that ended (DELETE /v1/jobs/{id}); with stop, a
+// live one is stopped and deleted once it has: stopping is the job then, while it stops (nil
+// once it is gone). It decides before it deletes anything: the job is marked as being deleted
+// (a restart is refused from then on), then its data in object storage goes, then the job; a
+// delete that fails part way leaves the mark and is finished by asking again.
+func (s *Server) deleteOwned(r *http.Request, j *job.Job, stop bool) (stopping *job.Job, prob *Problem) {
+	live := func() *Problem {
+		return newProblem(http.StatusConflict, "job-live",
+			"job "+j.ID+" is "+string(j.Status)+": stop it first (hostedtrain train stop "+j.ID+"), then delete it, or delete it with ?stop=true (hostedtrain train delete --stop) to do both")
+	}
+	if !j.Status.Terminal() && stop {
 		// Stop, then delete (Prime's delete of a running run): at once when it has ended by
 		// then (a queued job), else by the reaper once it has.
 		done, err := s.cfg.Queue.StopThenDelete(r.Context(), j.ID)
 		switch {
 		case errors.Is(err, job.ErrNotFound):
-			w.WriteHeader(http.StatusNoContent)
-			return
+			return nil, nil
 		case err != nil:
-			s.internalError(w, r, err)
-			return
+			return nil, s.failure(r, err)
 		case !done:
 			cur, gerr := s.cfg.Queue.Get(r.Context(), j.ID)
 			if gerr != nil {
-				s.internalError(w, r, gerr)
-				return
+				return nil, s.failure(r, gerr)
 			}
-			writeJSON(w, http.StatusAccepted, cur)
-			return
+			return cur, nil
 		}
 		j.Status = job.Stopped
 	}
 	if !j.Status.Terminal() {
-		live()
-		return
+		return nil, live()
 	}
 	switch err := s.cfg.Queue.BeginDelete(r.Context(), j.ID); {
 	case errors.Is(err, job.ErrNotFound):
-		w.WriteHeader(http.StatusNoContent) // deleted meanwhile by another request
-		return
+		return nil, nil // deleted meanwhile by another request
 	case errors.Is(err, job.ErrConflict):
 		if cur, gerr := s.cfg.Queue.Get(r.Context(), j.ID); gerr == nil {
 			j = cur
 		}
-		live() // restarted since it was read: nothing was deleted
-		return
+		return nil, live() // restarted since it was read: nothing was deleted
 	case err != nil:
-		s.internalError(w, r, err)
-		return
+		return nil, s.failure(r, err)
 	}
 	if s.cfg.Store != nil {
 		if _, err := jobdata.DeleteJob(r.Context(), s.cfg.Store, j.ID); err != nil {
@@ -376,19 +446,18 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) {
 			p := newProblem(http.StatusServiceUnavailable, "storage-unavailable",
 				"object storage failed part way through deleting job "+j.ID+"'s data; the job is still there (it cannot be restarted): send the delete again to finish it")
 			p.retryAfter = RetryAfterSeconds
-			writeProblem(w, r, p)
-			return
+			return nil, p
 		}
 	}
 	switch err := s.cfg.Queue.Delete(r.Context(), j.ID); {
 	case errors.Is(err, job.ErrNotFound):
-		w.WriteHeader(http.StatusNoContent) // deleted meanwhile by another request
+		// deleted meanwhile by another request
 	case err != nil:
-		s.internalError(w, r, err)
+		return nil, s.failure(r, err)
 	default:
 		s.cfg.Logger.Info("job deleted", "job", j.ID, "org", j.Org)
-		w.WriteHeader(http.StatusNoContent)
 	}
+	return nil, nil
 }
 
 func (s *Server) restartJob(w http.ResponseWriter, r *http.Request) {
@@ -396,36 +465,45 @@ func (s *Server) restartJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if budgetSpent(j) {
-		writeProblem(w, r, newProblem(http.StatusConflict, "budget-spent", fmt.Sprintf(
-			"job %s has used its budget (%.4f of %.4f GPU-hours): raise it first (PUT /v1/jobs/%s/budget, `hostedtrain train budget`)",
-			j.ID, j.GPUSeconds/3600, j.BudgetGPUSeconds/3600, j.ID)))
+	after, prob := s.restart(r, j)
+	if prob != nil {
+		writeProblem(w, r, prob)
 		return
+	}
+	writeJSON(w, http.StatusOK, after)
+}
+
+// restart queues one of the caller's jobs that ended again (POST /v1/jobs/{id}/restart) and is
+// the job after.
+func (s *Server) restart(r *http.Request, j *job.Job) (*job.Job, *Problem) {
+	if budgetSpent(j) {
+		return nil, newProblem(http.StatusConflict, "budget-spent", fmt.Sprintf(
+			"job %s has used its budget (%.4f of %.4f GPU-hours): raise it first (PUT /v1/jobs/%s/budget, `hostedtrain train budget`)",
+			j.ID, j.GPUSeconds/3600, j.BudgetGPUSeconds/3600, j.ID))
 	}
 	after, err := s.cfg.Queue.Restart(r.Context(), j.ID)
 	var limit *job.LimitError
 	switch {
 	case errors.As(err, &limit):
 		// A restart queues the job again: it counts against the queued limit as a submit does.
-		writeProblem(w, r, limitProblem(limit))
+		return nil, limitProblem(limit)
 	case errors.Is(err, queue.ErrArchived):
-		writeProblem(w, r, newProblem(http.StatusConflict, "cannot-restart",
-			"job "+j.ID+" ended ("+string(j.Status)+") longer ago than jobs are kept ready to run, and only its record remains: submit it again"))
+		return nil, newProblem(http.StatusConflict, "cannot-restart",
+			"job "+j.ID+" ended ("+string(j.Status)+") longer ago than jobs are kept ready to run, and only its record remains: submit it again")
 	case errors.Is(err, queue.ErrDeleting):
-		writeProblem(w, r, newProblem(http.StatusConflict, "cannot-restart",
-			"job "+j.ID+" is being deleted (a delete began, and its checkpoints may be gone): send the delete again to finish it"))
+		return nil, newProblem(http.StatusConflict, "cannot-restart",
+			"job "+j.ID+" is being deleted (a delete began, and its checkpoints may be gone): send the delete again to finish it")
 	case errors.Is(err, job.ErrConflict):
 		why := "it is waiting in the queue already"
 		if j.Status == job.Completed {
 			why = "it completed; submit a new job to train further"
 		}
-		writeProblem(w, r, newProblem(http.StatusConflict, "cannot-restart",
-			"job "+j.ID+" is "+string(j.Status)+" and cannot be restarted: "+why))
+		return nil, newProblem(http.StatusConflict, "cannot-restart",
+			"job "+j.ID+" is "+string(j.Status)+" and cannot be restarted: "+why)
 	case err != nil:
-		s.internalError(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, after)
+		return nil, s.failure(r, err)
 	}
+	return after, nil
 }
 
 type eventList struct {
@@ -455,7 +533,12 @@ func (s *Server) listJobEvents(w http.ResponseWriter, r *http.Request) {
 
 // intQuery reads an integer query parameter that validation has already checked.
 func intQuery(r *http.Request, name string, def int) int {
-	v := r.URL.Query().Get(name)
+	return intParam(r.URL.Query(), name, def)
+}
+
+// intParam reads the integer parameter name of q, def when it is absent (or not a number).
+func intParam(q url.Values, name string, def int) int {
+	v := q.Get(name)
 	if v == "" {
 		return def
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
@@ -18,61 +19,102 @@ import (
 
 func (s *Server) getJobLogs(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.ownJob(w, r)
-	if !ok || !s.storeReady(w, r) {
+	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	lq := jobdata.LogQuery{
-		Fence: int64(intQuery(r, "attempt", 0)), Component: q.Get("component"), Search: q.Get("search"),
-		Level: q.Get("level"), Tail: intQuery(r, "tail_lines", 100),
-	}
-	if q.Get("regex") == "true" && lq.Search != "" {
-		re, err := regexp.Compile(lq.Search)
-		if err != nil {
-			p := newProblem(http.StatusBadRequest, "invalid-parameter", "search is not a regular expression: "+err.Error())
-			p.Errors = []FieldError{{Parameter: "search", Message: err.Error()}}
-			writeProblem(w, r, p)
+	lp := logParamsOf(r.URL.Query())
+	if r.URL.Query().Get("follow") != "true" && !wantsStream(r) {
+		page, prob := s.jobLogs(r, j, lp)
+		if prob != nil {
+			writeProblem(w, r, prob)
 			return
 		}
-		lq.Pattern = re
+		writeJSON(w, http.StatusOK, page)
+		return
 	}
-	if since := q.Get("since"); since != "" {
-		if d, err := time.ParseDuration(since); err == nil {
-			lq.Since = time.Now().Add(-d)
-		} else if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
-			lq.Since = t
-		} else {
-			p := newProblem(http.StatusBadRequest, "invalid-parameter", "since is a time such as 2026-11-22T10:00:00Z or a duration such as 10m")
-			p.Errors = []FieldError{{Parameter: "since", Message: err.Error()}}
-			writeProblem(w, r, p)
-			return
-		}
+	if !s.storeReady(w, r) {
+		return
 	}
-	follow := q.Get("follow") == "true" || wantsStream(r)
-	if follow {
-		if pos, ok := decodeLogPosition(r.Header.Get("Last-Event-ID")); ok {
-			s.followLogs(w, r, j.ID, lq, pos, false)
-			return
-		}
+	lq, prob := lp.query()
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	if pos, ok := decodeLogPosition(r.Header.Get("Last-Event-ID")); ok {
+		s.followLogs(w, r, j.ID, lq, pos, false)
+		return
 	}
 	res, err := jobdata.ReadLogs(r.Context(), s.cfg.Store, j.ID, lq)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
 	}
-	if !follow {
-		page := wire.LogPage{Attempt: res.Fence, Attempts: res.Fences, Components: res.Components, Items: res.Lines}
-		if page.Items == nil {
-			page.Items = []jobdata.LogLine{}
-		}
-		if page.Attempts == nil {
-			page.Attempts = []int64{}
-		}
-		writeJSON(w, http.StatusOK, page)
-		return
-	}
 	pos := logPosition{fence: res.Fence, ends: res.Ends}
 	s.followLogs(w, r, j.ID, lq, pos, true, res.Lines...)
+}
+
+// logParams are what GET /v1/jobs/{id}/logs asks for, as its query says it.
+type logParams struct {
+	attempt                         int
+	component, search, level, since string
+	regex                           bool
+	tail                            int
+}
+
+// logParamsOf reads logParams from a query that validation has checked.
+func logParamsOf(q url.Values) logParams {
+	return logParams{attempt: intParam(q, "attempt", 0), component: q.Get("component"), search: q.Get("search"),
+		level: q.Get("level"), since: q.Get("since"), regex: q.Get("regex") == "true", tail: intParam(q, "tail_lines", 100)}
+}
+
+// query is the read of a job's logs p stands for; a search that is not a regular expression,
+// or a since that is neither a time nor a duration, is refused.
+func (p logParams) query() (jobdata.LogQuery, *Problem) {
+	lq := jobdata.LogQuery{Fence: int64(p.attempt), Component: p.component, Search: p.search, Level: p.level, Tail: p.tail}
+	if p.regex && lq.Search != "" {
+		re, err := regexp.Compile(lq.Search)
+		if err != nil {
+			prob := newProblem(http.StatusBadRequest, "invalid-parameter", "search is not a regular expression: "+err.Error())
+			prob.Errors = []FieldError{{Parameter: "search", Message: err.Error()}}
+			return lq, prob
+		}
+		lq.Pattern = re
+	}
+	if since := p.since; since != "" {
+		if d, err := time.ParseDuration(since); err == nil {
+			lq.Since = time.Now().Add(-d)
+		} else if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
+			lq.Since = t
+		} else {
+			prob := newProblem(http.StatusBadRequest, "invalid-parameter", "since is a time such as 2026-11-22T10:00:00Z or a duration such as 10m")
+			prob.Errors = []FieldError{{Parameter: "since", Message: err.Error()}}
+			return lq, prob
+		}
+	}
+	return lq, nil
+}
+
+// jobLogs is a page of the lines of one of the caller's jobs' logs (the tail of one attempt).
+func (s *Server) jobLogs(r *http.Request, j *job.Job, p logParams) (*wire.LogPage, *Problem) {
+	if prob := s.needStore(); prob != nil {
+		return nil, prob
+	}
+	lq, prob := p.query()
+	if prob != nil {
+		return nil, prob
+	}
+	res, err := jobdata.ReadLogs(r.Context(), s.cfg.Store, j.ID, lq)
+	if err != nil {
+		return nil, s.failure(r, err)
+	}
+	page := wire.LogPage{Attempt: res.Fence, Attempts: res.Fences, Components: res.Components, Items: res.Lines}
+	if page.Items == nil {
+		page.Items = []jobdata.LogLine{}
+	}
+	if page.Attempts == nil {
+		page.Attempts = []int64{}
+	}
+	return &page, nil
 }
 
 // logPosition is where a log follower is: the attempt, and how far into each component's

@@ -70,6 +70,17 @@ func (s *Server) models() []Model {
 }
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	list, prob := s.modelList(r)
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// modelList is what GET /v1/models answers: the models offered, each with the nodes idle for
+// it now.
+func (s *Server) modelList(r *http.Request) (*wire.ModelList, *Problem) {
 	models := s.models()
 	counts := make([]int, len(models))
 	for i, m := range models {
@@ -77,8 +88,7 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	}
 	idle, err := s.cfg.Queue.IdleCapacity(r.Context(), jobspec.DefaultGPUType, counts)
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		return nil, s.failure(r, err)
 	}
 	list := wire.ModelList{Items: []wire.Model{}, OperatorList: s.cfg.Models != nil}
 	for i, m := range models {
@@ -88,13 +98,13 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 		}
 		list.Items = append(list.Items, it)
 	}
-	writeJSON(w, http.StatusOK, list)
+	return &list, nil
 }
 
 // offered checks a training job's model against the operator's list, if there is one: a model
 // not on it is refused, naming the list; one the list sizes beyond a node cannot be placed;
 // and a job that does not say its GPUs takes the list's.
-func (s *Server) offered(r *http.Request, a *admitted) *Problem {
+func (s *Server) offered(a *admitted) *Problem {
 	if s.cfg.Models == nil || !jobspec.RunsPrimeRL(a.spec.Kind) {
 		return nil
 	}
@@ -112,9 +122,8 @@ func (s *Server) offered(r *http.Request, a *admitted) *Problem {
 	}
 	refuse := func(format string, args ...any) *Problem {
 		fe := FieldError{Pointer: ptr, Message: fmt.Sprintf(format, args...)}
-		b := requestBody(r)
-		b.place(&fe)
-		return invalidJob([]FieldError{fe}, b)
+		a.body.place(&fe)
+		return invalidJob([]FieldError{fe}, a.body)
 	}
 	switch {
 	case m == nil:
@@ -141,14 +150,24 @@ func (s *Server) offered(r *http.Request, a *admitted) *Problem {
 // listGPUs is GET /v1/gpus: the one GPU type this service places jobs on, a node's worth, and
 // the idle nodes now by GPUs free.
 func (s *Server) listGPUs(w http.ResponseWriter, r *http.Request) {
+	gpus, prob := s.gpuTypes(r)
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": gpus})
+}
+
+// gpuTypes are the GPU types jobs run on (GET /v1/gpus): the one this service places jobs on,
+// with the idle nodes now by GPUs free.
+func (s *Server) gpuTypes(r *http.Request) ([]wire.GPUType, *Problem) {
 	counts := make([]int, upstream.GPUsPerNode)
 	for i := range counts {
 		counts[i] = i + 1
 	}
 	idle, err := s.cfg.Queue.IdleCapacity(r.Context(), jobspec.DefaultGPUType, counts)
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		return nil, s.failure(r, err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": []wire.GPUType{{GPUType: jobspec.DefaultGPUType, PerNode: upstream.GPUsPerNode, IdleNodes: idle}}})
+	return []wire.GPUType{{GPUType: jobspec.DefaultGPUType, PerNode: upstream.GPUsPerNode, IdleNodes: idle}}, nil
 }

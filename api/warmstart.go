@@ -27,9 +27,8 @@ func (s *Server) resolveWarmStart(r *http.Request, a *admitted, rename map[strin
 			ptr = to
 		}
 		fe := FieldError{Pointer: ptr, Message: fmt.Sprintf(format, args...)}
-		b := requestBody(r)
-		b.place(&fe)
-		return invalidJob([]FieldError{fe}, b)
+		a.body.place(&fe)
+		return invalidJob([]FieldError{fe}, a.body)
 	}
 	id, step := jobspec.ParseCheckpointID(a.spec.CheckpointID)
 	src, err := s.cfg.Queue.Get(r.Context(), id)
