@@ -1,9 +1,8 @@
 package api
 
 import (
-	"bytes"
-	"net/http"
-	"net/http/httptest"
+	"context"
+	"net/url"
 
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/openapi"
@@ -23,7 +22,8 @@ func NewAdmission() (*Admission, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Admission{s: &Server{cfg: Config{MaxBodyBytes: 1 << 20}, spec: spec, hints: hints{kinds: spec.KindSchemas()}}}, nil
+	return &Admission{s: &Server{cfg: Config{MaxBodyBytes: 1 << 20}, spec: spec, hints: hints{kinds: spec.KindSchemas()},
+		routes: operationRoutes(spec)}}, nil
 }
 
 // Admitted is a job file that passed: its normalized job, its secrets and its warnings.
@@ -36,17 +36,11 @@ type Admitted struct {
 // Admit checks body (contentType application/toml or application/json) as a job of kind
 // ("" takes the file's own kind, else rl). A refused file is the problem a submit answers.
 func (a *Admission) Admit(kind, contentType string, body []byte) (*Admitted, *Problem) {
-	url := "/v1/jobs/preview"
+	var q url.Values
 	if kind != "" {
-		url += "?kind=" + kind
+		q = url.Values{"kind": {kind}}
 	}
-	r := httptest.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-	r.Header.Set("Content-Type", contentType)
-	route, params, err := a.s.spec.Router.FindRoute(r)
-	if err != nil {
-		return nil, newProblem(http.StatusBadRequest, "invalid-job", err.Error())
-	}
-	r, prob := a.s.validate(r, route, params)
+	r, prob := a.s.validateFor(context.Background(), "previewJob", "", q, contentType, body)
 	if prob != nil {
 		return nil, prob
 	}

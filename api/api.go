@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/getkin/kin-openapi/routers"
+
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/grant"
@@ -145,6 +147,7 @@ type Server struct {
 	spec        *openapi.Spec
 	hints       hints
 	handlers    map[string]http.HandlerFunc // by operationId
+	routes      map[string]*routers.Route   // by operationId
 	downloadKey []byte
 	budgets     sync.Map // org → monthlyBudget, read within monthlyBudgetTTL (budget.go)
 }
@@ -234,6 +237,7 @@ func New(cfg Config) (*Server, error) {
 		"listModels":               s.listModels,
 		"listGPUs":                 s.listGPUs,
 	}
+	s.routes = operationRoutes(spec)
 	seen := map[string]bool{}
 	for path, item := range spec.Doc.Paths.Map() {
 		for method, op := range item.Operations() {
@@ -249,6 +253,17 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// operationRoutes are the contract's operations by operationId, as the router finds them.
+func operationRoutes(spec *openapi.Spec) map[string]*routers.Route {
+	out := map[string]*routers.Route{}
+	for path, item := range spec.Doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			out[op.OperationID] = &routers.Route{Spec: spec.Doc, Path: path, PathItem: item, Method: method, Operation: op}
+		}
+	}
+	return out
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

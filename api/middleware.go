@@ -9,6 +9,7 @@ import (
 	"maps"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -178,11 +179,47 @@ func (s *Server) authenticate(r *http.Request, scope string) (auth.Principal, *P
 			return auth.Principal{}, newProblem(http.StatusUnauthorized, "unauthenticated", "the token was revoked")
 		}
 	}
-	if !p.Has(scope) {
-		return auth.Principal{}, newProblem(http.StatusForbidden, "forbidden",
-			fmt.Sprintf("this operation needs the %q scope; the token has %q", scope, strings.Join(p.Scopes, " ")))
+	if prob := scopeProblem(p, scope); prob != nil {
+		return auth.Principal{}, prob
 	}
 	return p, nil
+}
+
+// scopeProblem refuses a caller that lacks scope (nil if it holds it).
+func scopeProblem(p auth.Principal, scope string) *Problem {
+	if p.Has(scope) {
+		return nil
+	}
+	return newProblem(http.StatusForbidden, "forbidden",
+		fmt.Sprintf("this operation needs the %q scope; the token has %q", scope, strings.Join(p.Scopes, " ")))
+}
+
+// validateFor checks a request the API makes up for operation opID as serve checks one it
+// receives, once its caller is known: the body limit, the content type, and the contract's
+// validation of its path parameter id ("" for none; the operations it serves have no other),
+// its query and its body (nil for none), sent as contentType ("" for none). The Prime surface
+// checks with it the /v1 request each of its calls stands for, and Admission a job file. The
+// request it returns carries what handlers' helpers read: the path parameters, and the body
+// as read and as validated. Nothing is served: it is checked, not sent.
+func (s *Server) validateFor(ctx context.Context, opID, id string, query url.Values, contentType string, body []byte) (*http.Request, *Problem) {
+	route := s.routes[opID]
+	var params map[string]string
+	target := route.Path
+	if id != "" {
+		params = map[string]string{"id": id}
+		target = strings.Replace(target, "{id}", url.PathEscape(id), 1)
+	}
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	r, err := http.NewRequestWithContext(context.WithValue(ctx, paramsKey, params), route.Method, target, bytes.NewReader(body))
+	if err != nil {
+		return nil, newProblem(http.StatusBadRequest, "invalid-request", err.Error())
+	}
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	return s.validate(r, route, params)
 }
 
 // readBody reads the body once, under the size limit, and checks its content type against the
