@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -243,6 +244,10 @@ func New(cfg Config) (*Server, error) {
 		for method, op := range item.Operations() {
 			if s.handlers[op.OperationID] == nil {
 				return nil, fmt.Errorf("api: %s %s (%s) has no handler", method, path, op.OperationID)
+			}
+			// A Prime call acts as its caller on /v1 operations (asV1): the caller must be known.
+			if strings.HasPrefix(path, primePrefix) && openapi.Scope(op) == "" {
+				return nil, fmt.Errorf("api: %s %s (%s) is on the Prime surface but demands no scope", method, path, op.OperationID)
 			}
 			seen[op.OperationID] = true
 		}

@@ -1,11 +1,9 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"sort"
@@ -14,72 +12,49 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/wire"
+	"github.com/hostedtrain/hostedtrain/openapi"
 )
 
 // The Prime-compatible surface (/api/v1/...): what the prime CLI's client sends and reads
 // (prime_cli/api/rl.py of the prime CLI 0.6.26), so the real `prime` CLI can drive hostedtrain.
-// Each handler is a translation at the edge: it rewrites the request into its /v1 form, serves
-// that through the same pipeline (authentication, the contract, the one handler of the
-// capability) and rewrites the answer. Nothing here decides anything /v1 does not.
+// Each handler translates: it turns the Prime request into the /v1 operation it stands for,
+// checks that operation's request as the middleware checks one sent to /v1 (asV1: the
+// operation's scope, the contract's validation of the translated query and body), calls the
+// same function the /v1 handler calls (submit, jobPage, jobAsSeen, cancel, restart,
+// deleteOwned, jobLogs, jobMetrics, jobCheckpoints, jobProgress, jobUsage, jobSamples,
+// jobDistributions, modelList, gpuTypes) and rewrites its answer, or its problem as the prime
+// CLI reads errors (primeFail). Nothing here decides anything /v1 does not.
 
 // primePrefix starts every path of the surface.
 const primePrefix = "/api/v1/"
 
-// inner serves the /v1 request method path?query (body: JSON, or none) as the caller of r,
-// and returns what it answered.
-func (s *Server) inner(r *http.Request, method, path string, query url.Values, body []byte) *httptest.ResponseRecorder {
-	target := path
-	if len(query) > 0 {
-		target += "?" + query.Encode()
+// asV1 checks, for the Prime call r, what serve checks of a request to the /v1 operation opID
+// that the call stands for before that operation's handler runs: that the caller holds the
+// operation's scope (r was authenticated, for the Prime operation's scope, which may be
+// another), and the contract's validation of the request the call is translated into — its
+// job id (for the operations on one job), query and JSON body (nil for none). The request it
+// returns carries the validated body (a submit reads it); r is still the caller, whose
+// context, organization and address (for download links) the /v1 functions use.
+func (s *Server) asV1(r *http.Request, opID, id string, query url.Values, body []byte) (*http.Request, *Problem) {
+	if scope := openapi.Scope(s.routes[opID].Operation); scope != "" {
+		if prob := scopeProblem(principal(r), scope); prob != nil {
+			return nil, prob
+		}
 	}
-	var rd *bytes.Reader
+	ctype := ""
 	if body != nil {
-		rd = bytes.NewReader(body)
-	} else {
-		rd = bytes.NewReader(nil)
+		ctype = "application/json"
 	}
-	req, _ := http.NewRequestWithContext(r.Context(), method, target, rd)
-	req.Header.Set("Authorization", r.Header.Get("Authorization"))
-	// Links the answer makes (checkpoint downloads) point where the caller reached us.
-	req.Host, req.TLS = r.Host, r.TLS
-	if v := r.Header.Get("X-Forwarded-Proto"); v != "" {
-		req.Header.Set("X-Forwarded-Proto", v)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	rec := httptest.NewRecorder()
-	s.serve(rec, req)
-	return rec
+	return s.validateFor(r.Context(), opID, id, query, ctype, body)
 }
 
-// innerJSON serves a /v1 request and decodes its answer into out; a failure has already been
-// answered to w (in the prime CLI's form) when it returns false.
-func (s *Server) innerJSON(w http.ResponseWriter, r *http.Request, method, path string, query url.Values, body []byte, out any) bool {
-	rec := s.inner(r, method, path, query, body)
-	if rec.Code >= 300 {
-		relayProblem(w, rec)
-		return false
-	}
-	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
-		s.internalError(w, r, fmt.Errorf("prime surface: read the /v1 answer of %s %s: %w", method, path, err))
-		return false
-	}
-	return true
-}
-
-// relayProblem answers the problem of a /v1 answer as the prime CLI reads errors.
-func relayProblem(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
-	var p Problem
-	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status == 0 {
-		p = *newProblem(rec.Code, "internal", strings.TrimSpace(rec.Body.String()))
-	}
-	if ra := rec.Header().Get("Retry-After"); ra != "" {
-		w.Header().Set("Retry-After", ra)
-	}
-	writePrimeError(w, &p, jobLoc)
+// primeFail answers a problem of a /v1 operation a Prime call stands for as the prime CLI
+// reads errors, a job file's fields named as the create-run payload names them.
+func primeFail(w http.ResponseWriter, p *Problem) {
+	writePrimeError(w, p, jobLoc)
 }
 
 // writePrimeError answers a problem as the prime CLI reads errors: {"detail": "..."}, or for a
@@ -339,19 +314,12 @@ func primeEnvs(envs []jobspec.Env) []map[string]any {
 func (s *Server) primeCreateRun(w http.ResponseWriter, r *http.Request) {
 	v, _ := validatedBody(r)
 	p, _ := v.(map[string]any)
-	body, err := json.Marshal(primeJob(p))
-	if err != nil {
-		s.internalError(w, r, err)
+	sub, prob := s.primeSubmit(r, primeJob(p), jobspec.KindRL)
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
-	var sub struct {
-		job.Job
-		Warnings []FieldError `json:"warnings"`
-	}
-	if !s.innerJSON(w, r, http.MethodPost, "/v1/jobs", url.Values{"kind": {jobspec.KindRL}}, body, &sub) {
-		return
-	}
-	run := primeRun(&sub.Job)
+	run := primeRun(sub.Job)
 	if len(sub.Warnings) > 0 {
 		var notes []string
 		for _, fe := range sub.Warnings {
@@ -360,6 +328,21 @@ func (s *Server) primeCreateRun(w http.ResponseWriter, r *http.Request) {
 		run["notice"] = strings.Join(notes, "; ")
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"run": run})
+}
+
+// primeSubmit submits the job file a Prime create stands for as POST /v1/jobs?kind=kind: the
+// file checked against the contract's job schemas as a body sent there is, then submit.
+func (s *Server) primeSubmit(r *http.Request, file map[string]any, kind string) (*submitted, *Problem) {
+	body, err := json.Marshal(file)
+	if err != nil {
+		return nil, s.failure(r, err)
+	}
+	vr, prob := s.asV1(r, "submitJob", "", url.Values{"kind": {kind}}, body)
+	if prob != nil {
+		return nil, prob
+	}
+	sub, _, prob := s.submit(r, jobFileOf(vr), "")
+	return sub, prob
 }
 
 // primeListRuns lists the caller's rl and full fine-tune jobs, newest first: up to
@@ -371,7 +354,7 @@ func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
 	if paged {
 		upTo = primePagedMax // a page, its total and the caller's own runs count them all
 	}
-	var jobs []job.Job
+	var jobs []*job.Job
 	for _, kind := range []string{jobspec.KindRL, jobspec.KindFFT} {
 		cursor := ""
 		for n := 0; n < upTo; n += 100 {
@@ -379,11 +362,13 @@ func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
 			if cursor != "" {
 				q.Set("cursor", cursor)
 			}
-			var page struct {
-				Items      []job.Job `json:"items"`
-				NextCursor string    `json:"next_cursor"`
+			if _, prob := s.asV1(r, "listJobs", "", q, nil); prob != nil {
+				primeFail(w, prob)
+				return
 			}
-			if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs", q, nil, &page) {
+			page, prob := s.jobPage(r, jobQueryOf(q))
+			if prob != nil {
+				primeFail(w, prob)
 				return
 			}
 			jobs = append(jobs, page.Items...)
@@ -396,8 +381,8 @@ func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
 	if !paged {
 		// The prime CLI before 0.6.31 sends none and reads every run.
 		runs := make([]map[string]any, 0, min(len(jobs), primeListMax))
-		for i := range jobs[:min(len(jobs), primeListMax)] {
-			runs = append(runs, primeRun(&jobs[i]))
+		for _, j := range jobs[:min(len(jobs), primeListMax)] {
+			runs = append(runs, primeRun(j))
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
 		return
@@ -426,13 +411,13 @@ func (s *Server) primeListRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	if mine {
 		who := principal(r).Subject
-		jobs = slices.DeleteFunc(jobs, func(j job.Job) bool { return j.CreatedBy != who })
+		jobs = slices.DeleteFunc(jobs, func(j *job.Job) bool { return j.CreatedBy != who })
 	}
 	total := len(jobs)
 	from := min((page-1)*limit, total)
 	runs := make([]map[string]any, 0, limit)
-	for i := range jobs[from:min(from+limit, total)] {
-		runs = append(runs, primeRun(&jobs[from+i]))
+	for _, j := range jobs[from:min(from+limit, total)] {
+		runs = append(runs, primeRun(j))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "total": total, "page": page, "limit": limit,
 		"total_pages": (total + limit - 1) / limit})
@@ -449,12 +434,14 @@ const (
 // primeListMax bounds a list of runs.
 const primeListMax = 500
 
-// primeRunID is the run the path names, once it is one of the caller's runs: a job that runs
-// prime-rl (an rl job or a full fine-tune); anything else is answered 404.
+// primeRunID is the run the path names, once it is one of the caller's runs (as GET
+// /v1/jobs/{id} answers it): a job that runs prime-rl (an rl job or a full fine-tune); anything
+// else is answered 404.
 func (s *Server) primeRunID(w http.ResponseWriter, r *http.Request) (string, *job.Job, bool) {
 	id := pathParam(r, "runId")
-	var j job.Job
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, nil, &j) {
+	j, prob := s.v1Job(r, id)
+	if prob != nil {
+		primeFail(w, prob)
 		return "", nil, false
 	}
 	if !jobspec.RunsPrimeRL(j.Kind) {
@@ -462,21 +449,34 @@ func (s *Server) primeRunID(w http.ResponseWriter, r *http.Request) (string, *jo
 			fmt.Sprintf("%s is a %s job, not a training run; see it with hostedtrain", id, j.Kind)), jobLoc)
 		return "", nil, false
 	}
-	return id, &j, true
+	return id, j, true
 }
 
-// primeRunAt serves a /v1 operation on the run named in the path and answers {"run"}: the job
-// as that operation left it.
-func (s *Server) primeRunAt(w http.ResponseWriter, r *http.Request, method, suffix string) {
-	id, _, ok := s.primeRunID(w, r)
+// v1Job is GET /v1/jobs/{id} for a Prime call.
+func (s *Server) v1Job(r *http.Request, id string) (*job.Job, *Problem) {
+	if _, prob := s.asV1(r, "getJob", id, nil, nil); prob != nil {
+		return nil, prob
+	}
+	return s.jobAsSeen(r, id)
+}
+
+// primeRunAt runs the /v1 operation opID (act) on the run named in the path and answers
+// {"run"}: the job as that operation left it.
+func (s *Server) primeRunAt(w http.ResponseWriter, r *http.Request, opID string, act func(*http.Request, *job.Job) (*job.Job, *Problem)) {
+	id, j, ok := s.primeRunID(w, r)
 	if !ok {
 		return
 	}
-	var j job.Job
-	if !s.innerJSON(w, r, method, "/v1/jobs/"+url.PathEscape(id)+suffix, nil, nil, &j) {
+	if _, prob := s.asV1(r, opID, id, nil, nil); prob != nil {
+		primeFail(w, prob)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"run": primeRun(&j)})
+	after, prob := act(r, j)
+	if prob != nil {
+		primeFail(w, prob)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"run": primeRun(after)})
 }
 
 func (s *Server) primeGetRun(w http.ResponseWriter, r *http.Request) {
@@ -486,34 +486,38 @@ func (s *Server) primeGetRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) primeStopRun(w http.ResponseWriter, r *http.Request) {
-	s.primeRunAt(w, r, http.MethodPost, "/cancel")
+	s.primeRunAt(w, r, "cancelJob", s.cancel)
 }
 
 // primeDeleteRun is the prime CLI's `train delete RUN`: the /v1 delete with ?stop=true (a
 // running run is stopped and deleted once it has, as Prime's backend does), answered {} (the
 // CLI reads nothing of it) or the /v1 problem as the CLI reads errors.
 func (s *Server) primeDeleteRun(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := s.primeRunID(w, r)
+	id, j, ok := s.primeRunID(w, r)
 	if !ok {
 		return
 	}
 	// Prime's backend tears a running run down and deletes it: stop, then delete.
-	if rec := s.inner(r, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), url.Values{"stop": {"true"}}, nil); rec.Code >= 300 {
-		relayProblem(w, rec)
+	if _, prob := s.asV1(r, "deleteJob", id, url.Values{"stop": {"true"}}, nil); prob != nil {
+		primeFail(w, prob)
+		return
+	}
+	if _, prob := s.deleteOwned(r, j, true); prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	writeJSON(w, http.StatusOK, struct{}{})
 }
 
 func (s *Server) primeRestartRun(w http.ResponseWriter, r *http.Request) {
-	s.primeRunAt(w, r, http.MethodPost, "/restart")
+	s.primeRunAt(w, r, "restartJob", s.restart)
 }
 
 // primeComponents are the prime CLI's log components as /v1 names them.
 var primeComponents = map[string]string{"orchestrator": "orchestrator", "trainer": "trainer", "inference": "inference", "env-server": "envs"}
 
 func (s *Server) primeRunLogs(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := s.primeRunID(w, r)
+	id, j, ok := s.primeRunID(w, r)
 	if !ok {
 		return
 	}
@@ -539,8 +543,9 @@ func (s *Server) primeRunLogs(w http.ResponseWriter, r *http.Request) {
 	if v := in.Get("since_seconds"); v != "" {
 		q.Set("since", v+"s")
 	}
-	var page wire.LogPage
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/logs", q, nil, &page) {
+	page, prob := s.v1Logs(r, id, j, q)
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	var b strings.Builder
@@ -551,6 +556,14 @@ func (s *Server) primeRunLogs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"logs": b.String()})
 }
 
+// v1Logs is GET /v1/jobs/{id}/logs?q (never a stream) for a Prime call.
+func (s *Server) v1Logs(r *http.Request, id string, j *job.Job, q url.Values) (*wire.LogPage, *Problem) {
+	if _, prob := s.asV1(r, "getJobLogs", id, q, nil); prob != nil {
+		return nil, prob
+	}
+	return s.jobLogs(r, j, logParamsOf(q))
+}
+
 // primeRunEnvServers lists a run's environment servers as the prime CLI's `train components`
 // reads them: those whose logs the job has (envs/train/<name>).
 func (s *Server) primeRunEnvServers(w http.ResponseWriter, r *http.Request) {
@@ -558,8 +571,9 @@ func (s *Server) primeRunEnvServers(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var page wire.LogPage
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/logs", url.Values{"tail_lines": {"1"}}, nil, &page) {
+	page, prob := s.v1Logs(r, id, j, url.Values{"tail_lines": {"1"}})
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	servers := []map[string]any{}
@@ -585,7 +599,7 @@ func (s *Server) primeRunEnvServerLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) primeRunMetrics(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := s.primeRunID(w, r)
+	id, j, ok := s.primeRunID(w, r)
 	if !ok {
 		return
 	}
@@ -596,27 +610,34 @@ func (s *Server) primeRunMetrics(w http.ResponseWriter, r *http.Request) {
 			q.Set(k, v)
 		}
 	}
-	var page struct {
-		Items []map[string]json.RawMessage `json:"items"`
-	}
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/metrics", q, nil, &page) {
+	if _, prob := s.asV1(r, "getJobMetrics", id, q, nil); prob != nil {
+		primeFail(w, prob)
 		return
 	}
-	if page.Items == nil {
-		page.Items = []map[string]json.RawMessage{}
+	page, prob := s.jobMetrics(r, j, metricsQueryOf(q))
+	if prob != nil {
+		primeFail(w, prob)
+		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"metrics": page.Items})
+	rows := page.Items
+	if rows == nil {
+		rows = []jobdata.Row{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"metrics": rows})
 }
 
 func (s *Server) primeRunCheckpoints(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := s.primeRunID(w, r)
+	id, j, ok := s.primeRunID(w, r)
 	if !ok {
 		return
 	}
-	var list struct {
-		Items []wire.Checkpoint `json:"items"`
+	if _, prob := s.asV1(r, "listJobCheckpoints", id, nil, nil); prob != nil {
+		primeFail(w, prob)
+		return
 	}
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/checkpoints", nil, nil, &list) {
+	list, prob := s.jobCheckpoints(r, j)
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	want := r.URL.Query().Get("status_filter")
@@ -647,12 +668,17 @@ func (s *Server) primeRunCheckpoints(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) primeRunProgress(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := s.primeRunID(w, r)
+	id, j, ok := s.primeRunID(w, r)
 	if !ok {
 		return
 	}
-	var p wire.JobProgress
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/progress", nil, nil, &p) {
+	if _, prob := s.asV1(r, "getJobProgress", id, nil, nil); prob != nil {
+		primeFail(w, prob)
+		return
+	}
+	p, prob := s.jobProgress(r, j)
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	steps := p.StepsWithSamples
@@ -671,8 +697,13 @@ func (s *Server) primeRunUsage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var u wire.JobUsage
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/usage", nil, nil, &u) {
+	if _, prob := s.asV1(r, "getJobUsage", id, nil, nil); prob != nil {
+		primeFail(w, prob)
+		return
+	}
+	u, prob := s.jobUsage(r, j)
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	cost := 0.0
@@ -691,7 +722,7 @@ func (s *Server) primeRunUsage(w http.ResponseWriter, r *http.Request) {
 
 // primeRunSamples is the prime CLI's `train rollouts RUN --step N`.
 func (s *Server) primeRunSamples(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := s.primeRunID(w, r)
+	id, j, ok := s.primeRunID(w, r)
 	if !ok {
 		return
 	}
@@ -704,8 +735,13 @@ func (s *Server) primeRunSamples(w http.ResponseWriter, r *http.Request) {
 	if n := intQuery(r, "limit", 0); n > 0 {
 		q.Set("limit", strconv.Itoa(min(n, 100)))
 	}
-	var page wire.SamplesPage
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/samples", q, nil, &page) {
+	if _, prob := s.asV1(r, "getJobSamples", id, q, nil); prob != nil {
+		primeFail(w, prob)
+		return
+	}
+	page, prob := s.jobSamples(r, j, intParam(q, "step", 0), intParam(q, "page", 1), intParam(q, "limit", 100))
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"run_id": id, "samples": page.Samples, "total": page.Total,
@@ -714,7 +750,7 @@ func (s *Server) primeRunSamples(w http.ResponseWriter, r *http.Request) {
 
 // primeRunDistributions is the prime CLI's `train distributions RUN [--type T] [--step N]`.
 func (s *Server) primeRunDistributions(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := s.primeRunID(w, r)
+	id, j, ok := s.primeRunID(w, r)
 	if !ok {
 		return
 	}
@@ -724,8 +760,13 @@ func (s *Server) primeRunDistributions(w http.ResponseWriter, r *http.Request) {
 			q.Set(k, v)
 		}
 	}
-	var d wire.DistributionPage
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/distributions", q, nil, &d) {
+	if _, prob := s.asV1(r, "getJobDistributions", id, q, nil); prob != nil {
+		primeFail(w, prob)
+		return
+	}
+	d, prob := s.jobDistributions(r, j, intParam(q, "step", 0), q.Get("type"))
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	step := 0
@@ -735,9 +776,18 @@ func (s *Server) primeRunDistributions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"bins": d.Bins, "step": step, "type": d.Type})
 }
 
+// v1Models is GET /v1/models for a Prime call.
+func (s *Server) v1Models(r *http.Request) (*wire.ModelList, *Problem) {
+	if _, prob := s.asV1(r, "listModels", "", nil, nil); prob != nil {
+		return nil, prob
+	}
+	return s.modelList(r)
+}
+
 func (s *Server) primeListModels(w http.ResponseWriter, r *http.Request) {
-	var list wire.ModelList
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/models", nil, nil, &list) {
+	list, prob := s.v1Models(r)
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	models := make([]map[string]any, 0, len(list.Items))
@@ -772,35 +822,35 @@ func (s *Server) primeCreateTrainingRun(w http.ResponseWriter, r *http.Request) 
 	if len(secrets) > 0 {
 		out["secrets"] = secrets
 	}
-	body, err := json.Marshal(out)
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-	var sub job.Job
-	if !s.innerJSON(w, r, http.MethodPost, "/v1/jobs", url.Values{"kind": {jobspec.KindFFT}}, body, &sub) {
+	sub, prob := s.primeSubmit(r, out, jobspec.KindFFT)
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"runId": sub.ID, "tokenValue": ""})
 }
 
 func (s *Server) primeTrainingGPUTypes(w http.ResponseWriter, r *http.Request) {
-	var list struct {
-		Items []wire.GPUType `json:"items"`
+	if _, prob := s.asV1(r, "listGPUs", "", nil, nil); prob != nil {
+		primeFail(w, prob)
+		return
 	}
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/gpus", nil, nil, &list) {
+	gpus, prob := s.gpuTypes(r)
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	types := []string{}
-	for _, g := range list.Items {
+	for _, g := range gpus {
 		types = append(types, g.GPUType)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"gpuTypes": types})
 }
 
 func (s *Server) primeTrainingFFTModels(w http.ResponseWriter, r *http.Request) {
-	var list wire.ModelList
-	if !s.innerJSON(w, r, http.MethodGet, "/v1/models", nil, nil, &list) {
+	list, prob := s.v1Models(r)
+	if prob != nil {
+		primeFail(w, prob)
 		return
 	}
 	cluster := map[string]any{"clusterId": "hostedtrain", "clusterName": "hostedtrain", "gpuType": jobspec.DefaultGPUType}
