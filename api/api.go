@@ -78,8 +78,11 @@ const RetryAfterSeconds = 5
 
 // Config wires a Server.
 type Config struct {
-	Queue    Queue
-	Verifier *auth.Verifier
+	Queue Queue
+	// Deployments are the adapters deployed for inference; nil: the Queue's, when it has them
+	// (queue.Client does), else those endpoints answer 503.
+	Deployments Deployments
+	Verifier    *auth.Verifier
 	// Secrets seals job secrets at rest and opens them for the agent that claims the job.
 	Secrets *seal.Keyring
 	// Store is the object storage agents write jobs' metrics, checkpoints and artifacts to;
@@ -163,6 +166,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Deployments == nil {
+		cfg.Deployments, _ = cfg.Queue.(Deployments)
+	}
 	s := &Server{cfg: cfg, spec: spec, hints: hints{kinds: spec.KindSchemas()}, downloadKey: cfg.DownloadKey}
 	if len(s.downloadKey) == 0 {
 		s.downloadKey = make([]byte, 32)
@@ -237,6 +243,17 @@ func New(cfg Config) (*Server, error) {
 		"primeListModels":          s.primeListModels,
 		"listModels":               s.listModels,
 		"listGPUs":                 s.listGPUs,
+		"createDeployment":         s.createDeployment,
+		"listDeployments":          s.listDeployments,
+		"getDeployment":            s.getDeployment,
+		"deleteDeployment":         s.deleteDeployment,
+		"agentServing":             s.agentServing,
+		"primeDeployableModels":    s.primeDeployableModels,
+		"primeListAdapters":        s.primeListAdapters,
+		"primeGetAdapter":          s.primeGetAdapter,
+		"primeDeployAdapter":       s.primeDeployAdapter,
+		"primeUnloadAdapter":       s.primeUnloadAdapter,
+		"primeDeployCheckpoint":    s.primeDeployCheckpoint,
 	}
 	s.routes = operationRoutes(spec)
 	seen := map[string]bool{}

@@ -153,6 +153,11 @@ func (t *tunnels) accept(w http.ResponseWriter, agent string) error {
 	if err != nil {
 		return err
 	}
+	// The server's read and write deadlines of the request are the tunnel's no more.
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		conn.Close()
+		return err
+	}
 	if _, err := rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + upgradeProto + "\r\nConnection: Upgrade\r\n\r\n"); err != nil {
 		conn.Close()
 		return err

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/gateway"
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
@@ -62,6 +63,12 @@ const (
 // Config configures an Agent.
 type Config struct {
 	API API
+	// GatewayURL is the inference gateway the agent keeps a tunnel to (with GatewayToken, its
+	// agent token), through which users reach the serve jobs it runs; "" for none.
+	GatewayURL, GatewayToken string
+	// ServingEvery is how often a serve job's agent reports what its server holds (default
+	// DefaultServingEvery).
+	ServingEvery time.Duration
 	// Store is the agent's own storage, for claims that carry no storage grant; nil where
 	// the service grants job-scoped credentials with every claim.
 	Store blob.Store
@@ -186,6 +193,8 @@ type Agent struct {
 	mu      sync.Mutex
 	cpuJobs int
 	running map[string]*jobRun
+	// servers are the serve jobs' model servers, by job: where the tunnel hands requests.
+	servers map[string]*localServer
 	// cancelClaim ends the claim in flight, when GPUs come free and a bigger claim can be
 	// made (the service hands back a job claimed for a request that has gone).
 	cancelClaim context.CancelFunc
@@ -211,7 +220,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cfg.WorkDir = wd
 	a := &Agent{cfg: cfg, pool: newPool(cfg.Devices), node: newNodeChecker(&cfg), ports: newPortAllocator(cfg.PortRange), tel: newTelemetry(),
-		running: map[string]*jobRun{}, changed: make(chan struct{}, 1)}
+		running: map[string]*jobRun{}, servers: map[string]*localServer{}, changed: make(chan struct{}, 1)}
 	a.tel.setGPUs(a.pool)
 	return a, nil
 }
@@ -231,6 +240,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var jobs sync.WaitGroup
 	defer jobs.Wait()
+	if a.cfg.GatewayURL != "" {
+		tunnel, endTunnel := context.WithCancel(ctx)
+		defer endTunnel()
+		go gateway.Tunnel(tunnel, a.cfg.GatewayURL, a.cfg.GatewayToken, a.tunnelHandler(), a.cfg.Logger, nil)
+	}
 	backoff := time.Second
 	for ctx.Err() == nil {
 		free := a.pool.free()
@@ -383,6 +397,17 @@ func (a *Agent) done(r *jobRun, outcome string) {
 	a.mu.Unlock()
 	a.tel.jobsRunning.WithLabelValues(r.claim.Job.Kind).Dec()
 	a.tel.jobsEnded.WithLabelValues(outcome).Inc()
+}
+
+// serving files (s non-nil) or takes out a serve job's model server.
+func (a *Agent) serving(id string, s *localServer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s == nil {
+		delete(a.servers, id)
+		return
+	}
+	a.servers[id] = s
 }
 
 // Running lists the ids of the jobs the agent holds.

@@ -60,6 +60,9 @@ type runDeps struct {
 	tel     *telemetry
 	// freeGPUs gives the job's devices back to the node; safe to call twice.
 	freeGPUs func()
+	// serving files a serve job's model server where the agent's tunnel finds it (nil: takes
+	// it out).
+	serving func(id string, s *localServer)
 }
 
 // endKind is how a job ended for the agent.
@@ -126,7 +129,8 @@ func (a *Agent) newJobRun(cl *job.Claim, devs []Device, ports upstream.Ports, st
 	log := a.cfg.Logger.With("job", cl.Job.ID, "fence", cl.Lease.Fence, "kind", cl.Job.Kind)
 	r := &jobRun{
 		claim: cl, devices: devs, ports: ports, dir: dir, disk: disk, log: log, store: store, storage: newStorageFault(),
-		deps: runDeps{cfg: &a.cfg, sandbox: a.sandbox, tel: a.tel, freeGPUs: sync.OnceFunc(func() { a.freeDevices(cl.Job.ID, len(devs) == 0) })},
+		deps: runDeps{cfg: &a.cfg, sandbox: a.sandbox, tel: a.tel, freeGPUs: sync.OnceFunc(func() { a.freeDevices(cl.Job.ID, len(devs) == 0) }),
+			serving: a.serving},
 	}
 	r.lease = newLeaseKeeper(a.cfg.API, cl, a.runtime(), creds, log, a.tel)
 	// The job's GPU time ends when its GPUs go back, not when its report arrives.

@@ -26,8 +26,13 @@ func newKey() string {
 // GEPA or eval job) and waits until it answers /health, up to timeout. It gives up when
 // abort closes, or when the server exits (its log's last lines say why).
 func (r *jobRun) startServer(ctx context.Context, s *render.Serve, key string, timeout time.Duration, abort <-chan struct{}) (*process, error) {
+	return r.startServerEnv(ctx, s, key, timeout, abort, nil)
+}
+
+// startServerEnv is startServer with more of the server's environment.
+func (r *jobRun) startServerEnv(ctx context.Context, s *render.Serve, key string, timeout time.Duration, abort <-chan struct{}, extra []string) (*process, error) {
 	logPath := filepath.Join(r.dir, "inference.log")
-	env := append(r.baseEnv(), render.LocalKeyVar+"="+key)
+	env := append(append(r.baseEnv(), render.LocalKeyVar+"="+key), extra...)
 	r.note("starting the inference server", "model", s.Model, "port", s.Port, "argv", fmt.Sprint(s.Command))
 	p, err := startProcess(r.box, s.Command, r.dir, env, logPath)
 	if err != nil {

@@ -62,6 +62,9 @@ type ran struct {
 // ends it (a stop, the time limit, a drain: SIGTERM, the grace, SIGKILL; a lost lease: at
 // once). Meanwhile its metrics and checkpoints are read and its streams stored (pump).
 func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
+	if r.claim.Job.Config.Kind == jobspec.KindServe {
+		return r.superviseServe(drain, ctx, p)
+	}
 	cfg, tel := r.deps.cfg, r.deps.tel
 	// The wait for the inference server ends with a stop, a lost lease or a drain.
 	waiting, endWait := until(ctx, drain.Done(), r.lease.stopped, r.lease.lost, r.lease.released)

@@ -57,6 +57,8 @@ func run() error {
 	mountns.Private()
 	def := render.DefaultPipeline()
 	apiURL := flag.String("api", os.Getenv("HOSTEDTRAIN_URL"), "the hostedtrain API")
+	gatewayURL := flag.String("gateway", os.Getenv("HOSTEDTRAIN_GATEWAY_URL"), "the inference gateway the agent keeps a tunnel to, for the deployments it serves; empty: none")
+	servingEvery := flag.Duration("serving-every", gpuagent.DefaultServingEvery, "how often a serve job reports what its model server holds")
 	gpus := flag.String("gpus", "", "GPUs this node offers, MODEL:COUNT[,MODEL:COUNT], for a node without nvidia-smi; empty asks nvidia-smi")
 	nvidiaSMI := flag.String("nvidia-smi", "nvidia-smi", "the nvidia-smi binary the inventory comes from")
 	workDir := flag.String("work-dir", "/var/lib/hostedtrain/work", "per-job working folders")
@@ -131,6 +133,9 @@ func run() error {
 		PortRange:     pr,
 		ServeTimeout:  *serveTimeout,
 		API:           client.New(*apiURL, token),
+		GatewayURL:    *gatewayURL,
+		GatewayToken:  token,
+		ServingEvery:  *servingEvery,
 		Store:         st,
 		WorkDir:       *workDir,
 		Devices:       devices,

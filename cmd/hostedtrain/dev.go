@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -23,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/gateway"
 	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
@@ -278,7 +280,28 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := httpserver.New(handler)
+	// The inference gateway shares the API's origin: PRIME_INFERENCE_URL=<url>/api/v1, and
+	// the agents' tunnels at /v1/agent/tunnel.
+	gw := gateway.New(gateway.Config{
+		Verifier: auth.NewVerifier(keys, nil), Revoked: q.TokenRevoked, Deployments: q,
+		Wake: handler.Redeploy,
+		Spent: func(ctx context.Context, org string) (string, bool, error) {
+			st, err := q.GetOrg(ctx, org)
+			if err != nil {
+				return "", false, err
+			}
+			return fmt.Sprintf("organization %s has spent its monthly budget of %g GPU-hours; raise it or wait for the next month", org, st.MonthlyGPUHours), st.BudgetHeld, nil
+		},
+		Logger: logger.With("part", "gateway"),
+	})
+	stops.OnStop("gateway tunnels", func(context.Context) { gw.Close() })
+	srv := httpserver.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gw.Handles(r.URL.Path) {
+			gw.ServeHTTP(w, r)
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(ln) }()
 	stops.OnStop("API server", func(ctx context.Context) {
@@ -304,11 +327,14 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			return err
 		}
 		a, err := gpuagent.New(gpuagent.Config{
-			API:      client.New(baseURL, tok),
-			Store:    store,
-			WorkDir:  filepath.Join(data, "agents", name),
-			Devices:  gpuagent.DevicesFromSpec(gpus),
-			Pipeline: render.EmulatedPipeline(emulator, filepath.Join(data, "prime-rl"), emulateFlags...),
+			API:          client.New(baseURL, tok),
+			GatewayURL:   baseURL,
+			GatewayToken: tok,
+			ServingEvery: 500 * time.Millisecond,
+			Store:        store,
+			WorkDir:      filepath.Join(data, "agents", name),
+			Devices:      gpuagent.DevicesFromSpec(gpus),
+			Pipeline:     render.EmulatedPipeline(emulator, filepath.Join(data, "prime-rl"), emulateFlags...),
 			// The agents of one process take separate ranges of ports (a node has one agent).
 			PortRange:     [2]int{ports[0] + (i-1)*share, ports[0] + i*share - 1},
 			StopGrace:     min(10*time.Second, o.drainTimeout/4),

@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string, out io.Writer) int {
 	fs.Int("tensor-parallel-size", 1, "tensor parallelism")
 	fs.Int("max-model-len", 0, "the longest sequence served (vLLM's --max-model-len)")
 	enableLora := fs.Bool("enable-lora", false, "serve LoRA adapters")
+	served := fs.String("served-model-name", "", "the name the model is served under (default MODEL)")
 	fs.Int("max-loras", 1, "LoRA adapters in one batch")
 	fs.Int("max-cpu-loras", 0, "LoRA adapters kept in CPU memory")
 	maxRank := fs.Int("max-lora-rank", 16, "the highest LoRA rank served")
@@ -56,6 +57,9 @@ func runServe(ctx context.Context, args []string, out io.Writer) int {
 		return 1
 	}
 	ready := time.Now().Add(em.serveDelay)
+	if *served != "" {
+		model = *served
+	}
 	api := newOpenAI(model, os.Getenv("VLLM_API_KEY"), logf, loraOptions{
 		enabled: *enableLora, runtime: strings.EqualFold(os.Getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING"), "true"),
 		maxRank: *maxRank, loadTime: em.loraLoadTime, tokenTime: em.tokenTime,

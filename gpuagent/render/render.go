@@ -109,8 +109,49 @@ func Render(in RenderInput) (*Rendered, error) {
 		return out, renderGEPA(in, out, vars)
 	case jobspec.KindEval:
 		return out, renderEval(in, out, vars)
+	case jobspec.KindServe:
+		return out, renderServe(in, out)
 	}
 	return nil, fmt.Errorf("render: unknown job kind %q", in.Spec.Kind)
+}
+
+// ServeEnv is the environment a model server (kind serve) runs with beside the job's: vLLM
+// takes LoRA adapters at run time only with it.
+var ServeEnv = []string{"VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"}
+
+// WeightsDir is where in a serve job's folder the agent puts the weights it serves: one
+// folder per adapter.
+func WeightsDir(jobDir, adapter string) string { return filepath.Join(jobDir, "weights", adapter) }
+
+// renderServe lays out a model server (kind serve, made by a deploy): vLLM serving the base
+// model with LoRA adapters loaded and unloaded at run time, or one full fine-tune's weights
+// (which the agent fetches into WeightsDir first) under its adapter's model id.
+func renderServe(in RenderInput, out *Rendered) error {
+	if len(in.Pipeline.Serve) == 0 {
+		return fmt.Errorf("this agent has no command to serve %s", in.Spec.Model)
+	}
+	if in.GPUs < 1 {
+		return fmt.Errorf("serving %s needs a GPU and the job has none", in.Spec.Model)
+	}
+	sv := in.Spec.Serve
+	if sv == nil {
+		sv = &jobspec.ServeSpec{}
+	}
+	port := in.Ports.Inference()
+	model := in.Spec.Model
+	var extra []string
+	if sv.Adapter != "" {
+		model = WeightsDir(in.Dir, sv.Adapter)
+		extra = []string{"--served-model-name", in.Spec.Model + ":" + sv.Adapter}
+	} else {
+		extra = []string{"--enable-lora", "--max-loras", strconv.Itoa(max(sv.MaxAdapters, 1)),
+			"--max-lora-rank", strconv.Itoa(max(sv.MaxLoRARank, 16))}
+	}
+	out.Serve = &Serve{Port: port, Model: in.Spec.Model,
+		Command: append(Expand(in.Pipeline.Serve, map[string]string{"prime_rl": in.Pipeline.PrimeRL, "model": model,
+			"port": strconv.Itoa(port), "tp": strconv.Itoa(in.GPUs)}, map[string][]string{"max_model_len": nil}), extra...)}
+	out.Ports = []int{port}
+	return nil
 }
 
 func renderRL(in RenderInput, out *Rendered, vars map[string]string) error {

@@ -900,3 +900,64 @@ type (
 	FieldError       = wire.FieldError
 	LogLine          = wire.LogLine
 )
+
+// Serving is a model server's agent, under its serve job's lease token, saying which adapters
+// its server holds and which it could not load (id → why); the answer is the adapters it is to
+// hold, each with its weights' files and links. A lost lease is job.ErrLeaseLost.
+func (c *Client) Serving(ctx context.Context, id, token string, loaded []string, failed map[string]string) ([]wire.ServedAdapter, error) {
+	type failure struct {
+		ID    string `json:"id"`
+		Error string `json:"error"`
+	}
+	body := struct {
+		Token  string    `json:"token"`
+		Loaded []string  `json:"loaded"`
+		Failed []failure `json:"failed"`
+	}{Token: token, Loaded: append([]string{}, loaded...), Failed: []failure{}}
+	for a, why := range failed {
+		body.Failed = append(body.Failed, failure{a, why})
+	}
+	var rep struct {
+		Adapters []wire.ServedAdapter `json:"adapters"`
+	}
+	_, err := c.postJSON(ctx, "/v1/agent/jobs/"+url.PathEscape(id)+"/serving", body, &rep)
+	return rep.Adapters, err
+}
+
+// Deployments are the organization's deployments, newest first, from offset, and how many it
+// has.
+func (c *Client) Deployments(ctx context.Context, offset, limit int) ([]wire.Deployment, int, error) {
+	var page struct {
+		Items []wire.Deployment `json:"items"`
+		Total int               `json:"total"`
+	}
+	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/deployments?offset=%d&limit=%d", offset, limit), "", nil, &page)
+	return page.Items, page.Total, err
+}
+
+// Deployment reads one deployment.
+func (c *Client) Deployment(ctx context.Context, id string) (*wire.Deployment, error) {
+	var d wire.Deployment
+	_, err := c.do(ctx, http.MethodGet, "/v1/deployments/"+url.PathEscape(id), "", nil, &d)
+	return &d, err
+}
+
+// Deploy deploys a committed checkpoint of a job: step is a step number, "best" or "latest".
+func (c *Client) Deploy(ctx context.Context, jobID, step string) (*wire.Deployment, error) {
+	body := map[string]any{"job": jobID}
+	if n, err := strconv.Atoi(step); err == nil {
+		body["step"] = n
+	} else if step != "" {
+		body["step"] = step
+	}
+	var d wire.Deployment
+	_, err := c.postJSON(ctx, "/v1/deployments", body, &d)
+	return &d, err
+}
+
+// Undeploy unloads a deployment.
+func (c *Client) Undeploy(ctx context.Context, id string) (*wire.Deployment, error) {
+	var d wire.Deployment
+	_, err := c.do(ctx, http.MethodDelete, "/v1/deployments/"+url.PathEscape(id), "", nil, &d)
+	return &d, err
+}

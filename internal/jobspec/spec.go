@@ -134,13 +134,15 @@ type Spec struct {
 	ContextLength int `json:"context_length,omitempty"`
 	// Renderer names the chat renderer prime-rl renders the model with when the model is not
 	// one prime-rl finds a renderer for by itself; "" when it does.
-	Renderer            string               `json:"renderer,omitempty"`
-	BatchSize           int                  `json:"batch_size,omitempty"`
-	RolloutsPerExample  int                  `json:"rollouts_per_example,omitempty"`
-	MaxInflightRollouts int                  `json:"max_inflight_rollouts,omitempty"`
-	OversamplingFactor  float64              `json:"oversampling_factor,omitempty"`
-	LearningRate        float64              `json:"learning_rate,omitempty"`
-	LoRA                *LoRA                `json:"lora,omitempty"`
+	Renderer            string  `json:"renderer,omitempty"`
+	BatchSize           int     `json:"batch_size,omitempty"`
+	RolloutsPerExample  int     `json:"rollouts_per_example,omitempty"`
+	MaxInflightRollouts int     `json:"max_inflight_rollouts,omitempty"`
+	OversamplingFactor  float64 `json:"oversampling_factor,omitempty"`
+	LearningRate        float64 `json:"learning_rate,omitempty"`
+	LoRA                *LoRA   `json:"lora,omitempty"`
+	// Serve is a model server's (kind serve, made by a deploy): what it serves.
+	Serve               *ServeSpec           `json:"serve,omitempty"`
 	DifficultyFiltering *DifficultyFiltering `json:"difficulty_filtering,omitempty"`
 	Parallelism         *Parallelism         `json:"parallelism,omitempty"`
 	CheckpointID        string               `json:"checkpoint_id,omitempty"`
@@ -247,6 +249,15 @@ type TempScheduler struct {
 	StartTemperature *float64 `json:"start_temperature,omitempty"`
 	EndTemperature   *float64 `json:"end_temperature,omitempty"`
 	TotalSteps       int      `json:"total_steps,omitempty"`
+}
+
+// ServeSpec is what a model server (kind serve) serves: its base model (the spec's Model)
+// with up to MaxAdapters LoRA adapters of rank up to MaxLoRARank loaded and unloaded at run
+// time, or — Adapter set — one full fine-tune's weights, served as that adapter's model id.
+type ServeSpec struct {
+	Adapter     string `json:"adapter,omitempty"`
+	MaxAdapters int    `json:"max_adapters,omitempty"`
+	MaxLoRARank int    `json:"max_lora_rank,omitempty"`
 }
 
 // LoRA trains low-rank adapters instead of the full weights.

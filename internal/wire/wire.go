@@ -276,3 +276,40 @@ type ModelList struct {
 
 // LogLine is one line of a job's log.
 type LogLine = jobdata.LogLine
+
+// Deployment is a committed checkpoint deployed for inference (an adapter), as
+// /v1/deployments answers it.
+type Deployment struct {
+	ID               string     `json:"id"`
+	Model            string     `json:"model"`
+	Job              string     `json:"job"`
+	JobName          string     `json:"job_name,omitempty"`
+	Step             int        `json:"step"`
+	BaseModel        string     `json:"base_model"`
+	Kind             string     `json:"kind"`
+	Status           string     `json:"status"`
+	DeploymentStatus string     `json:"deployment_status"`
+	Server           string     `json:"server,omitempty"`
+	Node             string     `json:"node,omitempty"`
+	Error            string     `json:"error,omitempty"`
+	Idle             bool       `json:"idle,omitempty"`
+	CreatedAt        time.Time  `json:"created_at"`
+	UpdatedAt        time.Time  `json:"updated_at"`
+	DeployedAt       *time.Time `json:"deployed_at,omitempty"`
+	LastUsedAt       *time.Time `json:"last_used_at,omitempty"`
+	Requests         int64      `json:"requests"`
+	Failures         int64      `json:"failures"`
+	PromptTokens     int64      `json:"prompt_tokens"`
+	CompletionTokens int64      `json:"completion_tokens"`
+}
+
+// ServedAdapter is an adapter a model server's agent is to hold: its model id (the name it is
+// loaded under), and its weights' files with links (POST /v1/agent/jobs/{id}/serving).
+type ServedAdapter struct {
+	ID    string         `json:"id"`
+	Model string         `json:"model"`
+	Job   string         `json:"job"`
+	Step  int            `json:"step"`
+	Kind  string         `json:"kind"`
+	Files []DownloadFile `json:"files"`
+}
