@@ -143,6 +143,17 @@ func TestPrimeDeploymentsTrainDeployChat(t *testing.T) {
 		t.Errorf("the two adapters answered\n%s\n%s", outA, outB)
 	}
 
+	// The same through hostedtrain's own CLI.
+	if out, code := d.cli(t, "deployments", "ls"); code != 0 || !strings.Contains(out, model) || !strings.Contains(out, "DEPLOYED") {
+		t.Errorf("hostedtrain deployments ls: %d %s", code, out)
+	}
+	if out, code := d.cli(t, "chat", other, "hello from the CLI"); code != 0 || !strings.Contains(out, "emulated answer of adapter "+other) {
+		t.Errorf("hostedtrain chat: %d %s", code, out)
+	}
+	if out, code := d.cli(t, "deploy", run.ID+"@best", "-o", "json"); code != 0 || !strings.Contains(out, `"deployment_status"`) {
+		t.Errorf("hostedtrain deploy JOB@best: %d %s", code, out)
+	}
+
 	if out, ok := d.primeDeploy(t, "unload", a.ID); !ok || !strings.Contains(string(out), `"deployment_status": "UNLOADING"`) &&
 		!strings.Contains(string(out), `"deployment_status": "NOT_DEPLOYED"`) {
 		t.Fatalf("unload: %s", out)
