@@ -98,6 +98,14 @@ func TestDeploymentsShareAServerPerBaseModel(t *testing.T) {
 		if d := b.deployment(t, "acme", a2.ID); d.Deployment != job.DeployFailed || d.Error != "sha256 mismatch" {
 			t.Errorf("failed: %+v", d)
 		}
+		evs, err := b.q.Events(b.ctx, cl.Job.ID, 0, 100)
+		seen := map[string]bool{}
+		for _, e := range evs {
+			seen[e.Type] = true
+		}
+		if err != nil || !seen["deployment.deployed"] || !seen["deployment.failed"] {
+			t.Errorf("the server's events: %+v %v", evs, err)
+		}
 
 		if d, err := b.q.Unload(b.ctx, "acme", a1.ID, false); err != nil || d.Deployment != job.Unloading {
 			t.Fatalf("unload: %+v %v", d, err)

@@ -16,7 +16,8 @@ const (
 // EventTypes are the events endpoints may subscribe to: the job events of the outbox, and the
 // notice that one of the organization's endpoints was disabled.
 var EventTypes = []string{"job.queued", "job.started", "job.checkpoint", "job.completed", "job.failed",
-	"job.stopped", "job.retrying", "job.stalled", "job.alert", "job.budget", EventEndpointDisabled}
+	"job.stopped", "job.retrying", "job.stalled", "job.alert", "job.budget", EventEndpointDisabled,
+	"deployment.deployed", "deployment.failed", "deployment.unloaded"}
 
 // ErrNotFound is returned for an endpoint or delivery that does not exist for the caller's
 // organization.

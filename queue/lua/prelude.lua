@@ -62,6 +62,7 @@ local OUTBOX_TYPES = {
   ['job.queued'] = true, ['job.started'] = true, ['job.checkpoint'] = true,
   ['job.completed'] = true, ['job.failed'] = true, ['job.stopped'] = true,
   ['job.retrying'] = true, ['job.stalled'] = true, ['job.alert'] = true, ['job.budget'] = true,
+  ['deployment.deployed'] = true, ['deployment.failed'] = true, ['deployment.unloaded'] = true,
 }
 local OUTBOX_MAXLEN = 1000000
 

@@ -4,9 +4,15 @@
 -- DEPLOY_FAILED (no longer wanted); an adapter it was to drop and no longer holds is
 -- NOT_DEPLOYED.
 -- Returns the wanted adapters, each "<id> <job> <step> <kind>"; errors LEASE_LOST.
-local j = redis.call('HMGET', jobkey(arg_id), F.lease_token, F.status, F.agent_id)
+local j = redis.call('HMGET', jobkey(arg_id), F.lease_token, F.status, F.agent_id, F.org)
 if lease_lost(j[1], j[2], arg_token) then
   return LEASE_LOST
+end
+-- Each change is an event of the serve job (deployment.*: webhooks deliver them).
+local function said(typ, a, what)
+  local h = redis.call('HMGET', adapterkey(a), A.base, A.job, A.step)
+  emit(arg_id, j[4], typ, j[2], 'adapter ' .. a .. ' (' .. (h[1] or '') .. ':' .. a .. ', step ' .. (h[3] or '?') ..
+    ' of job ' .. (h[2] or '?') .. ') ' .. what)
 end
 local loaded = {}
 for a in string.gmatch(arg_loaded, '%S+') do
@@ -17,6 +23,7 @@ for i = REST, #ARGV, 2 do
   if redis.call('SREM', servingkey(arg_id), a) == 1 then
     redis.call('HSET', adapterkey(a), A.deployment, 'DEPLOY_FAILED', A.error, ARGV[i + 1], A.server, '', A.updated_at, T)
     redis.call('ZREM', ADAPTERS_LIVE, a)
+    said('deployment.failed', a, 'failed to deploy: ' .. ARGV[i + 1])
   end
 end
 for _, a in ipairs(redis.call('SMEMBERS', unloadingkey(arg_id))) do
@@ -25,6 +32,7 @@ for _, a in ipairs(redis.call('SMEMBERS', unloadingkey(arg_id))) do
     if redis.call('HGET', adapterkey(a), A.deployment) == 'UNLOADING' then
       redis.call('HSET', adapterkey(a), A.deployment, 'NOT_DEPLOYED', A.server, '', A.updated_at, T)
       redis.call('ZREM', ADAPTERS_LIVE, a)
+      said('deployment.unloaded', a, 'unloaded')
     end
   end
 end
@@ -36,6 +44,7 @@ for _, a in ipairs(redis.call('SMEMBERS', servingkey(arg_id))) do
   else
     if loaded[a] and h[1] ~= 'DEPLOYED' then
       redis.call('HSET', adapterkey(a), A.deployment, 'DEPLOYED', A.deployed_at, T, A.node, j[3] or '', A.updated_at, T)
+      said('deployment.deployed', a, 'deployed on ' .. (j[3] or '?'))
     end
     out[#out + 1] = a .. ' ' .. h[2] .. ' ' .. h[3] .. ' ' .. h[4]
   end
