@@ -74,7 +74,7 @@ func (d *deployStep) UnmarshalJSON(b []byte) error {
 // Redeploy deploys again an adapter of org unloaded for being idle, when a request through the
 // gateway asks for it (gateway.Config.Wake): as a deploy by the organization would, a server
 // made for it charged to the organization.
-func (s *Server) Redeploy(ctx context.Context, org, id string) error {
+func (s *Server) Redeploy(ctx context.Context, org, id, _ string) error {
 	r, err := http.NewRequestWithContext(context.WithValue(ctx, principalKey, auth.Principal{Org: org, Subject: "gateway"}), http.MethodPost, "/", nil)
 	if err != nil {
 		return err

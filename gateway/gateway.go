@@ -37,8 +37,9 @@ type Config struct {
 	// Deployments are the adapters and where they are served.
 	Deployments Deployments
 	// Wake deploys again an adapter unloaded for being idle, when a request asks for it (the
-	// API's deploy); nil: such a request is refused as for an adapter not deployed.
-	Wake func(ctx context.Context, org, id string) error
+	// API's deploy, as the caller: token is the request's); nil: such a request is refused as
+	// for an adapter not deployed.
+	Wake func(ctx context.Context, org, id, token string) error
 	// Spent says, with its message, whether org's budget is spent: its requests get 402.
 	Spent func(ctx context.Context, org string) (string, bool, error)
 	// Prefix is where users' paths start ("/api/v1", as PRIME_INFERENCE_URL names it).
@@ -290,7 +291,8 @@ func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request, org string) {
 // tunnel, or answers 503 with Retry-After.
 func (g *Gateway) ready(w http.ResponseWriter, r *http.Request, a *job.Adapter) (*job.Adapter, *tunnel) {
 	if a.Deployment != job.Deployed && a.Deployment != job.Deploying && g.cfg.Wake != nil {
-		if err := g.cfg.Wake(r.Context(), a.Org, a.ID); err != nil {
+		token := strings.TrimSpace(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		if err := g.cfg.Wake(r.Context(), a.Org, a.ID, token); err != nil {
 			g.cfg.Logger.Warn("gateway: deploy an idle adapter", "adapter", a.ID, "err", err)
 		}
 	}

@@ -61,7 +61,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTrainCmd(), newGEPACmd(), newEvalCmd(), newDeployCmd(), newDeploymentsCmd(), newChatCmd(), newWebhookCmd(), newLoginCmd(), newLogoutCmd(), newDevCmd(), newAdminCmd())
+	root.AddCommand(newTrainCmd(), newGEPACmd(), newEvalCmd(), newDeployCmd(), newDeploymentsCmd(), newChatCmd(), newGatewayCmd(), newWebhookCmd(), newLoginCmd(), newLogoutCmd(), newDevCmd(), newAdminCmd())
 	return root
 }
 
