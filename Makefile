@@ -28,7 +28,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 STATICCHECK_VERSION := v0.8.2
 VERSITYGW_VERSION   := v1.8.0
 
-.PHONY: redteam all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic prime-client sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-cluster bench-agent bench-lambda bench-estimate load chaos
+.PHONY: redteam all build lambda deploy-check osls cfn-lint demo test deps redis-server spec-validator versitygw awscli moto webhook-receiver web chromium lint fmt clean fuzz conformance pydantic prime-client sandbox bench-smoke bench-metrics bench-jobs bench-queue bench-fleet bench-cluster bench-agent bench-lambda bench-estimate bench-inference load chaos
 
 all: build
 
@@ -157,6 +157,14 @@ bench-agent: versitygw awscli
 ## 100,000 steps in order and with rows out of order, with the bytes and objects each fetches
 bench-metrics: versitygw
 	$(GO) test -run '^$$' -bench BenchmarkReadMetrics -benchtime 10x ./internal/jobdata
+
+## bench-inference: the inference gateway (issue 32): streamed chat completions at 200 at once
+## straight to the emulated vLLM and through the gateway and an agent's tunnel (the added
+## latency), 1,000 concurrent streams through one gateway (none may be dropped), and a deploy's
+## time from the call to DEPLOYED on hostedtrain dev
+bench-inference: redis-server
+	$(GO) test -run '^$$' -bench BenchmarkInference -benchtime 1x ./gateway
+	$(GO) test -run '^$$' -bench BenchmarkDeployToDeployed -benchtime 1x ./cmd/hostedtrain
 
 ## bench-lambda: each function's cold start (process start to its first request for an event,
 ## spec and router built) and the size of its arm64 bootstrap

@@ -25,7 +25,7 @@ import (
 type Deployments interface {
 	GetAdapter(ctx context.Context, org, id string) (*job.Adapter, error)
 	ListAdapters(ctx context.Context, org string, offset, limit int) ([]job.Adapter, int, error)
-	Used(ctx context.Context, id string, prompt, completion int64, failed bool) error
+	Used(ctx context.Context, id string, requests, failures, prompt, completion int64) error
 }
 
 // Config is what a gateway is made of.
@@ -70,7 +70,31 @@ type Gateway struct {
 	cfg      Config
 	tunnels  *tunnels
 	limiters sync.Map // org -> *rate.Limiter
+
+	// routes caches, for routeTTL, where a deployed adapter is served: a request costs no
+	// Redis round trip on the hot path. An adapter unloaded meanwhile may get requests for
+	// that long; its server answers them 404.
+	routes sync.Map // org + "/" + adapter id -> route
+
+	// counts are the requests and tokens not yet added to the adapters' records: flushed every
+	// flushEvery, and when the gateway closes.
+	mu     sync.Mutex
+	counts map[string]*count
+	stop   chan struct{}
+	done   chan struct{}
 }
+
+type route struct {
+	a  *job.Adapter
+	at time.Time
+}
+
+type count struct{ requests, failures, prompt, completion int64 }
+
+const (
+	routeTTL   = time.Second
+	flushEvery = 500 * time.Millisecond
+)
 
 // New returns a gateway.
 func New(cfg Config) *Gateway {
@@ -90,7 +114,39 @@ func New(cfg Config) *Gateway {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{cfg: cfg, tunnels: newTunnels()}
+	g := &Gateway{cfg: cfg, tunnels: newTunnels(), counts: map[string]*count{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go g.flushing()
+	return g
+}
+
+// flushing adds the counted requests to the adapters' records every flushEvery, until Close.
+func (g *Gateway) flushing() {
+	defer close(g.done)
+	t := time.NewTicker(flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			g.flush()
+		case <-g.stop:
+			g.flush()
+			return
+		}
+	}
+}
+
+func (g *Gateway) flush() {
+	g.mu.Lock()
+	counts := g.counts
+	g.counts = map[string]*count{}
+	g.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for id, c := range counts {
+		if err := g.cfg.Deployments.Used(ctx, id, c.requests, c.failures, c.prompt, c.completion); err != nil {
+			g.cfg.Logger.Warn("gateway: count requests", "adapter", id, "requests", c.requests, "err", err)
+		}
+	}
 }
 
 func cmpOr(a, b string) string {
@@ -100,8 +156,16 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// Close ends every tunnel.
-func (g *Gateway) Close() { g.tunnels.closeAll() }
+// Close ends every tunnel and adds what was counted to the adapters' records.
+func (g *Gateway) Close() {
+	g.tunnels.closeAll()
+	select {
+	case <-g.stop:
+	default:
+		close(g.stop)
+	}
+	<-g.done
+}
 
 // Tunnels is how many agents hold a tunnel to this gateway.
 func (g *Gateway) Tunnels() int { return g.tunnels.count() }
@@ -256,7 +320,13 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, org string)
 func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request, org, id string) *job.Adapter {
 	base, adapterID, ok := cutLast(id, ":")
 	if ok {
+		if rt, hit := g.routes.Load(org + "/" + adapterID); hit && time.Since(rt.(route).at) < routeTTL && rt.(route).a.Base == base {
+			return rt.(route).a
+		}
 		a, err := g.cfg.Deployments.GetAdapter(r.Context(), org, adapterID)
+		if err == nil && a.Deployment == job.Deployed {
+			g.routes.Store(org+"/"+adapterID, route{a: a, at: time.Now()})
+		}
 		switch {
 		case err == nil && a.Base == base && g.servable(a):
 			return a
@@ -460,10 +530,19 @@ func relayStream(w http.ResponseWriter, body io.Reader, wantsUsage bool) (usage,
 // meter counts a request: its adapter's requests and tokens, and a log line of ids, sizes and
 // timings (never a body).
 func (g *Gateway) meter(r *http.Request, a *job.Adapter, u usage, failed bool, start time.Time, in, out int) {
-	ctx := context.WithoutCancel(r.Context())
-	if err := g.cfg.Deployments.Used(ctx, a.ID, u.Prompt, u.Completion, failed); err != nil {
-		g.cfg.Logger.Warn("gateway: count a request", "adapter", a.ID, "err", err)
+	g.mu.Lock()
+	c := g.counts[a.ID]
+	if c == nil {
+		c = &count{}
+		g.counts[a.ID] = c
 	}
+	c.requests++
+	if failed {
+		c.failures++
+	}
+	c.prompt += u.Prompt
+	c.completion += u.Completion
+	g.mu.Unlock()
 	g.cfg.Logger.Info("inference", "org", a.Org, "model", a.ModelID(), "server", a.Server, "node", a.Node,
 		"bytes_in", in, "bytes_out", out, "prompt_tokens", u.Prompt, "completion_tokens", u.Completion,
 		"failed", failed, "ms", strconv.FormatInt(time.Since(start).Milliseconds(), 10))

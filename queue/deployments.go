@@ -187,15 +187,15 @@ func (c Deployments) Serving(ctx context.Context, jobID, token string, loaded []
 	return out, nil
 }
 
-// Used counts one request to an adapter: its tokens, whether it failed, and now as its last
-// use (what keeps it from being unloaded as idle).
-func (c Deployments) Used(ctx context.Context, id string, prompt, completion int64, failed bool) error {
+// Used counts requests to an adapter (the gateway adds up its own first): how many, how many
+// failed, their tokens, and now as its last use (what keeps it from being unloaded as idle).
+func (c Deployments) Used(ctx context.Context, id string, requests, failures, prompt, completion int64) error {
 	key := c.keys.of("adapterkey", id)
 	now := c.cfg.Now()
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HIncrBy(ctx, key, adapterField.Requests, 1)
-		if failed {
-			p.HIncrBy(ctx, key, adapterField.Failures, 1)
+		p.HIncrBy(ctx, key, adapterField.Requests, requests)
+		if failures > 0 {
+			p.HIncrBy(ctx, key, adapterField.Failures, failures)
 		}
 		if prompt > 0 {
 			p.HIncrBy(ctx, key, adapterField.PromptTokens, prompt)

@@ -78,13 +78,13 @@ type devStack struct {
 // devSlots numbers the dev stacks the tests start.
 var devSlots atomic.Int64
 
-func startDev(t *testing.T, stepTime string, extra ...string) *devStack {
+func startDev(t testing.TB, stepTime string, extra ...string) *devStack {
 	t.Helper()
 	return startDevIn(t, t.TempDir(), stepTime, extra...)
 }
 
 // startDevIn is startDev on the data folder given.
-func startDevIn(t *testing.T, data, stepTime string, extra ...string) *devStack {
+func startDevIn(t testing.TB, data, stepTime string, extra ...string) *devStack {
 	t.Helper()
 	out := &syncBuffer{}
 	// Dev stacks of tests that run at once each get their own ports for their jobs: their

@@ -1,0 +1,152 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hostedtrain/hostedtrain/gateway"
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+)
+
+// BenchmarkInference is make bench-inference (docs/performance.md): on one machine, a real
+// redis-server, the emulated vLLM (cmd/prime-rl-emulator serve, LoRA at run time) and one
+// gateway process with one agent's tunnel.
+//
+//   - added latency: streamed chat completions at 200 concurrent streams, each timed from the
+//     request to the stream's end, straight to the emulated server and through the gateway and
+//     the tunnel (the same requests, one after the other); the figure is the difference of
+//     the percentiles;
+//   - 1,000 concurrent streams through the gateway, each 20 tokens 50 ms apart: how many end
+//     with [DONE] (none may be dropped).
+func BenchmarkInference(b *testing.B) {
+	for range b.N {
+		s := newStack(b, gateway.Config{RatePerOrg: 1e9, Burst: 1 << 30})
+		adapters, _ := s.deploy(10)
+		s.tunnel()
+		model := adapters[0].ModelID()
+		token := s.tokenFor("acme", auth.ScopeJobsRead)
+		direct := func() (*http.Request, error) {
+			return streamRequest(s.vllm+"/v1/chat/completions", "vk", model)
+		}
+		through := func() (*http.Request, error) {
+			return streamRequest(s.url+"/api/v1/chat/completions", token, model)
+		}
+		const conc, each = 200, 10
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1000, MaxConnsPerHost: 2000}}
+		warm := func(mk func() (*http.Request, error)) { _, _ = runStreams(client, mk, 50, 2) }
+		warm(direct)
+		warm(through)
+		d, derr := runStreams(client, direct, conc, each)
+		g, gerr := runStreams(client, through, conc, each)
+		if derr != nil || gerr != nil {
+			b.Fatalf("direct: %v; through the gateway: %v", derr, gerr)
+		}
+		p := func(xs []time.Duration, q float64) time.Duration { return xs[int(q*float64(len(xs)-1))] }
+		b.ReportMetric(float64(p(d, 0.5).Microseconds())/1000, "direct-p50-ms")
+		b.ReportMetric(float64(p(d, 0.99).Microseconds())/1000, "direct-p99-ms")
+		b.ReportMetric(float64(p(g, 0.5).Microseconds())/1000, "gateway-p50-ms")
+		b.ReportMetric(float64(p(g, 0.99).Microseconds())/1000, "gateway-p99-ms")
+		b.ReportMetric(float64((p(g, 0.5)-p(d, 0.5)).Microseconds())/1000, "added-p50-ms")
+		b.ReportMetric(float64((p(g, 0.99)-p(d, 0.99)).Microseconds())/1000, "added-p99-ms")
+
+		// 1,000 slow streams at once.
+		slow := newStack(b, gateway.Config{RatePerOrg: 1e9, Burst: 1 << 30}, "--emulate.token-time", "50ms")
+		sa, _ := slow.deploy(10)
+		slow.tunnel()
+		sm, st := sa[0].ModelID(), slow.tokenFor("acme", auth.ScopeJobsRead)
+		var ok, dropped atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range 1000 {
+			wg.Go(func() {
+				req, _ := streamRequest(slow.url+"/api/v1/chat/completions", st, sm)
+				if _, err := stream(client, req); err != nil {
+					dropped.Add(1)
+					return
+				}
+				ok.Add(1)
+			})
+		}
+		wg.Wait()
+		b.ReportMetric(float64(ok.Load()), "streams-done")
+		b.ReportMetric(float64(dropped.Load()), "streams-dropped")
+		b.ReportMetric(time.Since(start).Seconds(), "1000-streams-s")
+		if dropped.Load() != 0 {
+			b.Errorf("%d of 1000 concurrent streams dropped", dropped.Load())
+		}
+	}
+}
+
+func streamRequest(url, token, model string) (*http.Request, error) {
+	body, _ := json.Marshal(map[string]any{"model": model, "stream": true,
+		"messages": []map[string]string{{"role": "user", "content": "one two three four five six seven eight nine ten"}}})
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	return req, nil
+}
+
+// stream sends one streamed request and reads it to its end: an error unless it ends with
+// [DONE].
+func stream(c *http.Client, req *http.Request) (time.Duration, error) {
+	began := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	done := false
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "data: [DONE]" {
+			done = true
+		}
+	}
+	if !done {
+		return 0, fmt.Errorf("the stream ended without [DONE] (%v)", sc.Err())
+	}
+	return time.Since(began), nil
+}
+
+// runStreams sends conc × each streamed requests, conc at a time, and returns their durations sorted.
+func runStreams(c *http.Client, mk func() (*http.Request, error), conc, each int) ([]time.Duration, error) {
+	var mu sync.Mutex
+	var all []time.Duration
+	var first error
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for range each {
+				req, err := mk()
+				var d time.Duration
+				if err == nil {
+					d, err = stream(c, req)
+				}
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				all = append(all, d)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(all)
+	return all, first
+}
