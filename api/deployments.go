@@ -141,9 +141,13 @@ func (s *Server) deployCheckpoint(r *http.Request, jobID string, want deployStep
 		case "latest":
 			what = "it has no committed checkpoint"
 		}
+		steps := "none"
+		if len(committed) > 0 {
+			steps = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(committed)), ", "), "[]")
+		}
 		return nil, newProblem(http.StatusConflict, "checkpoint-not-committed", fmt.Sprintf(
 			"job %s cannot be deployed: %s (committed: %s; deleted, expired and unfinished checkpoints cannot be deployed)",
-			j.ID, what, describeSteps(committed)))
+			j.ID, what, steps))
 	}
 	kind := job.AdapterFull
 	if j.Config.LoRA != nil {

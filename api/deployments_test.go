@@ -1,0 +1,91 @@
+package api_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
+)
+
+// A deploy checks what it deploys: a step that was never committed (or was pruned, or holds
+// no weights) is a 409 naming the committed steps; another organization's job a 404; an
+// adapter of a committed step is filed once, deployed on a model server (a serve job), listed
+// with Prime's fields by the prime CLI's paths, and unloaded. The agent's serving call needs
+// the server's lease.
+func TestDeploymentsCheckWhatTheyDeploy(t *testing.T) {
+	t.Parallel()
+	d := setupData(t)
+	post := func(token string, body any) reply {
+		b, _ := json.Marshal(body)
+		return call(t, "POST", d.s.URL+"/v1/deployments", token, "application/json", b)
+	}
+	if r := post(d.token, map[string]any{"job": d.jobID}); r.status != http.StatusConflict || !strings.Contains(string(r.body), "no committed checkpoint") {
+		t.Fatalf("a job with no checkpoint: %d %s", r.status, r.body)
+	}
+	weights := strings.Repeat("w", 4096)
+	sum := sha256.Sum256([]byte(weights))
+	d.put(t, "checkpoints/step_10/weights/adapter_model.safetensors", weights)
+	d.put(t, "checkpoints/step_10/weights/adapter_config.json", `{"r": 32}`)
+	cfgSum := sha256.Sum256([]byte(`{"r": 32}`))
+	m, _ := json.Marshal(jobdata.Manifest{JobID: d.jobID, Step: 10, Bytes: 4105, Files: []jobdata.ManifestFile{
+		{Path: "weights/adapter_model.safetensors", Size: 4096, SHA256: hex.EncodeToString(sum[:])},
+		{Path: "weights/adapter_config.json", Size: 9, SHA256: hex.EncodeToString(cfgSum[:])}}})
+	d.put(t, "checkpoints/step_10/manifest.json", string(m))
+	d.put(t, "checkpoints/step_20/trainer/model.safetensors", "unfinished")
+
+	if r := post(d.token, map[string]any{"job": d.jobID, "step": 20}); r.status != http.StatusConflict || !strings.Contains(string(r.body), "committed: 10") {
+		t.Errorf("an unfinished step: %d %s", r.status, r.body)
+	}
+	if r := post(d.s.Token("globex", auth.ScopeJobsRead, auth.ScopeJobsWrite), map[string]any{"job": d.jobID}); r.status != http.StatusNotFound {
+		t.Errorf("another organization's job: %d %s", r.status, r.body)
+	}
+	if r := post(d.token, map[string]any{"job": d.jobID, "step": "newest"}); r.status != http.StatusBadRequest && r.status != http.StatusUnprocessableEntity {
+		t.Errorf("a step that is no step: %d %s", r.status, r.body)
+	}
+	r := post(d.token, map[string]any{"job": d.jobID})
+	var dep struct {
+		ID, Model, Server, Kind string
+		Step                    int
+		DeploymentStatus        string `json:"deployment_status"`
+	}
+	r.decode(t, &dep)
+	if r.status != http.StatusOK || dep.Step != 10 || dep.DeploymentStatus != "DEPLOYING" || dep.Server == "" || dep.Kind != "lora" ||
+		dep.Model != "Qwen/Qwen3-4B-Instruct-2507:"+dep.ID {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	if again := post(d.token, map[string]any{"job": d.jobID, "step": 10}); !strings.Contains(string(again.body), dep.ID) {
+		t.Errorf("a second deploy of the step filed another adapter: %s", again.body)
+	}
+	srv := call(t, "GET", d.s.URL+"/v1/jobs/"+dep.Server, d.token, "", nil)
+	if srv.status != 200 || !strings.Contains(string(srv.body), `"kind":"serve"`) {
+		t.Errorf("the model server: %d %s", srv.status, srv.body)
+	}
+
+	// Prime's paths: the same adapter with Prime's fields; another organization sees none.
+	list := call(t, "GET", d.s.URL+"/api/v1/rft/adapters", d.token, "", nil)
+	if list.status != 200 || !strings.Contains(string(list.body), `"deploymentStatus":"DEPLOYING"`) || !strings.Contains(string(list.body), `"total":1`) {
+		t.Errorf("prime adapters: %d %s", list.status, list.body)
+	}
+	if other := call(t, "GET", d.s.URL+"/api/v1/rft/adapters/"+dep.ID, d.s.Token("globex", auth.ScopeJobsRead), "", nil); other.status != http.StatusNotFound {
+		t.Errorf("another organization's adapter: %d %s", other.status, other.body)
+	}
+	if ro := call(t, "POST", d.s.URL+"/api/v1/rft/adapters/"+dep.ID+"/unload", d.s.Token("acme", auth.ScopeJobsRead), "", nil); ro.status != http.StatusForbidden {
+		t.Errorf("an unload with a read-only token: %d %s", ro.status, ro.body)
+	}
+	if un := call(t, "POST", d.s.URL+"/api/v1/rft/adapters/"+dep.ID+"/unload", d.token, "", nil); un.status != 200 || !strings.Contains(string(un.body), `"deploymentStatus":"NOT_DEPLOYED"`) {
+		t.Errorf("unload of an adapter no agent holds yet: %d %s", un.status, un.body)
+	}
+	if bad := call(t, "POST", d.s.URL+"/api/v1/rft/checkpoints/"+d.jobID+"-step-20/deploy", d.token, "", nil); bad.status != http.StatusConflict ||
+		!strings.Contains(string(bad.body), `"detail"`) {
+		t.Errorf("prime deploy of an unfinished checkpoint: %d %s", bad.status, bad.body)
+	}
+	body, _ := json.Marshal(map[string]any{"token": "not-a-lease"})
+	if lost := call(t, "POST", d.s.URL+"/v1/agent/jobs/"+dep.Server+"/serving", d.s.AgentToken("agent-1"), "application/json", body); lost.status != http.StatusConflict {
+		t.Errorf("serving without the lease: %d %s", lost.status, lost.body)
+	}
+}
