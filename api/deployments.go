@@ -35,6 +35,7 @@ type Deployments interface {
 	Deploy(ctx context.Context, org, id string, newServer func(context.Context, *job.Adapter) (string, error)) (*job.Adapter, error)
 	Unload(ctx context.Context, org, id string, idle bool) (*job.Adapter, error)
 	Serving(ctx context.Context, jobID, token string, loaded []string, failed map[string]string) ([]job.Served, error)
+	WithLatencies(ctx context.Context, as []job.Adapter) error
 }
 
 // deploymentOf is an adapter as /v1/deployments answers it.
@@ -42,7 +43,8 @@ func deploymentOf(a *job.Adapter) wire.Deployment {
 	return wire.Deployment{ID: a.ID, Model: a.ModelID(), Job: a.Job, JobName: a.Name, Step: a.Step, BaseModel: a.Base,
 		Kind: a.Kind, Status: a.Status, DeploymentStatus: a.Deployment, Server: a.Server, Node: a.Node, Error: a.Error,
 		Idle: a.Idle, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, DeployedAt: a.DeployedAt, LastUsedAt: a.UsedAt,
-		Requests: a.Requests, Failures: a.Failures, PromptTokens: a.PromptTokens, CompletionTokens: a.CompletionTokens}
+		Requests: a.Requests, Failures: a.Failures, PromptTokens: a.PromptTokens, CompletionTokens: a.CompletionTokens,
+		LatencyP50Ms: a.LatencyP50Ms, LatencyP99Ms: a.LatencyP99Ms}
 }
 
 // deploymentProblem answers a failed deployment call.
@@ -261,6 +263,9 @@ func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) adapterPage(r *http.Request, offset, limit int) ([]job.Adapter, int, *Problem) {
 	page, total, err := s.cfg.Deployments.ListAdapters(r.Context(), principal(r).Org, offset, limit)
+	if err == nil {
+		err = s.cfg.Deployments.WithLatencies(r.Context(), page)
+	}
 	if err != nil {
 		return nil, 0, s.failure(r, err)
 	}
@@ -270,6 +275,11 @@ func (s *Server) adapterPage(r *http.Request, offset, limit int) ([]job.Adapter,
 func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) {
 	id := pathParam(r, "deployment_id")
 	a, err := s.cfg.Deployments.GetAdapter(r.Context(), principal(r).Org, id)
+	if err == nil {
+		one := []job.Adapter{*a}
+		err = s.cfg.Deployments.WithLatencies(r.Context(), one)
+		a = &one[0]
+	}
 	if err != nil {
 		writeProblem(w, r, s.deploymentProblem(r, id, err))
 		return

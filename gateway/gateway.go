@@ -25,7 +25,7 @@ import (
 type Deployments interface {
 	GetAdapter(ctx context.Context, org, id string) (*job.Adapter, error)
 	ListAdapters(ctx context.Context, org string, offset, limit int) ([]job.Adapter, int, error)
-	Used(ctx context.Context, id string, requests, failures, prompt, completion int64) error
+	Used(ctx context.Context, id string, requests, failures, prompt, completion int64, latenciesMs []float64) error
 }
 
 // Config is what a gateway is made of.
@@ -89,7 +89,10 @@ type route struct {
 	at time.Time
 }
 
-type count struct{ requests, failures, prompt, completion int64 }
+type count struct {
+	requests, failures, prompt, completion int64
+	latencies                              []float64 // ms, of the newest requests (at most 1,000)
+}
 
 const (
 	routeTTL   = time.Second
@@ -143,7 +146,7 @@ func (g *Gateway) flush() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for id, c := range counts {
-		if err := g.cfg.Deployments.Used(ctx, id, c.requests, c.failures, c.prompt, c.completion); err != nil {
+		if err := g.cfg.Deployments.Used(ctx, id, c.requests, c.failures, c.prompt, c.completion, c.latencies); err != nil {
 			g.cfg.Logger.Warn("gateway: count requests", "adapter", id, "requests", c.requests, "err", err)
 		}
 	}
@@ -542,6 +545,9 @@ func (g *Gateway) meter(r *http.Request, a *job.Adapter, u usage, failed bool, s
 	}
 	c.prompt += u.Prompt
 	c.completion += u.Completion
+	if len(c.latencies) < 1000 {
+		c.latencies = append(c.latencies, float64(time.Since(start).Microseconds())/1000)
+	}
 	g.mu.Unlock()
 	g.cfg.Logger.Info("inference", "org", a.Org, "model", a.ModelID(), "server", a.Server, "node", a.Node,
 		"bytes_in", in, "bytes_out", out, "prompt_tokens", u.Prompt, "completion_tokens", u.Completion,

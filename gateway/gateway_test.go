@@ -314,6 +314,10 @@ func TestTheGatewayRoutesEachAdapterToItsServer(t *testing.T) {
 		a, err := s.q.GetAdapter(context.Background(), "acme", adapters[0].ID)
 		return err == nil && a.Requests == 2 && a.CompletionTokens > 0 && a.PromptTokens > 0 && a.UsedAt != nil
 	})
+	timed := []job.Adapter{*adapters[0]}
+	if err := s.q.WithLatencies(context.Background(), timed); err != nil || timed[0].LatencyP50Ms <= 0 || timed[0].LatencyP99Ms < timed[0].LatencyP50Ms {
+		t.Errorf("latencies: p50 %v p99 %v (%v)", timed[0].LatencyP50Ms, timed[0].LatencyP99Ms, err)
+	}
 }
 
 // A stream cut by the node's loss ends with an error event, not a hang; the agent's tunnel

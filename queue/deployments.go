@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,9 @@ func (c Deployments) PutAdapter(ctx context.Context, s AdapterSpec) (*job.Adapte
 	return a, created == 1, err
 }
 
+// maxLatencies is how many of an adapter's newest request latencies are kept.
+const maxLatencies = 1000
+
 // GetAdapter reads an adapter of org; another organization's, or none, is job.ErrNotFound.
 func (c Deployments) GetAdapter(ctx context.Context, org, id string) (*job.Adapter, error) {
 	m, err := c.rdb.HGetAll(ctx, c.keys.of("adapterkey", id)).Result()
@@ -65,6 +69,34 @@ func (c Deployments) GetAdapter(ctx context.Context, org, id string) (*job.Adapt
 		return nil, fmt.Errorf("queue: adapter %s: %w", id, job.ErrNotFound)
 	}
 	return adapterFromMap(m), nil
+}
+
+// WithLatencies fills in the adapters' latency percentiles (a read of each one's newest).
+func (c Deployments) WithLatencies(ctx context.Context, as []job.Adapter) error {
+	cmds := make([]*redis.StringSliceCmd, len(as))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range as {
+			cmds[i] = p.LRange(ctx, c.keys.of("adapterlat", as[i].ID), 0, -1)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return wrapErr("read latencies", err)
+	}
+	for i, cmd := range cmds {
+		vals := cmd.Val()
+		if len(vals) == 0 {
+			continue
+		}
+		ms := make([]float64, 0, len(vals))
+		for _, v := range vals {
+			f, _ := strconv.ParseFloat(v, 64)
+			ms = append(ms, f)
+		}
+		slices.Sort(ms)
+		as[i].LatencyP50Ms, as[i].LatencyP99Ms = ms[(len(ms)-1)/2], ms[(len(ms)-1)*99/100]
+	}
+	return nil
 }
 
 // AdapterOf returns the adapter filed for a job's step, or job.ErrNotFound.
@@ -189,10 +221,19 @@ func (c Deployments) Serving(ctx context.Context, jobID, token string, loaded []
 
 // Used counts requests to an adapter (the gateway adds up its own first): how many, how many
 // failed, their tokens, and now as its last use (what keeps it from being unloaded as idle).
-func (c Deployments) Used(ctx context.Context, id string, requests, failures, prompt, completion int64) error {
+func (c Deployments) Used(ctx context.Context, id string, requests, failures, prompt, completion int64, latenciesMs []float64) error {
 	key := c.keys.of("adapterkey", id)
 	now := c.cfg.Now()
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if len(latenciesMs) > 0 {
+			lat := c.keys.of("adapterlat", id)
+			vals := make([]any, len(latenciesMs))
+			for i, v := range latenciesMs {
+				vals[i] = v
+			}
+			p.LPush(ctx, lat, vals...)
+			p.LTrim(ctx, lat, 0, maxLatencies-1)
+		}
 		p.HIncrBy(ctx, key, adapterField.Requests, requests)
 		if failures > 0 {
 			p.HIncrBy(ctx, key, adapterField.Failures, failures)

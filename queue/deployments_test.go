@@ -175,7 +175,7 @@ func TestDeploymentsFollowTheirServer(t *testing.T) {
 		}
 
 		b.clock.Advance(b.cfg.DeploymentIdle - time.Minute)
-		if err := b.q.Used(b.ctx, used.ID, 1, 0, 12, 30); err != nil {
+		if err := b.q.Used(b.ctx, used.ID, 1, 0, 12, 30, []float64{40}); err != nil {
 			t.Fatal(err)
 		}
 		b.clock.Advance(2 * time.Minute)

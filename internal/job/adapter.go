@@ -23,6 +23,8 @@ type Adapter struct {
 	DeployedAt, UsedAt             *time.Time
 	Requests, Failures             int64
 	PromptTokens, CompletionTokens int64
+	// LatencyP50Ms and LatencyP99Ms are over its newest 1,000 requests (0: none yet).
+	LatencyP50Ms, LatencyP99Ms float64
 }
 
 // The kinds of adapter: a LoRA adapter shares its base model's server with others, a full

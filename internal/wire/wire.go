@@ -301,6 +301,9 @@ type Deployment struct {
 	Failures         int64      `json:"failures"`
 	PromptTokens     int64      `json:"prompt_tokens"`
 	CompletionTokens int64      `json:"completion_tokens"`
+	// LatencyP50Ms and LatencyP99Ms are over its newest 1,000 requests through the gateway.
+	LatencyP50Ms float64 `json:"latency_p50_ms,omitempty"`
+	LatencyP99Ms float64 `json:"latency_p99_ms,omitempty"`
 }
 
 // ServedAdapter is an adapter a model server's agent is to hold: its model id (the name it is
