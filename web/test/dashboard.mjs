@@ -17,6 +17,9 @@
 //
 // A running job's charts grow as it steps, and Stop (asked first) stops it.
 //
+// A checkpoint deployed from its job's page: the deployments page shows it DEPLOYED and its
+// chat box streams an answer from it.
+//
 //   node dashboard.mjs URL TOKEN JOB_ID OUT_DIR EVAL_JOB_ID FORKED_JOB_ID FAILED_JOB_ID GEPA_JOB_ID MULTI_ENV_JOB_ID LIVE_JOB_ID
 import { chromium } from 'playwright-core';
 
@@ -331,6 +334,23 @@ try {
   const trained = Number((await page.textContent('#facts')).match(/step(\d+)\//)[1]);
   await page.waitForFunction((n) => ['loss', 'entropy', 'grad_norm'].every((m) => Number(document.querySelector(`#charts .chart[data-metric="${m}"]`)?.dataset.points) === n), trained, timeout)
     .catch(() => fail(`the trainer's charts of the stopped run do not hold its ${trained} steps (while it ran: ${gaps.join(' | ')})`));
+
+  where = 'deployments';
+  // Deploy the best checkpoint from the job's page; the deployments page shows it DEPLOYED
+  // (its node, requests) and its chat box streams an answer from it through the gateway.
+  await page.goto(url + '/#/jobs/' + jobID);
+  await page.waitForSelector('#checkpoints tr.best button.deploy', timeout);
+  await page.click('#checkpoints tr.best button.deploy');
+  await page.waitForFunction(() => location.hash === '#/deployments', null, timeout);
+  await page.waitForSelector('#deployments tr[data-status="DEPLOYED"]', { timeout: 60000 });
+  await page.waitForFunction(() => document.querySelector('#chat-model')?.options.length > 0, null, timeout);
+  await page.fill('#chat-input', 'hello from the dashboard');
+  await page.click('#chat-send');
+  await page.waitForFunction(() => document.querySelector('#chat-answer')?.dataset.done === '1', null, timeout);
+  const said = await page.textContent('#chat-answer');
+  if (!said.includes('emulated answer of adapter') || !said.includes('hello from the dashboard')) fail('the chat box answered: ' + said);
+  await page.waitForFunction(() => Number(document.querySelector('#deployments tr[data-status="DEPLOYED"] td:nth-child(6)')?.textContent) > 0, null, timeout);
+  await page.screenshot({ path: out + '/deployments.png' });
 
   where = 'docs';
   await page.goto(url + '/docs');

@@ -801,12 +801,23 @@ function jobPage(id) {
     if (kind !== 'rl') { checkpoints.replaceChildren(el('p', { class: 'muted' }, 'none: only rl jobs checkpoint')); return; }
     const page = await api(`/v1/jobs/${id}/checkpoints`);
     if (!page.items.length) { checkpoints.replaceChildren(el('p', { class: 'muted' }, 'none yet')); return; }
-    checkpoints.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, ['Step', 'Status', 'Reward', 'Eval reward', 'Size', 'Time', 'Download'].map((h) => el('th', {}, h)))),
+    checkpoints.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, ['Step', 'Status', 'Reward', 'Eval reward', 'Size', 'Time', 'Download', ''].map((h) => el('th', {}, h)))),
       el('tbody', {}, page.items.map((c) => el('tr', { 'data-step': c.step, class: c.best ? 'best' : null },
         el('td', {}, c.step), el('td', {}, c.status, c.pinned ? ' · pinned' : '', c.best ? ' · ' : '', c.best ? el('b', {}, 'best') : ''),
         el('td', {}, fmt((c.metrics || {}).reward)), el('td', {}, fmt((c.metrics || {}).eval_reward)), el('td', {}, size(c.bytes)),
         el('td', {}, c.time ? new Date(c.time).toLocaleString() : '-'),
-        el('td', {}, (c.download || []).map((f) => el('div', {}, el('a', { href: f.url, class: 'mono', rel: 'noopener' }, f.path), ' ', el('span', { class: 'muted' }, size(f.bytes))))))))));
+        el('td', {}, (c.download || []).map((f) => el('div', {}, el('a', { href: f.url, class: 'mono', rel: 'noopener' }, f.path), ' ', el('span', { class: 'muted' }, size(f.bytes))))),
+        el('td', {}, c.status === 'committed' ? el('button', { type: 'button', class: 'deploy', onclick: () => deployStep(c.step) }, 'Deploy') : ''))))));
+  }
+
+  // Deploy: the checkpoint served for inference; its deployment is on the deployments page.
+  async function deployStep(step) {
+    try {
+      await api('/v1/deployments', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ job: id, step }) });
+      location.hash = '#/deployments';
+    } catch (e) {
+      alert(e.message);
+    }
   }
 
   // Rollouts: a step's reward (or advantage) histogram over its whole batch, and the episodes
@@ -1078,6 +1089,91 @@ function nodesPage() {
   return () => clearInterval(timer);
 }
 
+// ---- deployments: where each runs, its requests, tokens, latency and errors; a chat box ----
+
+function deploymentsPage() {
+  const body = el('tbody');
+  const note = el('p', { class: 'muted' }, 'Deploy a committed checkpoint from its job\'s page (or `hostedtrain deploy JOB`). ',
+    'An adapter no request reached for a while is unloaded and comes back on the next request.');
+  const pick = el('select', { id: 'chat-model' });
+  const input = el('input', { id: 'chat-input', type: 'text', placeholder: 'say something', size: 60 });
+  const answer = el('pre', { id: 'chat-answer', class: 'chat' });
+  const send = el('button', { type: 'button', id: 'chat-send', onclick: () => chat() }, 'Send');
+  app.replaceChildren(el('h1', {}, 'Deployments'), el('table', { id: 'deployments' }, el('thead', {}, el('tr', {},
+    ['Model', 'Job', 'Step', 'Status', 'Node', 'Requests', 'Tokens', 'p50 / p99', 'Errors', ''].map((h) => el('th', {}, h)))), body), note,
+  el('h2', {}, 'Chat'), el('p', {}, pick, ' ', input, ' ', send), answer);
+  const ms = (v) => (v ? v.toFixed(1) + ' ms' : '-');
+  async function load() {
+    try {
+      const page = await api('/v1/deployments?limit=100');
+      body.replaceChildren(...page.items.map((d) => el('tr', { 'data-id': d.id, 'data-status': d.deployment_status },
+        el('td', { class: 'mono' }, d.model), el('td', {}, el('a', { href: '#/jobs/' + d.job, class: 'mono' }, d.job_name || shortID(d.job))),
+        el('td', {}, d.step), el('td', {}, el('span', { class: 'badge ' + (d.deployment_status === 'DEPLOYED' ? 's-COMPLETED' : d.deployment_status.endsWith('FAILED') ? 's-FAILED' : 's-RUNNING') }, d.deployment_status)),
+        el('td', { class: 'mono' }, d.node || '-'), el('td', {}, d.requests), el('td', {}, d.prompt_tokens + d.completion_tokens),
+        el('td', {}, ms(d.latency_p50_ms) + ' / ' + ms(d.latency_p99_ms)), el('td', {}, d.failures || 0, d.error ? el('div', { class: 'muted' }, d.error) : ''),
+        el('td', {}, d.deployment_status === 'DEPLOYED' || d.deployment_status === 'DEPLOYING'
+          ? el('button', { type: 'button', class: 'unload', onclick: () => unload(d) }, 'Unload') : ''))));
+      if (!page.items.length) body.append(el('tr', {}, el('td', { colspan: 10, class: 'muted' }, 'none yet')));
+      const live = page.items.filter((d) => d.deployment_status === 'DEPLOYED').map((d) => d.model);
+      const was = pick.value;
+      if (live.join() !== [...pick.options].map((o) => o.value).join()) {
+        pick.replaceChildren(...live.map((m) => el('option', { value: m }, m)));
+        if (live.includes(was)) pick.value = was;
+      }
+    } catch (e) {
+      showError(note, e);
+    }
+  }
+  async function unload(d) {
+    if (!confirm(`Unload ${d.model}? Deploy it again at will.`)) return;
+    try {
+      await api('/v1/deployments/' + d.id, { method: 'DELETE' });
+      load();
+    } catch (e) {
+      alert(e.message);
+    }
+  }
+  // chat streams the answer through the inference gateway (the API's origin in hostedtrain dev).
+  async function chat() {
+    answer.textContent = '';
+    try {
+      const res = await fetch('/api/v1/chat/completions', {
+        method: 'POST',
+        headers: { Authorization: 'Bearer ' + token(), 'Content-Type': 'application/json' },
+        body: JSON.stringify({ model: pick.value, stream: true, messages: [{ role: 'user', content: input.value }] }),
+      });
+      if (!res.ok) {
+        const b = await res.json().catch(() => ({}));
+        answer.textContent = res.status + ': ' + ((b.error || {}).message || '');
+        return;
+      }
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, i).trim();
+          buf = buf.slice(i + 1);
+          if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+          const ev = JSON.parse(line.slice(6));
+          if (ev.error) { answer.textContent += '\n[' + ev.error.message + ']'; continue; }
+          for (const c of ev.choices || []) answer.textContent += (c.delta || {}).content || '';
+        }
+      }
+      answer.dataset.done = '1';
+    } catch (e) {
+      answer.textContent = e.message;
+    }
+  }
+  load();
+  const timer = setInterval(load, 3000);
+  return () => clearInterval(timer);
+}
+
 // ---- routing ----
 
 function route(message) {
@@ -1093,6 +1189,7 @@ function route(message) {
   const m = location.hash.match(/^#\/jobs\/([A-Za-z0-9-]+)/);
   const cmp = location.hash.match(/^#\/compare\/([A-Za-z0-9,-]+)/);
   if (admin && location.hash === '#/nodes') leave = nodesPage();
+  else if (location.hash === '#/deployments') leave = deploymentsPage();
   else if (cmp) leave = comparePage(cmp[1].split(',').filter(Boolean).slice(0, PALETTE.length));
   else leave = m ? jobPage(m[1]) : jobsPage();
 }
