@@ -36,6 +36,7 @@ type Deployments interface {
 	Unload(ctx context.Context, org, id string, idle bool) (*job.Adapter, error)
 	Serving(ctx context.Context, jobID, token string, loaded []string, failed map[string]string) ([]job.Served, error)
 	WithLatencies(ctx context.Context, as []job.Adapter) error
+	InferenceUsage(ctx context.Context, org string) (requests, prompt, completion int64, err error)
 }
 
 // deploymentOf is an adapter as /v1/deployments answers it.

@@ -407,9 +407,20 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	var inference *wire.InferenceUsage
+	if s.cfg.Deployments != nil {
+		n, p, c, err := s.cfg.Deployments.InferenceUsage(r.Context(), org)
+		if err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+		if n > 0 {
+			inference = &wire.InferenceUsage{Requests: n, PromptTokens: p, CompletionTokens: c}
+		}
+	}
 	writeJSON(w, http.StatusOK, wire.Usage{
 		Organization: wire.OrgUsage{Org: org, GPUSeconds: round3(st.GPUSeconds), Running: st.Running, RunningGPUs: st.RunningGPUs,
-			StorageBytes: st.StorageBytes},
+			StorageBytes: st.StorageBytes, Inference: inference},
 		Jobs: items, NextCursor: next, ByUser: users, ByToken: tokens,
 	})
 }

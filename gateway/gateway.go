@@ -25,7 +25,7 @@ import (
 type Deployments interface {
 	GetAdapter(ctx context.Context, org, id string) (*job.Adapter, error)
 	ListAdapters(ctx context.Context, org string, offset, limit int) ([]job.Adapter, int, error)
-	Used(ctx context.Context, id string, requests, failures, prompt, completion int64, latenciesMs []float64) error
+	Used(ctx context.Context, org, id string, requests, failures, prompt, completion int64, latenciesMs []float64) error
 }
 
 // Config is what a gateway is made of.
@@ -90,6 +90,7 @@ type route struct {
 }
 
 type count struct {
+	org                                    string
 	requests, failures, prompt, completion int64
 	latencies                              []float64 // ms, of the newest requests (at most 1,000)
 }
@@ -146,7 +147,7 @@ func (g *Gateway) flush() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for id, c := range counts {
-		if err := g.cfg.Deployments.Used(ctx, id, c.requests, c.failures, c.prompt, c.completion, c.latencies); err != nil {
+		if err := g.cfg.Deployments.Used(ctx, c.org, id, c.requests, c.failures, c.prompt, c.completion, c.latencies); err != nil {
 			g.cfg.Logger.Warn("gateway: count requests", "adapter", id, "requests", c.requests, "err", err)
 		}
 	}
@@ -536,7 +537,7 @@ func (g *Gateway) meter(r *http.Request, a *job.Adapter, u usage, failed bool, s
 	g.mu.Lock()
 	c := g.counts[a.ID]
 	if c == nil {
-		c = &count{}
+		c = &count{org: a.Org}
 		g.counts[a.ID] = c
 	}
 	c.requests++

@@ -221,10 +221,15 @@ func (c Deployments) Serving(ctx context.Context, jobID, token string, loaded []
 
 // Used counts requests to an adapter (the gateway adds up its own first): how many, how many
 // failed, their tokens, and now as its last use (what keeps it from being unloaded as idle).
-func (c Deployments) Used(ctx context.Context, id string, requests, failures, prompt, completion int64, latenciesMs []float64) error {
+func (c Deployments) Used(ctx context.Context, org, id string, requests, failures, prompt, completion int64, latenciesMs []float64) error {
 	key := c.keys.of("adapterkey", id)
 	now := c.cfg.Now()
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		// The organization's, for its usage: requests and tokens of all its deployments.
+		usage := c.keys.of("orgusage", org)
+		p.HIncrBy(ctx, usage, "inf:requests", requests)
+		p.HIncrBy(ctx, usage, "inf:prompt", prompt)
+		p.HIncrBy(ctx, usage, "inf:completion", completion)
 		if len(latenciesMs) > 0 {
 			lat := c.keys.of("adapterlat", id)
 			vals := make([]any, len(latenciesMs))
@@ -249,6 +254,16 @@ func (c Deployments) Used(ctx context.Context, id string, requests, failures, pr
 		return nil
 	})
 	return wrapErr("count an adapter's use", err)
+}
+
+// InferenceUsage is what org's deployments served: requests, prompt and completion tokens.
+func (c Deployments) InferenceUsage(ctx context.Context, org string) (requests, prompt, completion int64, err error) {
+	vals, err := c.rdb.HMGet(ctx, c.keys.of("orgusage", org), "inf:requests", "inf:prompt", "inf:completion").Result()
+	if err != nil {
+		return 0, 0, 0, wrapErr("inference usage", err)
+	}
+	n := func(v any) int64 { s, _ := v.(string); x, _ := strconv.ParseInt(s, 10, 64); return x }
+	return n(vals[0]), n(vals[1]), n(vals[2]), nil
 }
 
 // CheckDeployments is the reaper's deployments duty: every adapter deploying, deployed or

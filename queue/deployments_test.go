@@ -175,7 +175,7 @@ func TestDeploymentsFollowTheirServer(t *testing.T) {
 		}
 
 		b.clock.Advance(b.cfg.DeploymentIdle - time.Minute)
-		if err := b.q.Used(b.ctx, used.ID, 1, 0, 12, 30, []float64{40}); err != nil {
+		if err := b.q.Used(b.ctx, "acme", used.ID, 1, 0, 12, 30, []float64{40}); err != nil {
 			t.Fatal(err)
 		}
 		b.clock.Advance(2 * time.Minute)
@@ -187,6 +187,9 @@ func TestDeploymentsFollowTheirServer(t *testing.T) {
 		}
 		if d := b.deployment(t, "acme", used.ID); d.Deployment != job.Deployed || d.Requests != 1 || d.PromptTokens != 12 || d.CompletionTokens != 30 {
 			t.Errorf("a used adapter: %+v", d)
+		}
+		if n, p, c, err := b.q.InferenceUsage(b.ctx, "acme"); err != nil || n != 1 || p != 12 || c != 30 {
+			t.Errorf("the organization's inference usage: %d %d %d %v", n, p, c, err)
 		}
 	})
 }

@@ -150,6 +150,10 @@ func TestPrimeDeploymentsTrainDeployChat(t *testing.T) {
 	if out, code := d.cli(t, "chat", other, "hello from the CLI"); code != 0 || !strings.Contains(out, "emulated answer of adapter "+other) {
 		t.Errorf("hostedtrain chat: %d %s", code, out)
 	}
+	testwait.Until(t, 10*time.Second, "train usage to count the deployments' requests", func() bool {
+		out, code := d.cli(t, "train", "usage")
+		return code == 0 && strings.Contains(out, "deployments served") && !strings.Contains(out, "served 0 request")
+	})
 	if out, code := d.cli(t, "deploy", run.ID+"@best", "-o", "json"); code != 0 || !strings.Contains(out, `"deployment_status"`) {
 		t.Errorf("hostedtrain deploy JOB@best: %d %s", code, out)
 	}

@@ -474,6 +474,9 @@ func renderJobUsage(out io.Writer, u *client.JobUsage) {
 func renderUsage(w io.Writer, u *client.Usage) {
 	fmt.Fprintf(w, "organization %s: %s in all; %d job(s) running on %d GPU(s) now; %s in storage\n\n", u.Organization.Org,
 		gpuHours(u.Organization.GPUSeconds), u.Organization.Running, u.Organization.RunningGPUs, size(u.Organization.StorageBytes))
+	if in := u.Organization.Inference; in != nil {
+		fmt.Fprintf(w, "deployments served %d request(s): %d prompt and %d completion tokens\n\n", in.Requests, in.PromptTokens, in.CompletionTokens)
+	}
 	t := table(w)
 	fmt.Fprintln(t, "ID\tKIND\tSTATUS\tGPUS\tGPU TIME\tSTORAGE")
 	for _, j := range u.Jobs {

@@ -233,6 +233,8 @@ type OrgUsage struct {
 	RunningGPUs int     `json:"running_gpus"`
 	// StorageBytes is what its jobs keep in object storage, as last measured.
 	StorageBytes int64 `json:"storage_bytes"`
+	// Inference is what the organization's deployments served through the gateway.
+	Inference *InferenceUsage `json:"inference,omitempty"`
 }
 
 // UsageJob is one job's line of the organization's usage.
@@ -315,4 +317,11 @@ type ServedAdapter struct {
 	Step  int            `json:"step"`
 	Kind  string         `json:"kind"`
 	Files []DownloadFile `json:"files"`
+}
+
+// InferenceUsage is what an organization's deployments served: requests and tokens.
+type InferenceUsage struct {
+	Requests         int64 `json:"requests"`
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
 }
