@@ -710,11 +710,26 @@ func (s *Server) primeRunUsage(w http.ResponseWriter, r *http.Request) {
 	if u.CostUSD != nil {
 		cost = *u.CostUSD
 	}
+	// Inference: what the run's deployed checkpoints served through the gateway (their model
+	// servers' GPU time is billed as a job's, not by the token).
+	var in, out int64
+	if s.cfg.Deployments != nil {
+		page, _, err := s.cfg.Deployments.ListAdapters(r.Context(), j.Org, 0, 1000)
+		if err != nil {
+			primeFail(w, s.failure(r, err))
+			return
+		}
+		for _, a := range page {
+			if a.Job == j.ID {
+				in, out = in+a.PromptTokens, out+a.CompletionTokens
+			}
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"run_id": id, "run_name": u.Name, "base_model": u.Model, "status": primeRun(j)["status"],
 		"training":     map[string]any{"tokens": u.Tokens.Total, "input_tokens": u.Tokens.Input, "output_tokens": u.Tokens.Output, "cost_usd": cost},
-		"inference":    map[string]any{"tokens": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0},
-		"total_tokens": u.Tokens.Total, "total_cost_usd": cost,
+		"inference":    map[string]any{"tokens": in + out, "input_tokens": in, "output_tokens": out, "cost_usd": 0},
+		"total_tokens": u.Tokens.Total + in + out, "total_cost_usd": cost,
 		"pricing":      map[string]any{"training_per_mtok": nil, "inference_input_per_mtok": nil, "inference_output_per_mtok": nil},
 		"record_count": u.Step,
 	})

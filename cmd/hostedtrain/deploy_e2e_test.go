@@ -154,6 +154,17 @@ func TestPrimeDeploymentsTrainDeployChat(t *testing.T) {
 		out, code := d.cli(t, "train", "usage")
 		return code == 0 && strings.Contains(out, "deployments served") && !strings.Contains(out, "served 0 request")
 	})
+	// The prime CLI's billing client: the run's inference is what its deployments served.
+	testwait.Until(t, 10*time.Second, "the run's usage to count its deployments' tokens", func() bool {
+		out, ok := d.primeClient(t, "usage", run.ID)
+		var u struct {
+			Inference struct {
+				InputTokens  int `json:"input_tokens"`
+				OutputTokens int `json:"output_tokens"`
+			}
+		}
+		return ok && json.Unmarshal(out, &u) == nil && u.Inference.InputTokens > 0 && u.Inference.OutputTokens > 0
+	})
 	if out, code := d.cli(t, "deploy", run.ID+"@best", "-o", "json"); code != 0 || !strings.Contains(out, `"deployment_status"`) {
 		t.Errorf("hostedtrain deploy JOB@best: %d %s", code, out)
 	}
