@@ -53,6 +53,9 @@ type Config struct {
 	WakeWait time.Duration
 	// MaxBody bounds a request's body (default DefaultMaxBody).
 	MaxBody int64
+	// Routes, with several gateways, files the tunnels this one holds and finds the gateway
+	// holding another's (routes.go); nil: one gateway.
+	Routes *Routes
 	Logger  *slog.Logger
 }
 
@@ -118,7 +121,7 @@ func New(cfg Config) *Gateway {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{cfg: cfg, tunnels: newTunnels(), counts: map[string]*count{}, stop: make(chan struct{}), done: make(chan struct{})}
+	g := &Gateway{cfg: cfg, tunnels: newTunnels(cfg.Routes), counts: map[string]*count{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go g.flushing()
 	return g
 }
@@ -362,8 +365,9 @@ func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request, org string) {
 
 // ready waits, within WakeWait, for adapter a to be deployed on a node with a tunnel here,
 // deploying it again first if it was unloaded for being idle. It returns the adapter and its
-// tunnel, or answers 503 with Retry-After.
-func (g *Gateway) ready(w http.ResponseWriter, r *http.Request, a *job.Adapter) (*job.Adapter, *tunnel) {
+// tunnel, or the gateway that holds the node's tunnel (with several), or answers 503 with
+// Retry-After.
+func (g *Gateway) ready(w http.ResponseWriter, r *http.Request, a *job.Adapter) (*job.Adapter, *tunnel, string) {
 	if a.Deployment != job.Deployed && a.Deployment != job.Deploying && g.cfg.Wake != nil {
 		token := strings.TrimSpace(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
 		if err := g.cfg.Wake(r.Context(), a.Org, a.ID, token); err != nil {
@@ -374,7 +378,12 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request, a *job.Adapter) 
 	for {
 		if a.Deployment == job.Deployed {
 			if tn := g.tunnels.get(a.Node); tn != nil {
-				return a, tn
+				return a, tn, ""
+			}
+			if g.cfg.Routes != nil && r.Header.Get(ForwardedHeader) == "" {
+				if addr := g.cfg.Routes.owner(r.Context(), a.Node); addr != "" {
+					return a, nil, addr
+				}
 			}
 		}
 		if time.Now().After(deadline) {
@@ -382,7 +391,7 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request, a *job.Adapter) 
 		}
 		select {
 		case <-r.Context().Done():
-			return nil, nil
+			return nil, nil, ""
 		case <-time.After(100 * time.Millisecond):
 		}
 		next, err := g.cfg.Deployments.GetAdapter(r.Context(), a.Org, a.ID)
@@ -394,7 +403,7 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request, a *job.Adapter) 
 	w.Header().Set("Retry-After", "5")
 	openAIError(w, http.StatusServiceUnavailable, "server_error", "model_loading",
 		fmt.Sprintf("the model %s is being deployed (%s); try again shortly", a.ModelID(), strings.ToLower(a.Deployment)))
-	return nil, nil
+	return nil, nil, ""
 }
 
 // chatRequest is what the gateway reads of a chat completion.
@@ -428,7 +437,11 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, org string) {
 	if a == nil {
 		return
 	}
-	a, tn := g.ready(w, r, a)
+	a, tn, elsewhere := g.ready(w, r, a)
+	if elsewhere != "" {
+		forward(w, r, elsewhere, body)
+		return
+	}
 	if tn == nil {
 		return
 	}

@@ -93,12 +93,26 @@ func newStack(t testing.TB, cfg gateway.Config, emulate ...string) *stack {
 	}
 	cfg.Verifier = auth.NewVerifier(keys, nil)
 	cfg.Deployments = q
-	gw := gateway.New(cfg)
-	srv := httptest.NewServer(gw)
-	t.Cleanup(func() { srv.Close(); gw.Close() })
-	s := &stack{t: t, q: q, keys: keys, gw: gw, url: srv.URL}
+	gw, url := startGateway(t, cfg)
+	s := &stack{t: t, q: q, keys: keys, gw: gw, url: url}
 	s.vllm = startVLLM(t, emulate...)
 	return s
+}
+
+// startGateway serves a gateway on a free port; with Routes, it is filed under its own URL.
+func startGateway(t testing.TB, cfg gateway.Config) (*gateway.Gateway, string) {
+	srv := httptest.NewUnstartedServer(nil)
+	url := "http://" + srv.Listener.Addr().String()
+	if cfg.Routes != nil {
+		r := *cfg.Routes
+		r.Advertise = url
+		cfg.Routes = &r
+	}
+	gw := gateway.New(cfg)
+	srv.Config.Handler = gw
+	srv.Start()
+	t.Cleanup(func() { srv.Close(); gw.Close() })
+	return gw, url
 }
 
 // startVLLM runs the emulated `vllm serve` with runtime LoRA updating on a free port.
@@ -396,4 +410,47 @@ func TestTheGatewaysRefusals(t *testing.T) {
 		t.Errorf("an unloaded adapter: %d %s", r.code, r.body)
 	}
 	_ = adapters
+}
+
+// Several gateways: a request that reaches a gateway without the tunnel of its adapter's node
+// is handed to the one that has it (filed in Redis), which checks the token again and serves
+// it; once the tunnel closes, its route is gone.
+func TestGatewaysHandARequestToTheOneWithTheTunnel(t *testing.T) {
+	prefix := fmt.Sprintf("gw%d-%d", os.Getpid(), prefixes+1)
+	routes := &gateway.Routes{Redis: rdb, Prefix: prefix}
+	s := newStack(t, gateway.Config{Routes: routes})
+	adapters, digests := s.deploy(10)
+	s.tunnel()
+	other, otherURL := startGateway(t, gateway.Config{Verifier: auth.NewVerifier(s.keys, nil), Deployments: s.q,
+		Routes: routes, WakeWait: 300 * time.Millisecond})
+	if other.Tunnels() != 0 {
+		t.Fatal("the second gateway holds a tunnel")
+	}
+	acme := s.tokenFor("acme", auth.ScopeJobsRead)
+	for _, stream := range []bool{false, true} {
+		b, _ := json.Marshal(chatBody(adapters[0].ModelID(), stream))
+		req, _ := http.NewRequest(http.MethodPost, otherURL+"/api/v1/chat/completions", bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+acme)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(got), digests[0]) {
+			t.Fatalf("through the other gateway (stream %v): %d %s", stream, resp.StatusCode, got)
+		}
+	}
+	// A forged hand-over still needs a token of the organization.
+	b, _ := json.Marshal(chatBody(adapters[0].ModelID(), false))
+	req, _ := http.NewRequest(http.MethodPost, otherURL+"/api/v1/chat/completions", bytes.NewReader(b))
+	req.Header.Set(gateway.ForwardedHeader, "1")
+	req.Header.Set("Authorization", "Bearer "+s.tokenFor("globex", auth.ScopeJobsRead))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("another organization through a hand-over: %v %v", resp, err)
+	}
+	s.stopTun()
+	testwait.Until(t, 10*time.Second, "the closed tunnel's route to go", func() bool {
+		return rdb.Exists(context.Background(), "{"+prefix+"}:tunnel:agent-1").Val() == 0
+	})
 }

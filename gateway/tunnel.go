@@ -118,6 +118,7 @@ var dialClient = &http.Client{Transport: &http.Transport{
 type tunnels struct {
 	mu      sync.Mutex
 	byAgent map[string]*tunnel
+	routes  *Routes // with several gateways: where the others find the tunnels held here
 }
 
 type tunnel struct {
@@ -126,7 +127,7 @@ type tunnel struct {
 	http  *http.Client
 }
 
-func newTunnels() *tunnels { return &tunnels{byAgent: map[string]*tunnel{}} }
+func newTunnels(routes *Routes) *tunnels { return &tunnels{byAgent: map[string]*tunnel{}, routes: routes} }
 
 func (t *tunnels) get(agent string) *tunnel {
 	t.mu.Lock()
@@ -182,6 +183,11 @@ func (t *tunnels) accept(w http.ResponseWriter, agent string) error {
 	t.mu.Unlock()
 	if old != nil {
 		_ = old.sess.Close()
+	}
+	if t.routes != nil {
+		held, release := context.WithCancel(context.Background())
+		go t.routes.hold(held, agent)
+		go func() { <-sess.CloseChan(); release() }()
 	}
 	go func() {
 		<-sess.CloseChan()

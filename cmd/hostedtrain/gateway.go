@@ -26,7 +26,7 @@ import (
 // the same settings as the API's functions: HOSTEDTRAIN_REDIS_URL (and _CLUSTER, _AUTH,
 // _PREFIX) and HOSTEDTRAIN_JWT_KEYS.
 func newGatewayCmd() *cobra.Command {
-	var addr, apiURL string
+	var addr, apiURL, advertise string
 	var rate float64
 	c := &cobra.Command{
 		Use:   "gateway",
@@ -64,6 +64,9 @@ func newGatewayCmd() *cobra.Command {
 			if apiURL != "" {
 				cfg.Wake = wakeThrough(strings.TrimRight(apiURL, "/"))
 			}
+			if advertise != "" {
+				cfg.Routes = &gateway.Routes{Redis: rdb, Prefix: os.Getenv("HOSTEDTRAIN_REDIS_PREFIX"), Advertise: strings.TrimRight(advertise, "/")}
+			}
 			gw := gateway.New(cfg)
 			defer gw.Close()
 			srv := httpserver.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -99,6 +102,7 @@ func newGatewayCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&addr, "addr", ":8080", "where the gateway listens")
 	c.Flags().StringVar(&apiURL, "api", os.Getenv("HOSTEDTRAIN_URL"), "the API, for deploying again adapters unloaded for being idle (empty: such requests are refused)")
+	c.Flags().StringVar(&advertise, "advertise", os.Getenv("HOSTEDTRAIN_GATEWAY_ADVERTISE"), "with several gateways: the URL the others reach this one at (http://IP:PORT); each hands a request to the one holding the node's tunnel. Empty: one gateway")
 	c.Flags().Float64Var(&rate, "rate", gateway.DefaultRatePerOrg, "requests per second one organization may make through this gateway")
 	return c
 }

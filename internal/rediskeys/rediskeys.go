@@ -196,6 +196,7 @@ var Queue = Set{
 		{Lua: "orgservers", Pre: "org:", Post: ":servers", What: "an organization's model servers: base model (full:<adapter> for a full fine-tune) -> its serve job"},
 		{Lua: "servingkey", Pre: "serving:", What: "the adapters a serve job is to hold"},
 		{Lua: "unloadingkey", Pre: "unloading:", What: "the adapters a serve job is to drop, until its agent says they are gone"},
+		{Lua: "tunnelkey", Pre: "tunnel:", What: "the inference gateway an agent's tunnel is open to (its internal URL), while it is (gateway/routes.go)"},
 		{Lua: "adapterlat", Pre: "adapterlat:", What: "an adapter's newest request latencies (ms, newest first, at most 1,000): its p50 and p99"},
 	},
 }
