@@ -56,7 +56,7 @@ type Config struct {
 	// Routes, with several gateways, files the tunnels this one holds and finds the gateway
 	// holding another's (routes.go); nil: one gateway.
 	Routes *Routes
-	Logger  *slog.Logger
+	Logger *slog.Logger
 }
 
 // The gateway's defaults.

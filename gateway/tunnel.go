@@ -127,7 +127,9 @@ type tunnel struct {
 	http  *http.Client
 }
 
-func newTunnels(routes *Routes) *tunnels { return &tunnels{byAgent: map[string]*tunnel{}, routes: routes} }
+func newTunnels(routes *Routes) *tunnels {
+	return &tunnels{byAgent: map[string]*tunnel{}, routes: routes}
+}
 
 func (t *tunnels) get(agent string) *tunnel {
 	t.mu.Lock()
