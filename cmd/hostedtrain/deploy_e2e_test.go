@@ -3,12 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/client"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/testwait"
@@ -104,6 +111,7 @@ func TestPrimeDeploymentsTrainDeployChat(t *testing.T) {
 		t.Errorf("adapters: %s", out)
 	}
 	model := a.BaseModel + ":" + a.ID
+	standaloneGateway(t, d, model)
 	if out, ok := d.primeDeploy(t, "models"); !ok || !strings.Contains(string(out), `"id": "`+model+`"`) {
 		t.Fatalf("models: %s", out)
 	}
@@ -221,5 +229,52 @@ func BenchmarkDeployToDeployed(b *testing.B) {
 			return err == nil && got.DeploymentStatus == job.Deployed
 		})
 		b.ReportMetric(time.Since(began).Seconds(), "deploy-to-deployed-s")
+	}
+}
+
+// standaloneGateway runs `hostedtrain gateway` beside the stack, on its Redis and keys (as the
+// functions' settings name them), and checks it answers: healthy, and the deployment listed.
+func standaloneGateway(t *testing.T, d *devStack, model string) {
+	t.Helper()
+	keys, err := auth.LoadKeySetFile(filepath.Join(d.data, "jwt-keys.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`redis\s+(127\.0\.0\.1:\d+)`).FindStringSubmatch(d.out.String())
+	if m == nil {
+		t.Fatalf("no redis address in hostedtrain dev's output:\n%s", d.out.String())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(filepath.Join(binDir, "hostedtrain"), "gateway", "--addr", addr, "--api", d.url)
+	cmd.Env = append(os.Environ(), "HOSTEDTRAIN_REDIS_URL=redis://"+m[1], "HOSTEDTRAIN_JWT_KEYS="+keys.String())
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	testwait.Until(t, 20*time.Second, "hostedtrain gateway to answer /healthz", func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), model) {
+		t.Errorf("hostedtrain gateway's models: %d %s\n%s", resp.StatusCode, body, out.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -64,7 +65,13 @@ func newGatewayCmd() *cobra.Command {
 			if apiURL != "" {
 				cfg.Wake = wakeThrough(strings.TrimRight(apiURL, "/"))
 			}
+			if advertise == "auto" {
+				if advertise, err = ownURL(addr); err != nil {
+					return fmt.Errorf("--advertise auto: %w", err)
+				}
+			}
 			if advertise != "" {
+				logger.Info("gateway filed for the others as", "url", advertise)
 				cfg.Routes = &gateway.Routes{Redis: rdb, Prefix: os.Getenv("HOSTEDTRAIN_REDIS_PREFIX"), Advertise: strings.TrimRight(advertise, "/")}
 			}
 			gw := gateway.New(cfg)
@@ -102,9 +109,28 @@ func newGatewayCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&addr, "addr", ":8080", "where the gateway listens")
 	c.Flags().StringVar(&apiURL, "api", os.Getenv("HOSTEDTRAIN_URL"), "the API, for deploying again adapters unloaded for being idle (empty: such requests are refused)")
-	c.Flags().StringVar(&advertise, "advertise", os.Getenv("HOSTEDTRAIN_GATEWAY_ADVERTISE"), "with several gateways: the URL the others reach this one at (http://IP:PORT); each hands a request to the one holding the node's tunnel. Empty: one gateway")
+	c.Flags().StringVar(&advertise, "advertise", os.Getenv("HOSTEDTRAIN_GATEWAY_ADVERTISE"), "with several gateways: the URL the others reach this one at (http://IP:PORT, or auto: this host's first private address and --addr's port); each hands a request to the one holding the node's tunnel. Empty: one gateway")
 	c.Flags().Float64Var(&rate, "rate", gateway.DefaultRatePerOrg, "requests per second one organization may make through this gateway")
 	return c
+}
+
+// ownURL is http://<this host's first non-loopback IPv4>:<addr's port>: a task's own address
+// in its VPC (Fargate gives each task one).
+func ownURL(addr string) (string, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", err
+	}
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && !ip.IP.IsLoopback() && ip.IP.To4() != nil {
+			return "http://" + net.JoinHostPort(ip.IP.String(), port), nil
+		}
+	}
+	return "", errors.New("no non-loopback IPv4 address")
 }
 
 // wakeThrough deploys an idle adapter again through the API, as the caller (its token): the
