@@ -192,6 +192,10 @@ func (s *Server) deploy(r *http.Request, id string) (*job.Adapter, *Problem) {
 	return a, nil
 }
 
+// servePriority is a model server's place in its organization's queue: the top (a job's
+// priority is -100..100).
+const servePriority = 100
+
 // submitServer submits a model server for adapter a: its base model on the GPUs serving it
 // takes (internal/fit), of the GPU kind its job trained on.
 func (s *Server) submitServer(r *http.Request, a *job.Adapter) (string, *Problem) {
@@ -208,7 +212,8 @@ func (s *Server) submitServer(r *http.Request, a *job.Adapter) (string, *Problem
 	if err != nil {
 		return "", newProblem(http.StatusUnprocessableEntity, "does-not-fit", err.Error())
 	}
-	spec := jobspec.Spec{Kind: jobspec.KindServe, Name: "serve " + a.Base, Model: a.Base, Env: []jobspec.Env{},
+	// A model server answers people waiting on it: first in its organization's queue.
+	spec := jobspec.Spec{Kind: jobspec.KindServe, Name: "serve " + a.Base, Model: a.Base, Env: []jobspec.Env{}, Priority: servePriority,
 		Resources: jobspec.Resources{GPUs: max(tp, 1), GPUType: gpuType},
 		Serve:     &jobspec.ServeSpec{MaxLoRARank: max(maxRank, 16)}}
 	if a.Kind == job.AdapterFull {

@@ -18,6 +18,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -34,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/api"
+	"github.com/hostedtrain/hostedtrain/gateway"
 	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
@@ -111,7 +113,18 @@ func serveAPI(addr, redisAddr, storeDir string) error {
 	if err != nil {
 		return err
 	}
-	srv := httpserver.New(h)
+	// The inference gateway on the API's origin, as in hostedtrain dev: restarting this process
+	// restarts it too, and every agent's tunnel must be dialled again.
+	gw := gateway.New(gateway.Config{Verifier: auth.NewVerifier(keys, nil), Revoked: q.TokenRevoked, Deployments: q,
+		Wake: h.Redeploy, RatePerOrg: 1e6, Burst: 1 << 20, WakeWait: 10 * time.Second, Logger: logger})
+	defer gw.Close()
+	srv := httpserver.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gw.Handles(r.URL.Path) {
+			gw.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
 	go func() { _ = srv.Serve(ln) }()
 	_ = queue.NewReaper(q, 500*time.Millisecond, logger).Run(ctx) // until ctx ends
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -192,7 +205,8 @@ func (r *run) startAgent(slot int) error {
 	p, err := start(filepath.Join(r.bin, "gpuagent"), []string{
 		"--api", r.apiURL, "--store", r.storeDir, "--gpus", "H100:8", "--work-dir", work,
 		"--emulated", "--emulator", filepath.Join(r.bin, "prime-rl-emulator"),
-		"--emulate-flags", "--emulate.step-time " + r.stepTime.String(),
+		"--emulate-flags", "--emulate.step-time " + r.stepTime.String() + " --emulate.token-time 100ms",
+		"--gateway", r.apiURL, "--serving-every", "300ms",
 		"--port-range", fmt.Sprintf("%d-%d", 20000+slot*agentPorts, 20000+(slot+1)*agentPorts-1),
 		"--metrics-addr", "", "--claim-wait", "2s", "--stop-grace", "2s", "--poll-interval", "50ms", "--flush-interval", "200ms",
 	}, []string{"HOSTEDTRAIN_AGENT_TOKEN=" + tok}, filepath.Join(r.dir, "agents.log"))
@@ -350,6 +364,14 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	}
 	fmt.Printf("chaos: %d jobs submitted; %d agents; killing agents, restarting the API once and Redis twice\n", nJobs, nAgents)
 
+	// Deployments under fire: once jobs complete, the newest checkpoints of three are deployed
+	// and streamed from, one stream after another each, through every kill and restart.
+	deps := newDeployments(user, userTok, r.apiURL)
+	depCtx, stopDeps := context.WithCancel(ctx)
+	defer stopDeps()
+	depsDone := make(chan struct{})
+	go func() { defer close(depsDone); deps.run(depCtx) }()
+
 	// The stale-write probe: every lease token seen; once a job's token has moved on, an agent
 	// writes with the old one. None may be accepted.
 	probeTok, err := keys.Issue(auth.TokenRequest{Subject: "stale-prober", Org: "agents", Scopes: []string{auth.ScopeAgent}, TTL: 24 * time.Hour}, time.Now())
@@ -464,6 +486,9 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	}
 	stopProbe()
 	<-probeDone
+	stopDeps()
+	<-depsDone
+	depErr := deps.verdict(ctx)
 
 	// The verdict, from the API (events) and Redis (statuses).
 	lost, duplicated, failed, resumed, badResume := 0, 0, 0, 0, 0
@@ -563,7 +588,7 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	if lost > 0 || duplicated > 0 || staleAccepted.Load() > 0 || badResume > 0 || failed > 0 {
 		return errors.New("the run broke a promise")
 	}
-	return nil
+	return depErr
 }
 
 func waitFor(d time.Duration, cond func() bool) error {
