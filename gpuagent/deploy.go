@@ -86,7 +86,12 @@ func (r *jobRun) superviseServe(drain, ctx context.Context, p *prepared) ran {
 		r.note("stopping the model server")
 		server.terminate(cfg.StopGrace)
 	}()
-	local := &localServer{port: p.rendered.Serve.Port, key: p.key, client: jobClient(r.box, 0)}
+	// Users' requests reuse their connections to the server (dialled inside the job's network).
+	client := jobClient(r.box, 0)
+	if t, ok := client.Transport.(*http.Transport); ok {
+		t.DisableKeepAlives, t.MaxIdleConnsPerHost = false, 256
+	}
+	local := &localServer{port: p.rendered.Serve.Port, key: p.key, client: client}
 	r.deps.serving(r.claim.Job.ID, local)
 	defer r.deps.serving(r.claim.Job.ID, nil)
 	r.deps.tel.pipelineStarted(time.Now())
