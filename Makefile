@@ -180,7 +180,8 @@ redteam: deps
 
 ## chaos: 1,000 emulated jobs through the HTTP API while agents are SIGKILLed (120 times),
 ## the API process is restarted once and redis-server twice; checks nothing is lost, run twice
-## or written with a stale lease, and that resumed runs start from their newest checkpoint
+## or written with a stale lease, and that resumed runs start from their newest checkpoint; three
+## deployments streamed from throughout: no stream may hang, every deployment must come back
 CHAOS_ARGS ?= -jobs 1000 -agents 8 -kills 120
 chaos: build redis-server
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/chaos ./scripts/chaos
