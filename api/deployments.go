@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -203,7 +204,7 @@ func (s *Server) submitServer(r *http.Request, a *job.Adapter) (string, *Problem
 	gpuType := "H100"
 	maxRank := 0
 	if err == nil {
-		gpuType = cmpOr(trained.Config.Resources.GPUType, gpuType)
+		gpuType = cmp.Or(trained.Config.Resources.GPUType, gpuType)
 		if trained.Config.LoRA != nil {
 			maxRank = trained.Config.LoRA.Rank
 		}
@@ -235,13 +236,6 @@ func (s *Server) submitServer(r *http.Request, a *job.Adapter) (string, *Problem
 		return "", s.failure(r, err)
 	}
 	return j.ID, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // weightFiles are the files of a committed checkpoint's weights (jobdata.WeightsDir), with

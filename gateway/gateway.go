@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,19 +106,11 @@ const (
 
 // New returns a gateway.
 func New(cfg Config) *Gateway {
-	cfg.Prefix = strings.TrimRight(cmpOr(cfg.Prefix, DefaultPrefix), "/")
-	if cfg.RatePerOrg == 0 {
-		cfg.RatePerOrg = DefaultRatePerOrg
-	}
-	if cfg.Burst == 0 {
-		cfg.Burst = DefaultBurst
-	}
-	if cfg.WakeWait == 0 {
-		cfg.WakeWait = DefaultWakeWait
-	}
-	if cfg.MaxBody == 0 {
-		cfg.MaxBody = DefaultMaxBody
-	}
+	cfg.Prefix = strings.TrimRight(cmp.Or(cfg.Prefix, DefaultPrefix), "/")
+	cfg.RatePerOrg = cmp.Or(cfg.RatePerOrg, DefaultRatePerOrg)
+	cfg.Burst = cmp.Or(cfg.Burst, DefaultBurst)
+	cfg.WakeWait = cmp.Or(cfg.WakeWait, DefaultWakeWait)
+	cfg.MaxBody = cmp.Or(cfg.MaxBody, DefaultMaxBody)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,11 +149,16 @@ func (g *Gateway) flush() {
 	}
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
+// BudgetSpent is Config.Spent from an organization's status: spent while its monthly budget
+// holds it (job.OrgStatus.BudgetHeld), with the message the prime CLI prints on a 402.
+func BudgetSpent(getOrg func(ctx context.Context, org string) (job.OrgStatus, error)) func(context.Context, string) (string, bool, error) {
+	return func(ctx context.Context, org string) (string, bool, error) {
+		st, err := getOrg(ctx, org)
+		if err != nil {
+			return "", false, err
+		}
+		return fmt.Sprintf("organization %s has spent its monthly budget of %g GPU-hours; raise it or wait for the next month", org, st.MonthlyGPUHours), st.BudgetHeld, nil
 	}
-	return b
 }
 
 // Close ends every tunnel and adds what was counted to the adapters' records.

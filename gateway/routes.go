@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -36,7 +37,7 @@ type Routes struct {
 }
 
 func (r *Routes) key(agent string) string {
-	return rediskeys.Queue.NamedKey("{"+cmpOr(r.Prefix, "ht")+"}:", "tunnelkey", agent)
+	return rediskeys.Queue.NamedKey("{"+cmp.Or(r.Prefix, "ht")+"}:", "tunnelkey", agent)
 }
 
 // hold files this gateway as the one with agent's tunnel until ctx ends, renewed meanwhile.

@@ -2,6 +2,7 @@ package gpuagent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -98,7 +99,7 @@ func (r *jobRun) superviseServe(drain, ctx context.Context, p *prepared) ran {
 	r.lease.setRunning()
 	r.note("serving", "model", p.rendered.Serve.Model, "port", local.port)
 
-	tick := time.NewTicker(cmpDuration(cfg.ServingEvery, DefaultServingEvery))
+	tick := time.NewTicker(cmp.Or(cfg.ServingEvery, DefaultServingEvery))
 	defer tick.Stop()
 	for {
 		wanted, err := api.Serving(waiting, r.claim.Job.ID, token, slices.Collect(maps.Keys(loaded)), failed)
@@ -117,13 +118,6 @@ func (r *jobRun) superviseServe(drain, ctx context.Context, p *prepared) ran {
 			return ran{started: true, code: server.exitCode(), exit: server.describeExit()}
 		}
 	}
-}
-
-func cmpDuration(a, b time.Duration) time.Duration {
-	if a > 0 {
-		return a
-	}
-	return b
 }
 
 // servingEnded is how a serve job's loop ended: stopped, drained, or its lease lost.

@@ -284,14 +284,8 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	// the agents' tunnels at /v1/agent/tunnel.
 	gw := gateway.New(gateway.Config{
 		Verifier: auth.NewVerifier(keys, nil), Revoked: q.TokenRevoked, Deployments: q,
-		Wake: handler.Redeploy,
-		Spent: func(ctx context.Context, org string) (string, bool, error) {
-			st, err := q.GetOrg(ctx, org)
-			if err != nil {
-				return "", false, err
-			}
-			return fmt.Sprintf("organization %s has spent its monthly budget of %g GPU-hours; raise it or wait for the next month", org, st.MonthlyGPUHours), st.BudgetHeld, nil
-		},
+		Wake:   handler.Redeploy,
+		Spent:  gateway.BudgetSpent(q.GetOrg),
 		Logger: logger.With("part", "gateway"),
 	})
 	stops.OnStop("gateway tunnels", func(context.Context) { gw.Close() })

@@ -54,14 +54,7 @@ func newGatewayCmd() *cobra.Command {
 			q := queue.New(rdb, queue.Config{Prefix: os.Getenv("HOSTEDTRAIN_REDIS_PREFIX")})
 			defer q.Close()
 			cfg := gateway.Config{Verifier: auth.NewVerifier(keys, nil), Revoked: q.TokenRevoked, Deployments: q,
-				RatePerOrg: rate, Logger: logger,
-				Spent: func(ctx context.Context, org string) (string, bool, error) {
-					st, err := q.GetOrg(ctx, org)
-					if err != nil {
-						return "", false, err
-					}
-					return fmt.Sprintf("organization %s has spent its monthly budget of %g GPU-hours; raise it or wait for the next month", org, st.MonthlyGPUHours), st.BudgetHeld, nil
-				}}
+				RatePerOrg: rate, Logger: logger, Spent: gateway.BudgetSpent(q.GetOrg)}
 			if apiURL != "" {
 				cfg.Wake = wakeThrough(strings.TrimRight(apiURL, "/"))
 			}
