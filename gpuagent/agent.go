@@ -300,7 +300,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		a.tel.claims.WithLabelValues("job").Inc()
-		r, err := a.admit(ctx, cl)
+		// The claim's stretch: from the service's claim of the job (its clock; a skewed one
+		// counts as nothing) to the agent holding the answer.
+		start := cl.Job.UpdatedAt
+		if now := time.Now(); start.After(now) || now.Sub(start) > time.Minute {
+			start = now
+		}
+		clock := newPhaseClock(start, a.tel)
+		clock.mark(job.PhaseClaim)
+		r, err := a.admit(ctx, cl, clock)
 		if err != nil {
 			a.cfg.Logger.Error("claimed job cannot run here; handing it back", "job", cl.Job.ID, "err", err)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -333,7 +341,7 @@ func (a *Agent) runtime() job.Runtime {
 }
 
 // admit gives a claimed job its storage, devices and ports.
-func (a *Agent) admit(ctx context.Context, cl *job.Claim) (*jobRun, error) {
+func (a *Agent) admit(ctx context.Context, cl *job.Claim, clock *phaseClock) (*jobRun, error) {
 	store, creds, err := a.storeFor(ctx, cl)
 	if err != nil {
 		return nil, err
@@ -357,6 +365,9 @@ func (a *Agent) admit(ctx context.Context, cl *job.Claim) (*jobRun, error) {
 		}
 	}
 	r := a.newJobRun(cl, devs, ports, store, creds, disk)
+	r.phases = clock
+	clock.report = func(ps []job.Phase) { r.lease.setProgress(func(p *job.Progress) { p.Phases = ps }) }
+	clock.mark(job.PhaseStorage)
 	a.mu.Lock()
 	a.running[cl.Job.ID] = r
 	if len(devs) == 0 {

@@ -455,6 +455,18 @@ func TestAgentRunsAJobToCompletionOnS3(t *testing.T) {
 	if p.Step != 6 || p.MaxSteps != 6 || p.CheckpointStep != 6 || p.Checkpoints != 2 {
 		t.Errorf("progress %+v; want step 6 of 6, newest checkpoint 6, 2 kept", p)
 	}
+	// Its start-up, timed phase by phase in the order they came (issue 33).
+	var names []string
+	for _, ph := range p.Phases {
+		names = append(names, ph.Name)
+		if ph.Seconds < 0 || ph.Seconds > 60 {
+			t.Errorf("phase %s took %v s", ph.Name, ph.Seconds)
+		}
+	}
+	if want := []string{job.PhaseClaim, job.PhaseStorage, job.PhaseSandbox, job.PhaseInstall, job.PhasePreflight, job.PhaseStart, job.PhaseFirstStep}; !slices.Equal(names, want) &&
+		!slices.Equal(names, slices.DeleteFunc(slices.Clone(want), func(n string) bool { return n == job.PhaseSandbox || n == job.PhasePreflight })) {
+		t.Errorf("start-up phases %v, want %v (sandbox and preflight where they run)", names, want)
+	}
 	if p.Series["reward"] != rewardKey || p.Metrics[rewardKey] == 0 || p.Series["loss"] != "loss/mean" || len(p.Metrics) > len(jobdata.Headline) {
 		t.Errorf("progress metrics %v series %v; want the headline series by prime-rl's names", p.Metrics, p.Series)
 	}

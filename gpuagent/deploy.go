@@ -83,6 +83,10 @@ func (r *jobRun) superviseServe(drain, ctx context.Context, p *prepared) ran {
 	if err != nil {
 		return ran{err: err, cause: r.causeOf(drain)}
 	}
+	r.phases.mark(job.PhaseInference)
+	if len(loaded) > 0 {
+		r.phases.mark(job.PhaseFirstModel) // a full fine-tune's server serves its model once healthy
+	}
 	defer func() {
 		r.note("stopping the model server")
 		server.terminate(cfg.StopGrace)
@@ -160,6 +164,7 @@ func (r *jobRun) syncAdapters(ctx context.Context, s *localServer, wanted []wire
 			continue
 		}
 		loaded[a.ID] = a.Model
+		r.phases.mark(job.PhaseFirstModel)
 		r.note("adapter loaded", "model", a.Model, "step", a.Step, "took", time.Since(began).Round(time.Millisecond))
 	}
 	for id, model := range loaded {

@@ -26,16 +26,19 @@ import (
 // three steps — prepare (restore, render, install, preflight), supervise (serve, run, watch)
 // and finalize (commit, collect results, flush) — and ends in a typed outcome.
 type jobRun struct {
-	deps    runDeps
-	claim   *job.Claim
-	devices []Device
-	ports   upstream.Ports
-	dir     string
-	log     *slog.Logger
-	store   blob.Store
-	box     *sandbox.Box  // the job's sandbox; nil where the sandbox is off
-	disk    *sandbox.Disk // the job's file system (its folder); nil where it has none
-	storage *storageFault
+	deps   runDeps
+	phases *phaseClock // its start-up, timed
+	// firstStepAfter is the step the run resumed from: the first step past it ends start-up.
+	firstStepAfter int
+	claim          *job.Claim
+	devices        []Device
+	ports          upstream.Ports
+	dir            string
+	log            *slog.Logger
+	store          blob.Store
+	box            *sandbox.Box  // the job's sandbox; nil where the sandbox is off
+	disk           *sandbox.Disk // the job's file system (its folder); nil where it has none
+	storage        *storageFault
 	// flushFails counts the flushes in a row that failed; at Config.StorageTries the job's
 	// storage is taken as refusing it.
 	flushFails int
@@ -418,6 +421,9 @@ func (r *jobRun) poll(ctx context.Context) {
 			}
 		}
 		sum := r.data.summary
+		if sum.Step > r.firstStepAfter {
+			r.phases.mark(job.PhaseFirstStep)
+		}
 		r.lease.setProgress(func(p *job.Progress) {
 			p.Step = sum.Step
 			p.Metrics = cloneMap(sum.Values)

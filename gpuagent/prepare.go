@@ -11,6 +11,7 @@ import (
 
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/internal/failure"
+	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
@@ -57,6 +58,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 			return nil, failedIn(failure.StageNode, "sandbox: %v", err)
 		}
 		r.box = b
+		r.phases.mark(job.PhaseSandbox)
 	}
 
 	runDir := RunDir(r.dir, r.claim.Job.ID)
@@ -102,6 +104,7 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 			if err != nil {
 				return stopped(failedIn(failure.StageStorage, "restore checkpoint: %v", err))
 			}
+			r.phases.mark(job.PhaseRestore)
 			if step > 0 {
 				p.resume = step
 				r.deps.tel.restoreSeconds.Observe(time.Since(began).Seconds())
@@ -117,11 +120,13 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 				return stopped(failed("warm start from the checkpoint of job %s at step %d: %v (a checkpoint its job's keep_cloud has since dropped cannot be read)", warm.Job, warm.Step, err))
 			}
 			p.resume = warm.Step
+			r.phases.mark(job.PhaseRestore)
 			r.note("warm start: the checkpoint of another job restored and verified; the run resumes from it",
 				"job", warm.Job, "step", warm.Step, "took", time.Since(began).Round(time.Millisecond))
 		}
 	}
 	r.data.metrics = jobdata.NewMetricsWriter(r.store, r.claim.Job.ID, r.claim.Lease.Fence, p.resume+1)
+	r.firstStepAfter = p.resume
 
 	judgeURL := ""
 	if j := r.claim.Judge; j != nil {
@@ -167,6 +172,9 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	if err := r.installEnvironments(prep); err != nil {
 		return stopped(failedIn(stageOr(err, failure.StageInstall), "%v", err))
 	}
+	if len(spec.Env) > 0 {
+		r.phases.mark(job.PhaseInstall)
+	}
 	if len(rendered.EnvCheck) > 0 {
 		if err := r.preflight(prep, rendered.EnvCheck); err != nil {
 			return stopped(failedIn(stageOr(err, failure.StagePreflight), "%v", err))
@@ -176,6 +184,9 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 		if err := r.preflight(prep, rendered.Preflight); err != nil {
 			return stopped(failedIn(stageOr(err, failure.StagePreflight), "%v", err))
 		}
+	}
+	if len(rendered.Preflight) > 0 || len(rendered.EnvCheck) > 0 {
+		r.phases.mark(job.PhasePreflight)
 	}
 	if o, stop := r.interrupted(drain); stop {
 		return nil, o

@@ -76,6 +76,7 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 		if err != nil {
 			return ran{err: err, cause: r.causeOf(drain)}
 		}
+		r.phases.mark(job.PhaseInference)
 		defer func() {
 			r.note("stopping the inference server")
 			server.terminate(cfg.StopGrace)
@@ -88,6 +89,7 @@ func (r *jobRun) supervise(drain, ctx context.Context, p *prepared) ran {
 		return ran{err: fmt.Errorf("start pipeline: %w", err)}
 	}
 	tel.pipelineStarted(time.Now())
+	r.phases.mark(job.PhaseStart)
 	if spec := r.claim.Job.Config; jobspec.RunsPrimeRL(spec.Kind) {
 		r.watch = newWatchdog(max(spec.StallFactor, 2), cfg.StallFloor, time.Now())
 	}

@@ -81,6 +81,9 @@ func TestPrimeDeploymentsTrainDeployChat(t *testing.T) {
 		j, err := v1.GetJob(context.Background(), run.ID)
 		return err == nil && j.Status == job.Completed
 	})
+	if out, code := d.cli(t, "train", "get", run.ID); code != 0 || !strings.Contains(out, "start-up") || !strings.Contains(out, "first step") {
+		t.Errorf("train get shows no start-up: %s", out)
+	}
 	out, ok = d.primeClient(t, "checkpoints", run.ID)
 	var cps []map[string]any
 	if err := json.Unmarshal(out, &cps); !ok || err != nil || len(cps) < 2 {

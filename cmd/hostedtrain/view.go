@@ -109,6 +109,14 @@ func renderJob(out io.Writer, j *job.Job) {
 	if ws := j.Config.WarmStart; ws != nil {
 		fmt.Fprintf(w, "started from\tjob %s, its checkpoint of step %d\n", ws.Job, ws.Step)
 	}
+	if ps := j.Progress.Phases; len(ps) > 0 {
+		total, parts := 0.0, make([]string, 0, len(ps))
+		for _, p := range ps {
+			total += p.Seconds
+			parts = append(parts, fmt.Sprintf("%s %s", strings.ReplaceAll(p.Name, "_", " "), phaseTime(p.Seconds)))
+		}
+		fmt.Fprintf(w, "start-up\t%s: %s\n", phaseTime(total), strings.Join(parts, " · "))
+	}
 	renderResult(w, j.Progress.Result)
 	if j.Run > j.Attempt {
 		// After a restart or a hand-back the run (what `logs --attempt` counts) is ahead of the
@@ -625,4 +633,12 @@ func renderRestart(w io.Writer, j *job.Job) {
 		}
 		fmt.Fprintf(w, "job %s was not queued again: it is %s (%s)\n", j.ID, j.Status, why)
 	}
+}
+
+// phaseTime writes a stretch of start-up: milliseconds below a second.
+func phaseTime(s float64) string {
+	if s < 1 {
+		return fmt.Sprintf("%.0f ms", s*1000)
+	}
+	return fmt.Sprintf("%.1f s", s)
 }

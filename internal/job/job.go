@@ -211,7 +211,33 @@ type Progress struct {
 	Checkpoints    int               `json:"checkpoints"`
 	// Result is what a GEPA or eval job produced, once it has.
 	Result *Result `json:"result,omitempty"`
+	// Phases are the current run's start-up, each stretch as its agent timed it, in order:
+	// from the claim to the first step (or a model server's first adapter loaded).
+	Phases []Phase `json:"phases,omitempty"`
 }
+
+// Phase is one stretch of a run's start-up.
+type Phase struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+}
+
+// The phases of a run's start-up, as they come: the claim's round trip; the job's storage,
+// ports, GPUs and disk; its sandbox; its newest checkpoint restored; its environments
+// installed; the preflight checks; its inference server healthy; its pipeline started; its
+// first step (a model server: its first adapter loaded).
+const (
+	PhaseClaim      = "claim"
+	PhaseStorage    = "storage"
+	PhaseSandbox    = "sandbox"
+	PhaseRestore    = "restore"
+	PhaseInstall    = "install"
+	PhasePreflight  = "preflight"
+	PhaseInference  = "inference"
+	PhaseStart      = "start"
+	PhaseFirstStep  = "first_step"
+	PhaseFirstModel = "first_model"
+)
 
 // Result is the outcome of a GEPA or eval job, as job data (its files are its artifacts).
 type Result struct {

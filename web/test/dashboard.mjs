@@ -151,6 +151,9 @@ try {
   await page.waitForFunction(() => document.querySelectorAll('#events li').length >= 5, null, timeout);
   await page.waitForSelector('#checkpoints a[href*="/v1/downloads/"], #checkpoints a[href^="http"]', timeout);
   await page.waitForFunction(() => document.querySelector('#logs').textContent.includes('training finished'), null, timeout);
+  // Its start-up, phase by phase, to the first step.
+  await page.waitForSelector('#startup .phase[data-phase="claim"]', timeout);
+  await page.waitForSelector('#startup .phase[data-phase="first_step"]', timeout);
   const facts = await page.textContent('#facts');
   if (!facts.includes('COMPLETED') && !(await page.textContent('#job-title')).includes('COMPLETED')) fail('the job page does not say COMPLETED');
   const events = await page.$$eval('#events li', (lis) => lis.map((li) => li.textContent));

@@ -734,6 +734,7 @@ function jobPage(id) {
       const ws = j.config.warm_start;
       pairs.push(['started from', el('span', { id: 'lineage' }, el('a', { href: '#/jobs/' + ws.job, class: 'mono' }, ws.job), ` at step ${ws.step}`)]);
     }
+    if ((j.progress.phases || []).length) pairs.push(['start-up', startupTimeline(j.progress.phases)]);
     if (j.queue_reason) pairs.push(['queue', `${j.queue_reason} (${j.runs_ahead} ahead)`]);
     if (j.error) pairs.push(['error', el('span', { class: 'error' }, j.error)]);
     if (j.failure_analysis) pairs.push(['failure', failureBlock(j.failure_analysis)]);
@@ -1087,6 +1088,16 @@ function nodesPage() {
   load();
   const timer = setInterval(load, 5000);
   return () => clearInterval(timer);
+}
+
+// startupTimeline draws a run's start-up: each phase a bar as wide as its share, named, timed.
+function startupTimeline(phases) {
+  const total = phases.reduce((n, p) => n + p.seconds, 0) || 1;
+  const secs = (s) => (s < 1 ? Math.round(s * 1000) + ' ms' : s.toFixed(1) + ' s');
+  return el('div', { id: 'startup', class: 'startup' },
+    el('div', { class: 'bar' }, phases.map((p, i) => el('span', { class: 'phase p' + (i % 6), 'data-phase': p.name, title: `${p.name.replace('_', ' ')} ${secs(p.seconds)}`,
+      style: `width:${Math.max(1, (100 * p.seconds) / total)}%` }))),
+    el('div', { class: 'muted' }, secs(total) + ': ' + phases.map((p) => `${p.name.replace('_', ' ')} ${secs(p.seconds)}`).join(' · ')));
 }
 
 // ---- deployments: where each runs, its requests, tokens, latency and errors; a chat box ----
