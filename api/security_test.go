@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/openapi"
 	"github.com/hostedtrain/hostedtrain/webhooks"
 )
@@ -53,6 +56,7 @@ func scopedOperations(t *testing.T) []operation {
 type victim struct {
 	st                  *apitest.Stack
 	jobID, hookID, dlID string
+	adapterID           string // a deployment of the victim's job
 	owner               string // a token of the victim's with every user scope
 	receiver            string // a webhook receiver's URL
 }
@@ -90,13 +94,29 @@ func newVictim(t *testing.T) victim {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return victim{st: st, jobID: j.ID, hookID: ep.ID, dlID: d.ID, owner: owner, receiver: recv.URL + "/intruder-hook"}
+	// A committed checkpoint with weights, deployed.
+	prefix := jobdata.CheckpointPrefix(j.ID, 10)
+	weights := "victim weights"
+	sum := sha256.Sum256([]byte(weights))
+	m, _ := json.Marshal(jobdata.Manifest{JobID: j.ID, Step: 10, Bytes: int64(len(weights)), Files: []jobdata.ManifestFile{
+		{Path: "weights/adapter_model.safetensors", Size: int64(len(weights)), SHA256: hex.EncodeToString(sum[:])}}})
+	for name, data := range map[string]string{"weights/adapter_model.safetensors": weights, jobdata.ManifestName: string(m)} {
+		if err := store.Put(ctx, prefix+name, strings.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dep, err := c.Deploy(ctx, j.ID, "10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return victim{st: st, jobID: j.ID, hookID: ep.ID, dlID: d.ID, adapterID: dep.ID, owner: owner, receiver: recv.URL + "/intruder-hook"}
 }
 
 // url fills an operation's path with the victim's ids.
 func (v victim) url(op operation) string {
 	p := strings.NewReplacer("{id}", v.jobID, "{runId}", v.jobID, "{webhook_id}", v.hookID, "{delivery_id}", v.dlID,
-		"{claim_id}", "claim-1", "{org}", "acme", "{step}", "10", "{node}", "node-1").Replace(op.path)
+		"{claim_id}", "claim-1", "{org}", "acme", "{step}", "10", "{node}", "node-1",
+		"{deployment_id}", v.adapterID, "{adapterId}", v.adapterID, "{checkpointId}", v.jobID+"-step-10").Replace(op.path)
 	return v.st.URL + p
 }
 
@@ -116,6 +136,8 @@ func (v victim) do(t *testing.T, op operation, token string) reply {
 				"orchestrator": {"train": {"source": [{"name": "reverse-text", "env": {"taskset": {"id": "reverse-text"}}}]}}, "trainer": {}, "inference": {}}}`)
 		case op.path == "/v1/webhooks":
 			body = []byte(fmt.Sprintf(`{"url":%q,"events":["job.completed"]}`, v.receiver))
+		case op.path == "/v1/deployments":
+			body = []byte(fmt.Sprintf(`{"job":%q}`, v.jobID))
 		case op.method == "PATCH":
 			body = []byte(`{"description":"changed"}`)
 		case op.path == "/v1/admin/nodes/{node}":
@@ -264,7 +286,9 @@ func TestAnotherOrganizationSeesNothing(t *testing.T) {
 			continue // agents serve every organization; admins are the operator
 		}
 		r := v.do(t, op, intruder)
-		named := strings.Contains(op.path, "{id}") || strings.Contains(op.path, "{runId}") || strings.Contains(op.path, "{webhook_id}")
+		named := strings.Contains(op.path, "{id}") || strings.Contains(op.path, "{runId}") || strings.Contains(op.path, "{webhook_id}") ||
+			strings.Contains(op.path, "{deployment_id}") || strings.Contains(op.path, "{adapterId}") || strings.Contains(op.path, "{checkpointId}") ||
+			(op.path == "/v1/deployments" && op.method == "POST") // names the victim's job
 		switch {
 		case named && r.status != http.StatusNotFound:
 			t.Errorf("%s %s of another organization: %d %s, want 404", op.method, op.path, r.status, r.body)

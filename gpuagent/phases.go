@@ -49,10 +49,3 @@ func (c *phaseClock) mark(name string) {
 		report(list)
 	}
 }
-
-// list is what was timed so far.
-func (c *phaseClock) list() []job.Phase {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]job.Phase(nil), c.phases...)
-}
