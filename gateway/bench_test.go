@@ -64,8 +64,8 @@ func BenchmarkInference(b *testing.B) {
 		pthrough := func() (*http.Request, error) { return streamRequest(paced.url+"/api/v1/chat/completions", pt, pm) }
 		warm(pdirect)
 		warm(pthrough)
-		pd, derr := runStreams(client, pdirect, conc, 5)
-		pg, gerr := runStreams(client, pthrough, conc, 5)
+		pd, pdf, derr := runStreamsTimed(client, pdirect, conc, 5)
+		pg, pgf, gerr := runStreamsTimed(client, pthrough, conc, 5)
 		if derr != nil || gerr != nil {
 			b.Fatalf("paced direct: %v; through the gateway: %v", derr, gerr)
 		}
@@ -75,6 +75,8 @@ func BenchmarkInference(b *testing.B) {
 		b.ReportMetric(float64(p(pg, 0.99).Microseconds())/1000, "paced-gateway-p99-ms")
 		b.ReportMetric(float64((p(pg, 0.5)-p(pd, 0.5)).Microseconds())/1000, "paced-added-p50-ms")
 		b.ReportMetric(float64((p(pg, 0.99)-p(pd, 0.99)).Microseconds())/1000, "paced-added-p99-ms")
+		b.ReportMetric(float64((p(pgf, 0.5)-p(pdf, 0.5)).Microseconds())/1000, "paced-added-first-token-p50-ms")
+		b.ReportMetric(float64((p(pgf, 0.99)-p(pdf, 0.99)).Microseconds())/1000, "paced-added-first-token-p99-ms")
 
 		// 1,000 slow streams at once.
 		slow := newStack(b, gateway.Config{RatePerOrg: 1e9, Burst: 1 << 30}, "--emulate.token-time", "50ms")
@@ -117,54 +119,72 @@ func streamRequest(url, token, model string) (*http.Request, error) {
 }
 
 // stream sends one streamed request and reads it to its end: an error unless it ends with
-// [DONE].
+// [DONE]. It returns the stream's whole time.
 func stream(c *http.Client, req *http.Request) (time.Duration, error) {
+	d, _, err := streamTimed(c, req)
+	return d, err
+}
+
+// streamTimed is stream, with the time to the first event (the first token's wait).
+func streamTimed(c *http.Client, req *http.Request) (time.Duration, time.Duration, error) {
 	began := time.Now()
+	var first time.Duration
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s", resp.Status)
+		return 0, 0, fmt.Errorf("%s", resp.Status)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	done := false
 	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "data: [DONE]" {
+		line := strings.TrimSpace(sc.Text())
+		if first == 0 && strings.HasPrefix(line, "data: ") {
+			first = time.Since(began)
+		}
+		if line == "data: [DONE]" {
 			done = true
 		}
 	}
 	if !done {
-		return 0, fmt.Errorf("the stream ended without [DONE] (%v)", sc.Err())
+		return 0, 0, fmt.Errorf("the stream ended without [DONE] (%v)", sc.Err())
 	}
-	return time.Since(began), nil
+	return time.Since(began), first, nil
 }
 
 // runStreams sends conc × each streamed requests, conc at a time, and returns their durations sorted.
 func runStreams(c *http.Client, mk func() (*http.Request, error), conc, each int) ([]time.Duration, error) {
+	all, _, err := runStreamsTimed(c, mk, conc, each)
+	return all, err
+}
+
+// runStreamsTimed is runStreams with the times to first event, sorted.
+func runStreamsTimed(c *http.Client, mk func() (*http.Request, error), conc, each int) ([]time.Duration, []time.Duration, error) {
 	var mu sync.Mutex
-	var all []time.Duration
+	var all, firsts []time.Duration
 	var first error
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Go(func() {
 			for range each {
 				req, err := mk()
-				var d time.Duration
+				var d, f time.Duration
 				if err == nil {
-					d, err = stream(c, req)
+					d, f, err = streamTimed(c, req)
 				}
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
 				}
-				all = append(all, d)
+				all, firsts = append(all, d), append(firsts, f)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	slices.Sort(all)
-	return all, first
+	slices.Sort(firsts)
+	return all, firsts, first
 }
