@@ -38,6 +38,7 @@ type Deployments interface {
 	Serving(ctx context.Context, jobID, token string, loaded []string, failed map[string]string) ([]job.Served, error)
 	WithLatencies(ctx context.Context, as []job.Adapter) error
 	InferenceUsage(ctx context.Context, org string) (requests, prompt, completion int64, err error)
+	ForgetJob(ctx context.Context, org, jobID string) (int, error)
 }
 
 // deploymentOf is an adapter as /v1/deployments answers it.

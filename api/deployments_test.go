@@ -89,3 +89,34 @@ func TestDeploymentsCheckWhatTheyDeploy(t *testing.T) {
 		t.Errorf("serving without the lease: %d %s", lost.status, lost.body)
 	}
 }
+
+// Deleting a job forgets its deployments: their weights were its data.
+func TestDeletingAJobForgetsItsDeployments(t *testing.T) {
+	t.Parallel()
+	d := setupData(t)
+	weights := strings.Repeat("w", 1024)
+	sum := sha256.Sum256([]byte(weights))
+	d.put(t, "checkpoints/step_10/weights/adapter_model.safetensors", weights)
+	m, _ := json.Marshal(jobdata.Manifest{JobID: d.jobID, Step: 10, Bytes: 1024, Files: []jobdata.ManifestFile{
+		{Path: "weights/adapter_model.safetensors", Size: 1024, SHA256: hex.EncodeToString(sum[:])}}})
+	d.put(t, "checkpoints/step_10/manifest.json", string(m))
+	b, _ := json.Marshal(map[string]any{"job": d.jobID})
+	r := call(t, "POST", d.s.URL+"/v1/deployments", d.token, "application/json", b)
+	var dep struct{ ID, Server string }
+	r.decode(t, &dep)
+	if r.status != 200 || dep.ID == "" {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	if c := call(t, "POST", d.s.URL+"/v1/jobs/"+d.jobID+"/cancel", d.token, "", nil); c.status != 200 {
+		t.Fatalf("cancel: %d %s", c.status, c.body)
+	}
+	if del := call(t, "DELETE", d.s.URL+"/v1/jobs/"+d.jobID, d.token, "", nil); del.status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", del.status, del.body)
+	}
+	if g := call(t, "GET", d.s.URL+"/v1/deployments/"+dep.ID, d.token, "", nil); g.status != http.StatusNotFound {
+		t.Errorf("the deleted job's deployment: %d %s", g.status, g.body)
+	}
+	if l := call(t, "GET", d.s.URL+"/v1/deployments", d.token, "", nil); !strings.Contains(string(l.body), `"total":0`) {
+		t.Errorf("deployments after the delete: %s", l.body)
+	}
+}

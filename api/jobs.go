@@ -440,6 +440,12 @@ func (s *Server) deleteOwned(r *http.Request, j *job.Job, stop bool) (stopping *
 	case err != nil:
 		return nil, s.failure(r, err)
 	}
+	// Its deployments go first: their weights are the job's data.
+	if s.cfg.Deployments != nil {
+		if _, err := s.cfg.Deployments.ForgetJob(r.Context(), j.Org, j.ID); err != nil {
+			return nil, s.failure(r, err)
+		}
+	}
 	if s.cfg.Store != nil {
 		if _, err := jobdata.DeleteJob(r.Context(), s.cfg.Store, j.ID); err != nil {
 			s.cfg.Logger.Warn("delete a job's data", "job", j.ID, "err", err)

@@ -43,12 +43,13 @@ var funcArgs = map[string][]string{
 	"put_own":      {"id", "finished_at", "progress", "nfields", restArg},
 	"stored":       {"org", "id", "bytes", "how", "member", "taken", "every_ms"},
 	// deployments.go
-	"adapter_put":   {"id", "org", "job", "step", "base", "kind", "name", "max"},
-	"deploy":        {"id", "org", "key", "server", "max"},
-	"unload":        {"id", "org", "idle"},
-	"serving":       {"id", "token", "loaded", restArg},
-	"adapter_check": {"id", "idle_ms"},
-	"server_check":  {"member"},
+	"adapter_put":    {"id", "org", "job", "step", "base", "kind", "name", "max"},
+	"deploy":         {"id", "org", "key", "server", "max"},
+	"unload":         {"id", "org", "idle"},
+	"serving":        {"id", "token", "loaded", restArg},
+	"adapter_check":  {"id", "idle_ms"},
+	"server_check":   {"member"},
+	"adapter_forget": {"id", "org"},
 }
 
 // args are a call's own arguments by name.

@@ -181,6 +181,14 @@ func (c Maintenance) deleteEnded(ctx context.Context, id string) error {
 	if err := Jobs(c).BeginDelete(ctx, id); err != nil {
 		return err
 	}
+	// Its deployments go first: their weights are the job's data.
+	if org, err := c.orgOf(ctx, id); err != nil {
+		return err
+	} else if org != "" {
+		if _, err := Deployments(c).ForgetJob(ctx, org, id); err != nil {
+			return err
+		}
+	}
 	if c.cfg.Store != nil {
 		if _, err := jobdata.DeleteJob(ctx, c.cfg.Store, id); err != nil {
 			return fmt.Errorf("queue: delete %s's data: %w", id, err)

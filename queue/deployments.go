@@ -256,6 +256,30 @@ func (c Deployments) Used(ctx context.Context, org, id string, requests, failure
 	return wrapErr("count an adapter's use", err)
 }
 
+// ForgetJob forgets the adapters of a job of org that was deleted: each off its server, its
+// record gone (its weights went with the job's data). It reports how many it forgot.
+func (c Deployments) ForgetJob(ctx context.Context, org, jobID string) (int, error) {
+	n := 0
+	for offset := 0; ; offset += 500 {
+		page, total, err := c.ListAdapters(ctx, org, offset, 500)
+		if err != nil {
+			return n, err
+		}
+		for _, a := range page {
+			if a.Job != jobID {
+				continue
+			}
+			if err := c.call(ctx, "adapter_forget", c.keys.leases(), args{"id": a.ID, "org": org}).Err(); err != nil {
+				return n, scriptErr("forget adapter", err)
+			}
+			n++
+		}
+		if offset+500 >= total {
+			return n, nil
+		}
+	}
+}
+
 // InferenceUsage is what org's deployments served: requests, prompt and completion tokens.
 func (c Deployments) InferenceUsage(ctx context.Context, org string) (requests, prompt, completion int64, err error) {
 	vals, err := c.rdb.HMGet(ctx, c.keys.of("orgusage", org), "inf:requests", "inf:prompt", "inf:completion").Result()

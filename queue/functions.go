@@ -70,6 +70,8 @@ var (
 	adapterCheckLua string
 	//go:embed lua/server_check.lua
 	serverCheckLua string
+	//go:embed lua/adapter_forget.lua
+	adapterForgetLua string
 )
 
 // library is the queue's functions, built once.
@@ -90,7 +92,7 @@ func buildLibrary(r jobFields) (redisfn.Library, error) {
 		"unwait": unwaitLua, "settle": settleLua, "put_own": putOwnLua, "stored": storedLua,
 		"delete_begin": deleteBeginLua, "stream": streamLua, "set_budget": setBudgetLua,
 		"adapter_put": adapterPutLua, "deploy": deployLua, "unload": unloadLua, "serving": servingLua,
-		"adapter_check": adapterCheckLua, "server_check": serverCheckLua,
+		"adapter_check": adapterCheckLua, "server_check": serverCheckLua, "adapter_forget": adapterForgetLua,
 	}
 	for name, body := range bodies {
 		if bodies[name], err = r.expandFields(body); err != nil {
