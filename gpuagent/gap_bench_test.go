@@ -16,11 +16,21 @@ import (
 // exiting and the next job's pipeline starting, with the next job already queued (aim: at most
 // 1 s): the agent hands the GPUs back at the exit, claims, lists the job's checkpoints in
 // storage (S3 here), writes its config, installs its environment and starts it, while the
-// finished job's last checkpoint and logs are still being stored. One op is one job.
+// finished job's last checkpoint and logs are still being stored. One op is one job. With the
+// sandbox on (as a node runs jobs: bubblewrap, seccomp, the job's network namespace, cgroups,
+// its disk) and, beside it, off.
 func BenchmarkJobToJobGap(b *testing.B) {
+	b.Run("sandbox", func(b *testing.B) { jobToJobGap(b, true) })
+	b.Run("no-sandbox", func(b *testing.B) { jobToJobGap(b, false) })
+}
+
+func jobToJobGap(b *testing.B, sandboxOn bool) {
 	bundle := setupS3(b, queue.Config{})
 	cfg := bundle.agentConfig(b, "agent-gap", "--emulate.step-time", "10ms", "--emulate.ckpt-bytes", "4194304")
 	cfg.Devices = gpuagent.DevicesFromSpec([]job.GPU{{Model: "H100", Count: 2}})
+	if sandboxOn {
+		cfg.Sandbox = sandboxed(b)
+	}
 	a, _ := bundle.run(b, cfg)
 	const tiny = `
 model = "Qwen/Qwen3-4B-Instruct-2507"
