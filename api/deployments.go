@@ -246,7 +246,11 @@ func (s *Server) weightFiles(r *http.Request, jobID string, step int) ([]wire.Do
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(all, func(f wire.DownloadFile) bool { return !strings.HasPrefix(f.Path, jobdata.WeightsDir) }), nil
+	weights := slices.DeleteFunc(all, func(f wire.DownloadFile) bool { return !strings.HasPrefix(f.Path, jobdata.WeightsDir) })
+	if weights == nil {
+		weights = []wire.DownloadFile{}
+	}
+	return weights, nil
 }
 
 func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request) {
@@ -323,17 +327,16 @@ func (s *Server) agentServing(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]wire.ServedAdapter, 0, len(wanted))
 	for _, a := range wanted {
-		files, err := s.weightFiles(r, a.Job, a.Step)
-		if err != nil {
-			writeProblem(w, r, s.failure(r, err))
-			return
+		// The weights' files and links only for what the server does not hold yet: the agent
+		// asks every few seconds.
+		files := []wire.DownloadFile{}
+		if !slices.Contains(rep.Loaded, a.ID) {
+			if files, err = s.weightFiles(r, a.Job, a.Step); err != nil {
+				writeProblem(w, r, s.failure(r, err))
+				return
+			}
 		}
-		full, err := s.cfg.Queue.Get(r.Context(), a.Job)
-		model := ""
-		if err == nil {
-			model = full.Config.Model + ":" + a.ID
-		}
-		out = append(out, wire.ServedAdapter{ID: a.ID, Model: model, Job: a.Job, Step: a.Step, Kind: a.Kind, Files: files})
+		out = append(out, wire.ServedAdapter{ID: a.ID, Model: a.Base + ":" + a.ID, Job: a.Job, Step: a.Step, Kind: a.Kind, Files: files})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"adapters": out})
 }

@@ -210,11 +210,11 @@ func (c Deployments) Serving(ctx context.Context, jobID, token string, loaded []
 	out := make([]job.Served, 0, len(res))
 	for _, r := range res {
 		f := strings.Fields(r)
-		if len(f) != 4 {
+		if len(f) != 5 {
 			continue
 		}
 		step, _ := strconv.Atoi(f[2])
-		out = append(out, job.Served{ID: f[0], Job: f[1], Step: step, Kind: f[3]})
+		out = append(out, job.Served{ID: f[0], Job: f[1], Step: step, Kind: f[3], Base: f[4]})
 	}
 	return out, nil
 }

@@ -50,6 +50,6 @@ func (a *Adapter) ModelID() string { return a.Base + ":" + a.ID }
 
 // Served is an adapter a serve job's agent is to hold.
 type Served struct {
-	ID, Job, Kind string
-	Step          int
+	ID, Job, Kind, Base string
+	Step                int
 }

@@ -3,7 +3,7 @@
 -- and hearing which it is to hold. A wanted adapter loaded is DEPLOYED, one that failed
 -- DEPLOY_FAILED (no longer wanted); an adapter it was to drop and no longer holds is
 -- NOT_DEPLOYED.
--- Returns the wanted adapters, each "<id> <job> <step> <kind>"; errors LEASE_LOST.
+-- Returns the wanted adapters, each "<id> <job> <step> <kind> <base>"; errors LEASE_LOST.
 local j = redis.call('HMGET', jobkey(arg_id), F.lease_token, F.status, F.agent_id, F.org)
 if lease_lost(j[1], j[2], arg_token) then
   return LEASE_LOST
@@ -38,7 +38,7 @@ for _, a in ipairs(redis.call('SMEMBERS', unloadingkey(arg_id))) do
 end
 local out = {}
 for _, a in ipairs(redis.call('SMEMBERS', servingkey(arg_id))) do
-  local h = redis.call('HMGET', adapterkey(a), A.deployment, A.job, A.step, A.kind)
+  local h = redis.call('HMGET', adapterkey(a), A.deployment, A.job, A.step, A.kind, A.base)
   if not h[2] then
     redis.call('SREM', servingkey(arg_id), a) -- deleted meanwhile
   else
@@ -46,7 +46,7 @@ for _, a in ipairs(redis.call('SMEMBERS', servingkey(arg_id))) do
       redis.call('HSET', adapterkey(a), A.deployment, 'DEPLOYED', A.deployed_at, T, A.node, j[3] or '', A.updated_at, T)
       said('deployment.deployed', a, 'deployed on ' .. (j[3] or '?'))
     end
-    out[#out + 1] = a .. ' ' .. h[2] .. ' ' .. h[3] .. ' ' .. h[4]
+    out[#out + 1] = a .. ' ' .. h[2] .. ' ' .. h[3] .. ' ' .. h[4] .. ' ' .. h[5]
   end
 end
 return out
