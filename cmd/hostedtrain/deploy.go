@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -138,7 +140,7 @@ func newDeploymentsCmd() *cobra.Command {
 }
 
 func newChatCmd() *cobra.Command {
-	var system string
+	var system, inference string
 	var noStream bool
 	c := &cobra.Command{
 		Use:   "chat MODEL TEXT",
@@ -151,7 +153,8 @@ func newChatCmd() *cobra.Command {
 			}
 			msgs = append(msgs, map[string]string{"role": "user", "content": args[1]})
 			body, _ := json.Marshal(map[string]any{"model": args[0], "messages": msgs, "stream": !noStream})
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, api.BaseURL+"/api/v1/chat/completions", bytes.NewReader(body))
+			base := strings.TrimRight(cmp.Or(inference, api.BaseURL+"/api/v1"), "/")
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, base+"/chat/completions", bytes.NewReader(body))
 			if err != nil {
 				return err
 			}
@@ -208,5 +211,7 @@ func newChatCmd() *cobra.Command {
 	}
 	c.Flags().StringVarP(&system, "system", "s", "", "a system prompt")
 	c.Flags().BoolVar(&noStream, "no-stream", false, "wait for the whole answer")
+	c.Flags().StringVar(&inference, "inference-url", os.Getenv("HOSTEDTRAIN_INFERENCE_URL"),
+		"the inference gateway, as PRIME_INFERENCE_URL names it (https://GATEWAY/api/v1); default: the API's own /api/v1, as hostedtrain dev serves it")
 	return c
 }
