@@ -435,32 +435,48 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, org string) {
 	if a == nil {
 		return
 	}
-	a, tn, elsewhere := g.ready(w, r, a)
-	if elsewhere != "" {
-		forward(w, r, elsewhere, body)
-		return
-	}
-	if tn == nil {
-		return
-	}
 	// A stream always asks for its usage (what is metered); a client that did not ask for it
 	// does not see it.
+	sent := body
 	wantsUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	if req.Stream && !wantsUsage {
 		var m map[string]any
 		if json.Unmarshal(body, &m) == nil {
 			m["stream_options"] = map[string]any{"include_usage": true}
-			body, _ = json.Marshal(m)
+			sent, _ = json.Marshal(m)
 		}
 	}
-	out, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://agent/v1/chat/completions", bytes.NewReader(body))
-	out.Header.Set("Content-Type", "application/json")
-	out.Header.Set(ServerHeader, a.Server)
-	resp, err := tn.http.Do(out)
-	if err != nil {
-		g.meter(r, a, usage{}, true, start, len(body), 0)
-		openAIError(w, http.StatusBadGateway, "server_error", "upstream_unreachable", "the model server could not be reached; try again")
-		return
+	var resp *http.Response
+	for attempt := 0; ; attempt++ {
+		var tn *tunnel
+		var elsewhere string
+		a, tn, elsewhere = g.ready(w, r, a)
+		if elsewhere != "" {
+			forward(w, r, elsewhere, body)
+			return
+		}
+		if tn == nil {
+			return
+		}
+		out, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://agent/v1/chat/completions", bytes.NewReader(sent))
+		out.Header.Set("Content-Type", "application/json")
+		out.Header.Set(ServerHeader, a.Server)
+		var err error
+		if resp, err = tn.http.Do(out); err != nil {
+			g.meter(r, a, usage{}, true, start, len(body), 0)
+			openAIError(w, http.StatusBadGateway, "server_error", "upstream_unreachable", "the model server could not be reached; try again")
+			return
+		}
+		if resp.StatusCode != http.StatusNotFound || attempt > 0 {
+			break
+		}
+		// The node no longer holds it (its server moved since the route was cached): once more,
+		// where it is now.
+		resp.Body.Close()
+		g.routes.Delete(org + "/" + a.ID)
+		if fresh, err := g.cfg.Deployments.GetAdapter(r.Context(), org, a.ID); err == nil {
+			a = fresh
+		}
 	}
 	defer resp.Body.Close()
 	for _, h := range []string{"Content-Type", "Cache-Control"} {

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,6 +79,8 @@ type stack struct {
 	server  string // its serve job
 	token   string // the serve job's lease token
 	stopTun context.CancelFunc
+	// gone makes the agent answer its next request 404, as a node whose server moved does.
+	gone atomic.Bool
 }
 
 var prefixes int
@@ -223,7 +226,7 @@ func (s *stack) tunnel() {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.FlushInterval = -1
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(gateway.ServerHeader) != s.server {
+		if r.Header.Get(gateway.ServerHeader) != s.server || s.gone.Swap(false) {
 			http.Error(w, "no such server here", http.StatusNotFound)
 			return
 		}
@@ -317,6 +320,12 @@ func TestTheGatewayRoutesEachAdapterToItsServer(t *testing.T) {
 			t.Errorf("a stream that did not ask for its usage got it: %s", st.body)
 		}
 	}
+	// A node that no longer holds the adapter (its server moved since the route was cached):
+	// the gateway looks again and the request is served, not refused.
+	s.gone.Store(true)
+	if r := s.call(http.MethodPost, "/api/v1/chat/completions", acme, chatBody(adapters[0].ModelID(), false)); r.code != 200 || s.gone.Load() {
+		t.Errorf("a request after the server moved: %d %s", r.code, r.body)
+	}
 	for _, who := range []string{other, ""} {
 		r := s.call(http.MethodPost, "/api/v1/chat/completions", who, chatBody(adapters[0].ModelID(), false))
 		if want := map[bool]int{true: 404, false: 401}[who != ""]; r.code != want || strings.Contains(r.body, "emulated answer") {
@@ -326,7 +335,7 @@ func TestTheGatewayRoutesEachAdapterToItsServer(t *testing.T) {
 	// Counted in the gateway, added to the adapter's record within a flush.
 	testwait.Until(t, 5*time.Second, "the requests to be counted", func() bool {
 		a, err := s.q.GetAdapter(context.Background(), "acme", adapters[0].ID)
-		return err == nil && a.Requests == 2 && a.CompletionTokens > 0 && a.PromptTokens > 0 && a.UsedAt != nil
+		return err == nil && a.Requests == 3 && a.CompletionTokens > 0 && a.PromptTokens > 0 && a.UsedAt != nil
 	})
 	timed := []job.Adapter{*adapters[0]}
 	if err := s.q.WithLatencies(context.Background(), timed); err != nil || timed[0].LatencyP50Ms <= 0 || timed[0].LatencyP99Ms < timed[0].LatencyP50Ms {
