@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,8 +11,29 @@ import (
 	"testing"
 
 	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 )
+
+// commitCheckpoint writes a committed checkpoint of a job as an agent does: its files, then its
+// manifest with each file's size and sha256.
+func commitCheckpoint(t *testing.T, store blob.Store, jobID string, step int, files map[string]string) {
+	t.Helper()
+	prefix := jobdata.CheckpointPrefix(jobID, step)
+	m := jobdata.Manifest{JobID: jobID, Step: step}
+	for name, data := range files {
+		if err := store.Put(context.Background(), prefix+name, strings.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(data))
+		m.Files = append(m.Files, jobdata.ManifestFile{Path: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])})
+		m.Bytes += int64(len(data))
+	}
+	body, _ := json.Marshal(m)
+	if err := store.Put(context.Background(), prefix+jobdata.ManifestName, bytes.NewReader(body)); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // A deploy checks what it deploys: a step that was never committed (or was pruned, or holds
 // no weights) is a 409 naming the committed steps; another organization's job a 404; an
@@ -27,15 +50,8 @@ func TestDeploymentsCheckWhatTheyDeploy(t *testing.T) {
 	if r := post(d.token, map[string]any{"job": d.jobID}); r.status != http.StatusConflict || !strings.Contains(string(r.body), "no committed checkpoint") {
 		t.Fatalf("a job with no checkpoint: %d %s", r.status, r.body)
 	}
-	weights := strings.Repeat("w", 4096)
-	sum := sha256.Sum256([]byte(weights))
-	d.put(t, "checkpoints/step_10/weights/adapter_model.safetensors", weights)
-	d.put(t, "checkpoints/step_10/weights/adapter_config.json", `{"r": 32}`)
-	cfgSum := sha256.Sum256([]byte(`{"r": 32}`))
-	m, _ := json.Marshal(jobdata.Manifest{JobID: d.jobID, Step: 10, Bytes: 4105, Files: []jobdata.ManifestFile{
-		{Path: "weights/adapter_model.safetensors", Size: 4096, SHA256: hex.EncodeToString(sum[:])},
-		{Path: "weights/adapter_config.json", Size: 9, SHA256: hex.EncodeToString(cfgSum[:])}}})
-	d.put(t, "checkpoints/step_10/manifest.json", string(m))
+	commitCheckpoint(t, d.store, d.jobID, 10, map[string]string{
+		"weights/adapter_model.safetensors": strings.Repeat("w", 4096), "weights/adapter_config.json": `{"r": 32}`})
 	d.put(t, "checkpoints/step_20/trainer/model.safetensors", "unfinished")
 
 	if r := post(d.token, map[string]any{"job": d.jobID, "step": 20}); r.status != http.StatusConflict || !strings.Contains(string(r.body), "committed: 10") {
@@ -94,12 +110,7 @@ func TestDeploymentsCheckWhatTheyDeploy(t *testing.T) {
 func TestDeletingAJobForgetsItsDeployments(t *testing.T) {
 	t.Parallel()
 	d := setupData(t)
-	weights := strings.Repeat("w", 1024)
-	sum := sha256.Sum256([]byte(weights))
-	d.put(t, "checkpoints/step_10/weights/adapter_model.safetensors", weights)
-	m, _ := json.Marshal(jobdata.Manifest{JobID: d.jobID, Step: 10, Bytes: 1024, Files: []jobdata.ManifestFile{
-		{Path: "weights/adapter_model.safetensors", Size: 1024, SHA256: hex.EncodeToString(sum[:])}}})
-	d.put(t, "checkpoints/step_10/manifest.json", string(m))
+	commitCheckpoint(t, d.store, d.jobID, 10, map[string]string{"weights/adapter_model.safetensors": strings.Repeat("w", 1024)})
 	b, _ := json.Marshal(map[string]any{"job": d.jobID})
 	r := call(t, "POST", d.s.URL+"/v1/deployments", d.token, "application/json", b)
 	var dep struct{ ID, Server string }

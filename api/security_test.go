@@ -2,9 +2,7 @@ package api_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -20,7 +18,6 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/auth"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
 	"github.com/hostedtrain/hostedtrain/internal/client"
-	"github.com/hostedtrain/hostedtrain/internal/jobdata"
 	"github.com/hostedtrain/hostedtrain/openapi"
 	"github.com/hostedtrain/hostedtrain/webhooks"
 )
@@ -95,16 +92,7 @@ func newVictim(t *testing.T) victim {
 		t.Fatal(err)
 	}
 	// A committed checkpoint with weights, deployed.
-	prefix := jobdata.CheckpointPrefix(j.ID, 10)
-	weights := "victim weights"
-	sum := sha256.Sum256([]byte(weights))
-	m, _ := json.Marshal(jobdata.Manifest{JobID: j.ID, Step: 10, Bytes: int64(len(weights)), Files: []jobdata.ManifestFile{
-		{Path: "weights/adapter_model.safetensors", Size: int64(len(weights)), SHA256: hex.EncodeToString(sum[:])}}})
-	for name, data := range map[string]string{"weights/adapter_model.safetensors": weights, jobdata.ManifestName: string(m)} {
-		if err := store.Put(ctx, prefix+name, strings.NewReader(data)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	commitCheckpoint(t, store, j.ID, 10, map[string]string{"weights/adapter_model.safetensors": "victim weights"})
 	dep, err := c.Deploy(ctx, j.ID, "10")
 	if err != nil {
 		t.Fatal(err)
