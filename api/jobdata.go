@@ -43,16 +43,9 @@ func (s *Server) needStore() *Problem {
 }
 
 func (s *Server) getJobMetrics(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.ownJob(w, r)
-	if !ok {
-		return
-	}
-	page, prob := s.jobMetrics(r, j, metricsQueryOf(r.URL.Query()))
-	if prob != nil {
-		writeProblem(w, r, prob)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
+	onOwnJob(s, w, r, func(r *http.Request, j *job.Job) (any, *Problem) {
+		return s.jobMetrics(r, j, metricsQueryOf(r.URL.Query()))
+	})
 }
 
 // metricsQueryOf reads what GET /v1/jobs/{id}/metrics asks for from its query, which
@@ -98,16 +91,7 @@ func (s *Server) noteSkipped(r *http.Request, jobID string, read jobdata.Metrics
 }
 
 func (s *Server) listJobCheckpoints(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.ownJob(w, r)
-	if !ok {
-		return
-	}
-	list, prob := s.jobCheckpoints(r, j)
-	if prob != nil {
-		writeProblem(w, r, prob)
-		return
-	}
-	writeJSON(w, http.StatusOK, list)
+	onOwnJob(s, w, r, func(r *http.Request, j *job.Job) (any, *Problem) { return s.jobCheckpoints(r, j) })
 }
 
 // checkpointList is a job's checkpoints, and when the download links in it expire.
@@ -289,16 +273,7 @@ func (s *Server) listJobArtifacts(w http.ResponseWriter, r *http.Request) {
 const progressWindow = 20
 
 func (s *Server) getJobProgress(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.ownJob(w, r)
-	if !ok {
-		return
-	}
-	p, prob := s.jobProgress(r, j)
-	if prob != nil {
-		writeProblem(w, r, prob)
-		return
-	}
-	writeJSON(w, http.StatusOK, p)
+	onOwnJob(s, w, r, func(r *http.Request, j *job.Job) (any, *Problem) { return s.jobProgress(r, j) })
 }
 
 // jobProgress is where one of the caller's jobs stands: its step, pace and the steps that
@@ -434,16 +409,7 @@ var tokenKeys = []string{"progress/input_tokens", "progress/output_tokens"}
 // job's model), projected to the run's end at its pace so far, and its rollouts' tokens summed
 // over the stored metrics rows.
 func (s *Server) getJobUsage(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.ownJob(w, r)
-	if !ok {
-		return
-	}
-	u, prob := s.jobUsage(r, j)
-	if prob != nil {
-		writeProblem(w, r, prob)
-		return
-	}
-	writeJSON(w, http.StatusOK, u)
+	onOwnJob(s, w, r, func(r *http.Request, j *job.Job) (any, *Problem) { return s.jobUsage(r, j) })
 }
 
 // jobUsage is what one of the caller's jobs used (getJobUsage).
@@ -549,16 +515,9 @@ func describeSteps(steps []int) string {
 }
 
 func (s *Server) getJobSamples(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.ownJob(w, r)
-	if !ok {
-		return
-	}
-	page, prob := s.jobSamples(r, j, intQuery(r, "step", 0), intQuery(r, "page", 1), intQuery(r, "limit", 100))
-	if prob != nil {
-		writeProblem(w, r, prob)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
+	onOwnJob(s, w, r, func(r *http.Request, j *job.Job) (any, *Problem) {
+		return s.jobSamples(r, j, intQuery(r, "step", 0), intQuery(r, "page", 1), intQuery(r, "limit", 100))
+	})
 }
 
 // jobSamples is page page (from 1, limit samples a page) of the samples of a step (0: the
@@ -583,16 +542,9 @@ func (s *Server) jobSamples(r *http.Request, j *job.Job, step, page, limit int) 
 }
 
 func (s *Server) getJobDistributions(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.ownJob(w, r)
-	if !ok {
-		return
-	}
-	page, prob := s.jobDistributions(r, j, intQuery(r, "step", 0), r.URL.Query().Get("type"))
-	if prob != nil {
-		writeProblem(w, r, prob)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
+	onOwnJob(s, w, r, func(r *http.Request, j *job.Job) (any, *Problem) {
+		return s.jobDistributions(r, j, intQuery(r, "step", 0), r.URL.Query().Get("type"))
+	})
 }
 
 // jobDistributions is the histogram of type typ ("": rewards) of a step (0: the newest) of one

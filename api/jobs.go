@@ -315,6 +315,21 @@ func (s *Server) ownJob(w http.ResponseWriter, r *http.Request) (*job.Job, bool)
 	return j, true
 }
 
+// onOwnJob answers an operation on one of the caller's jobs: what core makes of it (200), or
+// its problem. The operation's answer is core's; the Prime surface calls the same cores.
+func onOwnJob(s *Server, w http.ResponseWriter, r *http.Request, core func(*http.Request, *job.Job) (any, *Problem)) {
+	j, ok := s.ownJob(w, r)
+	if !ok {
+		return
+	}
+	v, prob := core(r, j)
+	if prob != nil {
+		writeProblem(w, r, prob)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
 // ownedJob is job id if the caller's organization owns it. Another organization's job reads
 // exactly like a missing one, so nothing leaks.
 func (s *Server) ownedJob(r *http.Request, id string) (*job.Job, *Problem) {
@@ -357,16 +372,7 @@ func (s *Server) jobAsSeen(r *http.Request, id string) (*job.Job, *Problem) {
 }
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.ownJob(w, r)
-	if !ok {
-		return
-	}
-	after, prob := s.cancel(r, j)
-	if prob != nil {
-		writeProblem(w, r, prob)
-		return
-	}
-	writeJSON(w, http.StatusOK, after)
+	onOwnJob(s, w, r, func(r *http.Request, j *job.Job) (any, *Problem) { return s.cancel(r, j) })
 }
 
 // cancel stops one of the caller's jobs (POST /v1/jobs/{id}/cancel) and is the job after.
@@ -467,16 +473,7 @@ func (s *Server) deleteOwned(r *http.Request, j *job.Job, stop bool) (stopping *
 }
 
 func (s *Server) restartJob(w http.ResponseWriter, r *http.Request) {
-	j, ok := s.ownJob(w, r)
-	if !ok {
-		return
-	}
-	after, prob := s.restart(r, j)
-	if prob != nil {
-		writeProblem(w, r, prob)
-		return
-	}
-	writeJSON(w, http.StatusOK, after)
+	onOwnJob(s, w, r, func(r *http.Request, j *job.Job) (any, *Problem) { return s.restart(r, j) })
 }
 
 // restart queues one of the caller's jobs that ended again (POST /v1/jobs/{id}/restart) and is
