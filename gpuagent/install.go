@@ -14,35 +14,12 @@ import (
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 )
 
-// hubEnvironments are the job's Environments Hub environments (train and eval), each once:
-// the ids with an owner (owner/name[@version]). A bare id names a taskset prime-rl's Python
-// already has (verifiers' built-in tasksets and the environments of prime-rl's workspace),
-// as the prime CLI reads it (`prime train` checks Hub refs only; `prime env install NAME`
-// would look for a local folder ./environments/NAME).
-func hubEnvironments(s jobspec.Spec) []string {
-	var ids []string
-	seen := map[string]bool{}
-	add := func(envs []jobspec.Env) {
-		for _, e := range envs {
-			if strings.Contains(e.ID, "/") && !seen[e.ID] {
-				seen[e.ID] = true
-				ids = append(ids, e.ID)
-			}
-		}
-	}
-	add(s.Env)
-	if s.Eval != nil {
-		add(s.Eval.Env)
-	}
-	return ids
-}
-
 // installEnvironments installs the job's Hub environments into prime-rl's Python, where its
 // processes import them: the prime CLI installs into the workspace interpreter it finds
 // through VIRTUAL_ENV. A failure is the job's failure, with the installer's last lines.
 func (r *jobRun) installEnvironments(ctx context.Context) error {
 	tmpl := r.deps.cfg.Pipeline.Install
-	ids := hubEnvironments(r.claim.Job.Config)
+	ids := jobspec.HubEnvironments(r.claim.Job.Config)
 	if len(tmpl) == 0 || len(ids) == 0 {
 		return nil
 	}

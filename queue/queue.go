@@ -316,7 +316,7 @@ func (c Jobs) Submit(ctx context.Context, sub job.Submission, idempotencyKey, fi
 		"idem_ttl": c.cfg.IdempotencyTTL.Milliseconds(), "rank": rank, "budget_ms": sub.BudgetGPUMs,
 		"est_ms": sub.EstimateGPUMs, "by": sub.CreatedBy, "token": sub.TokenID,
 		"price_micro": int64(math.Round(sub.PricePerGPUHour * 1e6)),
-		"cfg_bytes":   cfgBytes, "sec_bytes": secBytes,
+		"cfg_bytes":   cfgBytes, "sec_bytes": secBytes, "needs": strings.Join(jobspec.CacheNeeds(sub.Org, sub.Spec), " "),
 	}).StringSlice()
 	var refused redis.Error
 	if errors.As(err, &refused) || (err == nil && res[0] != "created") {
@@ -790,6 +790,27 @@ func (c Leases) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, er
 	}
 }
 
+// heldArg writes what an agent's node holds as claim.lua reads it: space-separated cache needs
+// (jobspec.CacheNeeds), the ones with spaces left out, at most maxHeld.
+func heldArg(held []string) string {
+	var b strings.Builder
+	n := 0
+	for _, h := range held {
+		if h == "" || strings.ContainsAny(h, " \t\n") || n == maxHeld {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(h)
+		n++
+	}
+	return b.String()
+}
+
+// maxHeld bounds what one claim may say its node holds (the API refuses more).
+const maxHeld = 256
+
 // recheckEvery bounds how long a waiting claim trusts pub/sub alone.
 const recheckEvery = 5 * time.Second
 
@@ -830,6 +851,7 @@ func (c *store) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuOn
 		"paid_until": ms(now.Add(c.cfg.ClaimQuantum)), "gpu_only": gpuOnly, "claim_id": req.ClaimID,
 		"waiter": waiter, "wait_until": ms(waitUntil), "filed": boolArg(filed), "health": healthArg(req.Health),
 		"quarantine_after": c.cfg.QuarantineAfter, "quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
+		"held": heldArg(req.Held),
 	}).Result()
 	if err != nil {
 		return nil, time.Time{}, scriptErr("claim", err)

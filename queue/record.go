@@ -73,6 +73,8 @@ type jobFields struct {
 	CfgBytes         string `lua:"cfg_bytes" what:"its config's size"`
 	SecBytes         string `lua:"sec_bytes" what:"its sealed secrets' size"`
 	Shed             string `lua:"shed" what:"1: its inputs left Redis"`
+	Needs            string `lua:"needs" what:"what a node may hold for it, space-separated (jobspec.CacheNeeds)"`
+	CachePassed      string `lua:"cache_passed" what:"claims that passed it over for a job their node held more of"`
 }
 
 // jobField is the job record's field names as the service stores them.

@@ -348,6 +348,10 @@ type ClaimRequest struct {
 	// Health is the agent's newest check of its node where it failed: the claim takes nothing,
 	// and the node is quarantined (queue.Config.QuarantineAfter). nil: no failed check.
 	Health *NodeCheck
+	// Held is what the agent's node cache holds (jobspec.CacheNeeds names: "m:MODEL",
+	// "e:OWNER/ENV@VERSION"): of the next few jobs in fair order, the claim prefers one whose
+	// needs the node holds.
+	Held []string
 }
 
 // ClaimBody is a claim on the wire (POST /v1/agent/claim), as the agent's client sends it and
@@ -359,18 +363,19 @@ type ClaimBody struct {
 	ClaimID     string     `json:"claim_id,omitempty"`
 	Runtime     *Runtime   `json:"runtime,omitempty"`
 	Health      *NodeCheck `json:"health,omitempty"`
+	Held        []string   `json:"held,omitempty"`
 }
 
 // Body is a claim as it is sent.
 func (r ClaimRequest) Body() ClaimBody {
 	return ClaimBody{GPUs: r.GPUs, WaitSeconds: r.Wait.Seconds(), GPUJobsOnly: r.GPUJobsOnly, ClaimID: r.ClaimID,
-		Runtime: r.Runtime, Health: r.Health}
+		Runtime: r.Runtime, Health: r.Health, Held: r.Held}
 }
 
 // Request is a claim as it was sent, by the agent the API knows from its token.
 func (b ClaimBody) Request(agentID string) ClaimRequest {
 	return ClaimRequest{AgentID: agentID, GPUs: b.GPUs, Wait: time.Duration(b.WaitSeconds * float64(time.Second)),
-		GPUJobsOnly: b.GPUJobsOnly, ClaimID: b.ClaimID, Runtime: b.Runtime, Health: b.Health}
+		GPUJobsOnly: b.GPUJobsOnly, ClaimID: b.ClaimID, Runtime: b.Runtime, Health: b.Health, Held: b.Held}
 }
 
 // GPU is a kind of accelerator and how many of it an agent has free.

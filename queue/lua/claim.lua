@@ -115,13 +115,40 @@ local function pick(org, classes)
   return best, best_class, best_last, skipped
 end
 
+-- What the agent's node holds (arg_held: cache needs, jobspec.CacheNeeds): a job whose model
+-- the node holds starts without downloading it, one whose environments it holds without
+-- installing them. warmth weighs what of a job's needs the node holds (a model's weights far
+-- outweigh an environment), and whether it holds them all.
+local held, has_held = {}, arg_held ~= ''
+for h in string.gmatch(arg_held, '%S+') do
+  held[h] = true
+end
+local function warmth(needs)
+  local w, all = 0, true
+  for n in string.gmatch(needs or '', '%S+') do
+    if held[n] then
+      w = w + (string.sub(n, 1, 2) == 'm:' and 4 or 1)
+    else
+      all = false
+    end
+  end
+  return w, all
+end
+
 -- The fair orders hold only orgs with room and ready jobs, but the limit that decides room may
 -- have changed since an org was filed (the service's default is this call's), and an order
 -- that named an org with nothing ready would be mended here: such an org is taken out and the
 -- next one looked at, a few times at most. The job is read once (its fence, whether it avoids
 -- this agent, what the answer needs) before anything is written.
+--
+-- Cache-aware placement: with a node that holds something, the first job it may take in fair
+-- order is not taken at once unless the node holds all it needs; the claim looks at the next
+-- ones (the same bound, PASS_AT_MOST) and takes the first of those the node holds the most of,
+-- else that first job. A job passed over so is counted (F.cache_passed), and one passed over
+-- PASS_AT_MOST times is taken when it comes first: nobody waits on other jobs' caches for long.
 local org, o, best, best_class, best_last, j, skipped
 local avoided_till, avoided_class
+local chosen, chosen_w, fair_id, looked = nil, -1, nil, {}
 for _ = 1, 4 + PASS_AT_MOST do
   org = first_org()
   if not org then
@@ -134,12 +161,27 @@ for _ = 1, 4 + PASS_AT_MOST do
   else
     best, best_class, best_last, skipped = pick(org, o[7])
     if best then
-      j = redis.call('HMGET', jobkey(best), F.fence, F.avoid, F.est_ms, unpack(CLAIMED))
+      j = redis.call('HMGET', jobkey(best), F.fence, F.avoid, F.est_ms, F.needs, F.cache_passed, unpack(CLAIMED))
       local over = over_budget(j[3], o[11], o[12], o[13])
       if not over and not avoids(j[2], agent) then
-        break
-      end
-      if not over then
+        if not has_held then
+          chosen = {org, o, best, best_class, best_last, j}
+          break
+        end
+        local w, all = warmth(j[4])
+        if w > chosen_w then
+          chosen, chosen_w = {org, o, best, best_class, best_last, j}, w
+        end
+        if not fair_id then
+          fair_id = best
+          if all or not j[4] or (tonumber(j[5]) or 0) >= PASS_AT_MOST then
+            break -- it needs nothing this node lacks, or nothing at all, or has waited enough
+          end
+        elseif all and w > 0 then
+          break
+        end
+        looked[#looked + 1] = best
+      elseif not over then
         local till = tonumber(string.match(j[2], '|(%d+)$'))
         if not avoided_till or till < avoided_till then
           avoided_till, avoided_class = till, best_class
@@ -147,7 +189,7 @@ for _ = 1, 4 + PASS_AT_MOST do
       end
       passed_jobs[best], npassed = true, npassed + 1
     elseif skipped then
-      passed_orgs[org] = true -- nothing ready in it but jobs that avoid this agent
+      passed_orgs[org] = true -- nothing ready in it but jobs passed over
     else
       for _, class in ipairs(fitting) do
         redis.call('ZREM', fairkey(class), org) -- nothing of it ready in any class that fits
@@ -158,6 +200,32 @@ for _ = 1, 4 + PASS_AT_MOST do
   if npassed >= PASS_AT_MOST then
     break
   end
+end
+local placed_note = ''
+if chosen then
+  org, o, best, best_class, best_last, j = unpack(chosen)
+  if best ~= fair_id and fair_id then
+    -- Placed for its cache: the jobs ahead of it that this claim looked at wait for another
+    -- node, each counted.
+    local ahead = 0
+    for _, id in ipairs(looked) do
+      if id == best then
+        break
+      end
+      redis.call('HINCRBY', jobkey(id), F.cache_passed, 1)
+      ahead = ahead + 1
+    end
+    local what = {}
+    for n in string.gmatch(j[4] or '', '%S+') do
+      if held[n] then
+        what[#what + 1] = string.sub(n, 3)
+      end
+    end
+    placed_note = ' (placed for its cache: the node holds ' .. table.concat(what, ', ') .. '; ' .. ahead ..
+      ' job(s) ahead of it in fair order passed over)'
+  end
+  table.remove(j, 4)
+  table.remove(j, 4)
 end
 
 if org then
@@ -199,7 +267,7 @@ if org then
   if arg_claim_id ~= '' then
     redis.call('SET', claimkey(arg_claim_id), id .. ' ' .. token .. ' ' .. agent, 'PX', arg_lease_ttl)
   end
-  emit(id, org, 'job.pending', 'PENDING', agent, o[8])
+  emit(id, org, 'job.pending', 'PENDING', agent .. placed_note, o[8])
   if arg_filed == '1' then
     unwait(arg_waiter)
   end

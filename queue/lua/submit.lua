@@ -59,6 +59,9 @@ end
 if arg_est_ms ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = F.est_ms, arg_est_ms -- a claim holds it past its org's monthly budget
 end
+if arg_needs ~= '' then
+  fields[#fields + 1], fields[#fields + 2] = F.needs, arg_needs -- a claim prefers a node that holds them
+end
 if arg_max_steps ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = F.max_steps, arg_max_steps -- bounds the steps agents report
 end
