@@ -47,10 +47,10 @@ var weights = bytes.Repeat([]byte("0123456789abcdef"), (lfsFrom/16)+3) // an LFS
 
 func tinyModel() map[string][]byte {
 	return map[string][]byte{
-		"config.json":            []byte(`{"architectures":["Qwen3ForCausalLM"]}`),
-		"model.safetensors":      weights,
-		"pytorch_model.bin":      []byte("the same weights in another format"),
-		"tokenizer/vocab.json":   []byte(`{"a":1}`),
+		"config.json":           []byte(`{"architectures":["Qwen3ForCausalLM"]}`),
+		"model.safetensors":     weights,
+		"pytorch_model.bin":     []byte("the same weights in another format"),
+		"tokenizer/vocab.json":  []byte(`{"a":1}`),
 		"original/consolidated": []byte("not fetched"),
 	}
 }
