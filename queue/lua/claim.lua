@@ -142,15 +142,24 @@ end
 -- this agent, what the answer needs) before anything is written.
 --
 -- Cache-aware placement: with a node that holds something, the first job it may take in fair
--- order is not taken at once unless the node holds all it needs; the claim looks at the next
--- ones (the same bound, PASS_AT_MOST) and takes the first of those the node holds the most of,
--- else that first job. A job passed over so is counted (F.cache_passed), and one passed over
+-- order is not taken at once unless the node holds all it needs; the claim looks at the first
+-- jobs of the next organizations in fair order (then, when no other organization waits, the next
+-- jobs of those looked at), at most PASS_AT_MOST (the bound of every pass), and takes the first
+-- of those the node holds the most of, else that first job. A job passed over so is counted (F.cache_passed), and one passed over
 -- PASS_AT_MOST times is taken when it comes first: nobody waits on other jobs' caches for long.
 local org, o, best, best_class, best_last, j, skipped
 local avoided_till, avoided_class
-local chosen, chosen_w, fair_id, looked = nil, -1, nil, {}
+local chosen, chosen_w, fair_id, looked, cache_orgs = nil, -1, nil, {}, {}
 for _ = 1, 4 + PASS_AT_MOST do
   org = first_org()
+  if not org and next(cache_orgs) then
+    -- No other organization waits: the next jobs of the ones looked at.
+    for name in pairs(cache_orgs) do
+      passed_orgs[name] = nil
+    end
+    cache_orgs = {}
+    org = first_org()
+  end
   if not org then
     break
   end
@@ -181,6 +190,9 @@ for _ = 1, 4 + PASS_AT_MOST do
           break
         end
         looked[#looked + 1] = best
+        -- The next look is at the next organization's first job: an organization's jobs
+        -- behind its first mostly need what its first needs.
+        passed_orgs[org], cache_orgs[org] = true, true
       elseif not over then
         local till = tonumber(string.match(j[2], '|(%d+)$'))
         if not avoided_till or till < avoided_till then
