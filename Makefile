@@ -130,9 +130,10 @@ bench-cluster: redis-server
 
 ## bench-fleet: the queue pushed as a fleet pushes it (issue 16): submits with hundreds of
 ## agents waiting, claims among thousands of organizations at their limit, queue positions with
-## thousands of agents known, an agent's death to its job queued again at 10,000 running
+## thousands of agents known, an agent's death to its job queued again at 10,000 running; then
+## cache-aware placement against first-fit on a simulated fleet of 50 nodes (issue 33)
 bench-fleet: redis-server
-	cd bench && $(GO) run ./cmd/queuebench -only fleet
+	cd bench && $(GO) run ./cmd/queuebench -only fleet && $(GO) run ./cmd/queuebench -only placement
 
 ## bench-smoke: bench/ (its own module, beside asynq) vetted, tested and run for a few seconds
 ## on small numbers, so that a change that breaks it fails make test instead of rotting unseen

@@ -45,7 +45,7 @@ func main() {
 	big := flag.Int("big", 1000000, "queued jobs for the large claim-latency case")
 	samples := flag.Int("samples", 2000, "operations timed for each latency figure")
 	redisArgs := flag.String("redis-args", "", "extra redis-server arguments, the same for both queues")
-	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison; "fleet": only the fleet cases; "cluster": only the cluster case; "phases": the lifecycle's calls one at a time`)
+	only := flag.String("only", "", `"lifecycle": only the lifecycle comparison; "fleet": only the fleet cases; "cluster": only the cluster case; "phases": the lifecycle's calls one at a time; "placement": first-fit against cache-aware claims on a simulated fleet (placement.go)`)
 	clusterJobs := flag.Int("cluster-jobs", 100000, "jobs for the cluster case (spread over the shards, memory per job)")
 	fleetSize := flag.String("fleet", "full", `the fleet cases' sizes: "full" (issue 16's) or "smoke"`)
 	fleetSubmits := flag.Int("fleet-submits", 0, "submits timed at each number of waiting agents (0: the size's)")
@@ -53,6 +53,14 @@ func main() {
 	stats := flag.Bool("commandstats", false, "with -only lifecycle: print each lifecycle server's command statistics")
 	protocol := flag.Int("protocol", 2, "the RESP version both queues' clients speak")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile here")
+	pw := placementFull
+	flag.IntVar(&pw.Nodes, "placement-nodes", pw.Nodes, "the placement case's nodes (8 H100 each)")
+	flag.IntVar(&pw.Jobs, "placement-jobs", pw.Jobs, "the placement case's jobs")
+	flag.IntVar(&pw.Orgs, "placement-orgs", pw.Orgs, "the placement case's organizations")
+	flag.DurationVar(&pw.Window, "placement-window", pw.Window, "the placement case's submissions spread over this (simulated)")
+	flag.Uint64Var(&pw.Seed, "placement-seed", pw.Seed, "the placement case's workload seed")
+	flag.DurationVar(&pw.StartCost, "placement-start-cost", pw.StartCost, "the placement case's fixed start cost of every job")
+	flag.Int64Var(&pw.ModelCache, "placement-model-cache", pw.ModelCache, "the placement case's weights cache per node, bytes")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -81,6 +89,10 @@ func main() {
 	b := &bench{ctx: ctx, rdb: rdb, addr: srv.Addr, protocol: *protocol, out: tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)}
 
 	fmt.Printf("redis-server %s, GOMAXPROCS %d, N=%d, C=%d\n\n", serverVersion(ctx, rdb), runtime.GOMAXPROCS(0), *n, *c)
+	if *only == "placement" {
+		b.placement(pw)
+		return
+	}
 	fmt.Fprintln(b.out, "measure\tvalue\tnote")
 	sizes := fleetFull
 	if *fleetSize == "smoke" {
