@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/gateway"
+	"github.com/hostedtrain/hostedtrain/gpuagent/nodecache"
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
@@ -123,6 +124,9 @@ type Config struct {
 	// nil runs them as the agent's own user with the node in reach — unsafe with other people's
 	// code.
 	Sandbox *sandbox.Config
+	// Cache is the node's caches that outlive jobs (gpuagent/nodecache): model weights,
+	// environment installs, compile caches; nil: none (each job fetches and installs its own).
+	Cache *nodecache.Cache
 	// HealthQuery is the command that asks the GPU driver how the node's GPUs are (health.go:
 	// nvidia-smi with HealthQuery's arguments on a node whose GPUs it lists); nil: the GPUs are
 	// not asked (a node of --gpus). KernelLog is the kernel's log the check reads the driver's
@@ -273,7 +277,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		if health != nil {
 			a.cfg.Logger.Error("the node's own check failed; claiming nothing", "evidence", strings.Join(health.Evidence, "; "))
 		}
-		cl, err := a.cfg.API.Claim(claimCtx, job.ClaimRequest{GPUs: free, Wait: a.cfg.ClaimWait, GPUJobsOnly: !cpuRoom, Runtime: &rt, Health: health})
+		cl, err := a.cfg.API.Claim(claimCtx, job.ClaimRequest{GPUs: free, Wait: a.cfg.ClaimWait, GPUJobsOnly: !cpuRoom, Runtime: &rt, Health: health,
+			Held: a.held()})
 		a.mu.Lock()
 		a.cancelClaim = nil
 		a.mu.Unlock()

@@ -302,7 +302,7 @@ func (b bundle) startAgentProcessIn(t testing.TB, name, work string, args ...str
 	}
 	ports := portRange()
 	cmd := exec.Command(agentBin, append([]string{"--api", b.stack.URL, "--store", store, "--gpus", "H100:2",
-		"--work-dir", work, "--emulated", "--emulator", emulator, "--metrics-addr", "",
+		"--work-dir", work, "--emulated", "--emulator", emulator, "--metrics-addr", "", "--model-hub", "",
 		"--claim-wait", "2s", "--stop-grace", "5s", "--poll-interval", "50ms", "--flush-interval", "100ms",
 		"--port-range", fmt.Sprintf("%d-%d", ports[0], ports[1]), "--prime-rl", t.TempDir(), "--emulate-check", checkCmd}, append(upstreamtest.SandboxFlags(t), args...)...)...)
 	cmd.Env = append(os.Environ(), "HOSTEDTRAIN_AGENT_TOKEN="+b.stack.AgentToken(name))

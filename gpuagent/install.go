@@ -16,31 +16,40 @@ import (
 
 // installEnvironments installs the job's Hub environments into prime-rl's Python, where its
 // processes import them: the prime CLI installs into the workspace interpreter it finds
-// through VIRTUAL_ENV. A failure is the job's failure, with the installer's last lines.
-func (r *jobRun) installEnvironments(ctx context.Context) error {
+// through VIRTUAL_ENV. A failure is the job's failure, with the installer's last lines. In a
+// sandbox, with the node's cache, an install the cache holds for the job's organization is laid
+// over the job's view of the Python instead (cached true), and a new one is kept there (bytes:
+// what it installed).
+func (r *jobRun) installEnvironments(ctx context.Context) (cached bool, bytes int64, err error) {
 	tmpl := r.deps.cfg.Pipeline.Install
 	ids := jobspec.HubEnvironments(r.claim.Job.Config)
 	if len(tmpl) == 0 || len(ids) == 0 {
-		return nil
+		return false, 0, nil
 	}
 	venv := filepath.Join(r.deps.cfg.Pipeline.PrimeRL, ".venv")
+	own := filepath.Join(r.dir, "venv")
 	if r.box != nil {
 		// The node's prime-rl is read-only in the sandbox: the job installs into its own view
 		// of the Python environment, seen in its place — an overlay on its own disk (nothing
 		// copied), or where it has none, a copy of hard links to the node's files.
-		own := filepath.Join(r.dir, "venv")
 		// A checkout without one gets an empty one: the job's view is seen in its place.
 		err := os.MkdirAll(venv, 0o755)
-		if err == nil && r.disk != nil {
-			err = r.disk.Overlay(venv, own)
-		} else if err == nil {
+		if err == nil {
+			cached, err = r.cachedInstall(ids, venv, own)
+		}
+		if err == nil && !cached && r.disk != nil {
+			err = r.disk.Overlay(own, venv)
+		} else if err == nil && !cached {
 			err = sandbox.LinkTree(venv, own)
 		}
 		if err != nil {
-			return &startError{fmt.Errorf("prime-rl's Python for the job's environments: %v", err)}
+			return false, 0, &startError{fmt.Errorf("prime-rl's Python for the job's environments: %v", err)}
 		}
 		if err := r.box.Bind(own, venv, r.disk != nil); err != nil {
-			return err
+			return false, 0, err
+		}
+		if cached {
+			return true, 0, nil
 		}
 	}
 	env := append(r.baseEnv(), "VIRTUAL_ENV="+venv, "UV_PROJECT_ENVIRONMENT="+venv)
@@ -50,15 +59,18 @@ func (r *jobRun) installEnvironments(ctx context.Context) error {
 		argv := render.Expand(tmpl, map[string]string{"env_id": id, "prime_rl": r.deps.cfg.Pipeline.PrimeRL}, nil)
 		start := fileSize(logPath)
 		if err := runCommand(ctx, r.box, argv, r.dir, env, logPath); err != nil {
-			return fmt.Errorf("install environment %s: %w%s", id, err, lastLines(logPath, 8))
+			return false, 0, fmt.Errorf("install environment %s: %w%s", id, err, lastLines(logPath, 8))
 		}
 		// The prime CLI exits 0 when an environment resolved but its install failed, and says
 		// so in its summary (commands/env.py: "Failed to install N environment(s)").
 		if installFailed(logPath, start) {
-			return fmt.Errorf("install environment %s: the installer reports it failed%s", id, lastLines(logPath, 8))
+			return false, 0, fmt.Errorf("install environment %s: the installer reports it failed%s", id, lastLines(logPath, 8))
 		}
 	}
-	return nil
+	if r.box != nil {
+		bytes = r.keepInstall(ids, venv, own)
+	}
+	return false, bytes, nil
 }
 
 // installFailed reports whether the installer's output from offset on says an install failed.

@@ -50,6 +50,8 @@ type jobRun struct {
 	// limits are the limits of its share of the node the job reached, read from its control
 	// group and file system as its sandbox closes (what its failure's analysis rests on).
 	limits []string
+	// cacheHeld lets go of the node cache's entries the job uses (not evicted meanwhile).
+	cacheHeld []func()
 
 	notesMu sync.Mutex
 	notes   *os.File // agent.log: what the agent did for the job, shipped with its logs
@@ -190,10 +192,10 @@ func (r *jobRun) closeNotes() {
 // baseEnv is what every command of the job gets on top of the agent's environment: its GPUs,
 // UTC (prime-rl's and vLLM's log lines carry a time of day only), unbuffered Python output.
 func (r *jobRun) baseEnv() []string {
-	return []string{
+	return append([]string{
 		"HOSTEDTRAIN_JOB_ID=" + r.claim.Job.ID, "CUDA_VISIBLE_DEVICES=" + visibleDevices(r.devices),
 		"TZ=UTC", "PYTHONUNBUFFERED=1",
-	}
+	}, r.cacheEnv()...)
 }
 
 // pipelineEnv is the pipeline's environment: the base, the job's secrets — which go here and
@@ -294,6 +296,7 @@ func (r *jobRun) execute(drain, ctx context.Context) outcome {
 		if r.box != nil {
 			r.box.Close()
 		}
+		r.releaseCache()
 	}()
 	defer func() { r.limits = r.limitsReached() }() // before the sandbox closes: its counters go with it
 	p, out := r.prepare(drain, ctx)
@@ -304,6 +307,7 @@ func (r *jobRun) execute(drain, ctx context.Context) outcome {
 		return out
 	}
 	defer p.stopUploads()
+	defer r.keepCompile() // once its processes have ended
 	run := r.supervise(drain, ctx, p)
 	return r.finalize(drain, ctx, p, run)
 }

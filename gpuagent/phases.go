@@ -25,7 +25,21 @@ func newPhaseClock(start time.Time, tel *telemetry) *phaseClock {
 
 // mark ends the stretch called name now; a name marked before is not marked again, and a mark
 // of nil does nothing.
-func (c *phaseClock) mark(name string) {
+func (c *phaseClock) mark(name string) { c.markFrom(name, false, 0) }
+
+// has says whether the stretch called name has been marked.
+func (c *phaseClock) has(name string) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done[name]
+}
+
+// markFrom ends the stretch called name now, saying whether the node's cache served it and
+// what it fetched or installed.
+func (c *phaseClock) markFrom(name string, cached bool, bytes int64) {
 	if c == nil {
 		return
 	}
@@ -38,7 +52,7 @@ func (c *phaseClock) mark(name string) {
 	d := now.Sub(c.last)
 	c.last = now
 	c.done[name] = true
-	c.phases = append(c.phases, job.Phase{Name: name, Seconds: float64(d.Microseconds()) / 1e6})
+	c.phases = append(c.phases, job.Phase{Name: name, Seconds: float64(d.Microseconds()) / 1e6, Cached: cached, Bytes: bytes})
 	list := append([]job.Phase(nil), c.phases...)
 	report := c.report
 	c.mu.Unlock()

@@ -169,11 +169,18 @@ func (r *jobRun) prepare(drain, ctx context.Context) (*prepared, outcome) {
 	if o, stop := r.interrupted(drain); stop {
 		return nil, o
 	}
-	if err := r.installEnvironments(prep); err != nil {
+	if err := r.fetchModel(prep); err != nil {
+		return stopped(failedIn(stageOr(err, failure.StageNode), "model weights: %v", err))
+	}
+	if err := r.seedCompile(); err != nil {
+		return stopped(failedIn(stageOr(err, failure.StageNode), "%v", err))
+	}
+	cached, installed, err := r.installEnvironments(prep)
+	if err != nil {
 		return stopped(failedIn(stageOr(err, failure.StageInstall), "%v", err))
 	}
 	if len(spec.Env) > 0 {
-		r.phases.mark(job.PhaseInstall)
+		r.phases.markFrom(job.PhaseInstall, cached, installed)
 	}
 	if len(rendered.EnvCheck) > 0 {
 		if err := r.preflight(prep, rendered.EnvCheck); err != nil {

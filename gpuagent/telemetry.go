@@ -25,6 +25,7 @@ type telemetry struct {
 	objectWrites   *prometheus.CounterVec
 	idleGap        prometheus.Histogram
 	phaseSeconds   *prometheus.HistogramVec
+	cacheLookups   *prometheus.CounterVec
 	gpus           *prometheus.GaugeVec
 
 	// idleSince is when the last pipeline on the node exited with none left running; the
@@ -45,9 +46,12 @@ func newTelemetry() *telemetry {
 		Name: "hostedtrain_agent_jobs_ended_total", Help: "Jobs this agent let go, by how: completed, failed, stopped, released (drain), lost (lease).",
 	}, []string{"outcome"})
 	t.phaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "hostedtrain_agent_phase_seconds", Help: "A run's start-up, by phase: claim, storage, sandbox, restore, install, preflight, inference, start, first_step, first_model.",
+		Name: "hostedtrain_agent_phase_seconds", Help: "A run's start-up, by phase: claim, storage, sandbox, restore, weights, install, preflight, inference, start, first_step, first_model.",
 		Buckets: prometheus.ExponentialBuckets(0.005, 2, 18),
 	}, []string{"phase"})
+	t.cacheLookups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hostedtrain_agent_cache_lookups_total", Help: "Lookups in the node's cache for jobs, by kind (model, env, compile) and result (hit, miss).",
+	}, []string{"kind", "result"})
 	t.claims = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hostedtrain_agent_claims_total", Help: "Claims made, by result: job, empty, error.",
 	}, []string{"result"})
@@ -80,7 +84,7 @@ func newTelemetry() *telemetry {
 		Name: "hostedtrain_agent_gpus", Help: "The node's GPUs by model and state (free, busy).",
 	}, []string{"model", "state"})
 	for _, c := range []prometheus.Collector{t.jobsRunning, t.jobsEnded, t.claims, t.heartbeatFails, t.uploads,
-		t.uploadBytes, t.uploadSeconds, t.restoreSeconds, t.objectWrites, t.idleGap, t.gpus, t.phaseSeconds} {
+		t.uploadBytes, t.uploadSeconds, t.restoreSeconds, t.objectWrites, t.idleGap, t.gpus, t.phaseSeconds, t.cacheLookups} {
 		f(c)
 	}
 	return t

@@ -259,7 +259,7 @@ func TestAnAgentRefusesAnUnpinnedPrimeRL(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		t.Cleanup(cancel)
 		cmd := exec.CommandContext(ctx, agentBin, append([]string{"--api", b.stack.URL, "--store", b.store.(interface{ Root() string }).Root(),
-			"--gpus", "H100:2", "--work-dir", t.TempDir(), "--metrics-addr", "", "--prime-rl", checkout,
+			"--gpus", "H100:2", "--work-dir", t.TempDir(), "--metrics-addr", "", "--prime-rl", checkout, "--model-hub", "",
 			"--port-range", fmt.Sprintf("%d-%d", ports[0], ports[1])}, extra...)...)
 		cmd.Env = append(os.Environ(), "HOSTEDTRAIN_AGENT_TOKEN="+b.stack.AgentToken("agent-u"))
 		return cmd

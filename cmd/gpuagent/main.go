@@ -19,11 +19,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/gpuagent"
+	"github.com/hostedtrain/hostedtrain/gpuagent/nodecache"
 	"github.com/hostedtrain/hostedtrain/gpuagent/render"
 	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 	"github.com/hostedtrain/hostedtrain/internal/blob"
@@ -78,6 +80,12 @@ func run() error {
 		"(default: --nvidia-smi "+strings.Join(gpuagent.HealthQuery, " ")+" where the GPUs come from nvidia-smi; none with --gpus)")
 	kernelLog := flag.String("kernel-log", "/dev/kmsg", "the kernel's log, where the node's check looks for the GPU driver's hardware Xid reports (empty: not read)")
 	healthInterval := flag.Duration("health-interval", gpuagent.DefaultHealthInterval, "how often the node checks itself before a claim when nothing made it look sooner")
+	cacheDir := flag.String("cache-dir", "", "the node's caches that outlive jobs: model weights, environment installs, compile caches (default: cache beside --work-dir; \"none\": no cache)")
+	modelHub := flag.String("model-hub", envOr("HF_ENDPOINT", "https://huggingface.co"), "the Hugging Face-compatible hub (or mirror) the node cache fetches model weights from; empty: weights are not cached, each pipeline fetches its own")
+	hubTokenFile := flag.String("hub-token-file", "", "a file with the operator's token for --model-hub (only what it can read is cached)")
+	modelCache := flag.Int64("model-cache-gb", nodecache.DefaultModelCap>>30, "the weights cache's size cap, GiB (least recently used evicted past it)")
+	envCache := flag.Int64("env-cache-gb", nodecache.DefaultEnvCap>>30, "the environment installs cache's size cap, GiB")
+	compileCache := flag.Int64("compile-cache-gb", nodecache.DefaultCompileCap>>30, "the compile caches' size cap, GiB")
 	var sf sandbox.Flags
 	sf.Register(flag.CommandLine)
 	metricsAddr := flag.String("metrics-addr", "127.0.0.1:9400", "where /metrics (Prometheus) and /healthz are served; empty: nowhere")
@@ -126,7 +134,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	cache, err := openCache(*cacheDir, *workDir, *modelHub, *hubTokenFile, *modelCache, *envCache, *compileCache)
+	if err != nil {
+		return err
+	}
+	if cache != nil {
+		defer cache.Close()
+	}
 	a, err := gpuagent.New(gpuagent.Config{
+		Cache:         cache,
 		Versions:      installed,
 		AllowUnpinned: *allowUnpinned,
 		Endpoint:      ep,
@@ -183,6 +199,39 @@ func run() error {
 	err = a.Run(ctx)
 	logger.Info("agent stopped")
 	return err
+}
+
+// openCache opens the node's caches (nil for --cache-dir none).
+func openCache(dir, workDir, hubURL, tokenFile string, modelGB, envGB, compileGB int64) (*nodecache.Cache, error) {
+	if dir == "none" {
+		return nil, nil
+	}
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(filepath.Clean(workDir)), "cache")
+	}
+	cfg := nodecache.Config{Dir: dir, ModelCap: modelGB << 30, EnvCap: envGB << 30, CompileCap: compileGB << 30}
+	if hubURL != "" {
+		cfg.Hub = &nodecache.Hub{URL: hubURL}
+		if tokenFile != "" {
+			tok, err := os.ReadFile(tokenFile)
+			if err != nil {
+				return nil, fmt.Errorf("--hub-token-file: %w", err)
+			}
+			cfg.Hub.Token = strings.TrimSpace(string(tok))
+		}
+	}
+	c, err := nodecache.Open(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--cache-dir: %w", err)
+	}
+	return c, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // healthCommand is the GPU health query: the operator's, else nvidia-smi's where it listed the

@@ -113,7 +113,14 @@ func renderJob(out io.Writer, j *job.Job) {
 		total, parts := 0.0, make([]string, 0, len(ps))
 		for _, p := range ps {
 			total += p.Seconds
-			parts = append(parts, fmt.Sprintf("%s %s", strings.ReplaceAll(p.Name, "_", " "), phaseTime(p.Seconds)))
+			part := fmt.Sprintf("%s %s", strings.ReplaceAll(p.Name, "_", " "), phaseTime(p.Seconds))
+			switch {
+			case p.Cached:
+				part += " (cached)"
+			case p.Bytes > 0:
+				part += " (" + size(p.Bytes) + ")"
+			}
+			parts = append(parts, part)
 		}
 		fmt.Fprintf(w, "start-up\t%s: %s\n", phaseTime(total), strings.Join(parts, " · "))
 	}

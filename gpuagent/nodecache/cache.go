@@ -111,12 +111,13 @@ type Stats struct {
 
 // Cache is a node's caches (see the package doc).
 type Cache struct {
-	cfg   Config
-	mu    sync.Mutex
-	idx   map[string]*Entry // by kind + "\x00" + key
-	inUse map[string]int
-	locks map[string]*keyLock
-	stats map[string]*Stats
+	cfg        Config
+	folderLock *os.File // held (flock) while the cache is open: one agent a cache
+	mu         sync.Mutex
+	idx        map[string]*Entry // by kind + "\x00" + key
+	inUse      map[string]int
+	locks      map[string]*keyLock
+	stats      map[string]*Stats
 }
 
 type keyLock struct {
@@ -160,6 +161,16 @@ func Open(cfg Config) (*Cache, error) {
 	if err := os.Chmod(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("nodecache: %w", err)
 	}
+	// One agent a cache: a second one on the same folder would sweep the first one's work.
+	lf, err := os.OpenFile(filepath.Join(cfg.Dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("nodecache: %w", err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("nodecache: %s is in use by another agent (%v): give each agent a cache of its own", cfg.Dir, err)
+	}
+	c.folderLock = lf
 	_ = os.RemoveAll(filepath.Join(cfg.Dir, "tmp"))
 	_ = os.MkdirAll(filepath.Join(cfg.Dir, "tmp"), 0o700)
 	recs, _ := filepath.Glob(filepath.Join(cfg.Dir, "index", "*.json"))
@@ -174,6 +185,14 @@ func Open(cfg Config) (*Cache, error) {
 	}
 	c.sweep()
 	return c, nil
+}
+
+// Close lets go of the cache's folder.
+func (c *Cache) Close() {
+	if c.folderLock != nil {
+		c.folderLock.Close()
+		c.folderLock = nil
+	}
 }
 
 func id(kind, key string) string { return kind + "\x00" + key }

@@ -65,6 +65,7 @@ func openCache(t *testing.T, dir string, hub *Hub, adjust ...func(*Config)) *Cac
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
 	return c
 }
 
@@ -102,7 +103,7 @@ func TestModelsAreFetchedOnceVerifiedAndRefetchedWhenCorrupt(t *testing.T) {
 
 	_, release, fetched, err = c.Model(ctx, "acme/tiny-1b", "main")
 	if err != nil || fetched != 0 || served.Load() != 3 {
-		t.Fatalf("second use: fetched %d, served %d, %v; want a hit", fetched, *served, err)
+		t.Fatalf("second use: fetched %d, served %d, %v; want a hit", fetched, served.Load(), err)
 	}
 	release()
 	if s := c.Stats()[KindModel]; s.Hits != 1 || s.Misses != 1 || s.Entries != 1 || s.Bytes < int64(len(weights)) {
@@ -140,6 +141,10 @@ func TestModelsAreFetchedOnceVerifiedAndRefetchedWhenCorrupt(t *testing.T) {
 	_ = os.MkdirAll(half, 0o755)
 	_ = os.MkdirAll(filepath.Join(dir, "hf", "hub", "models--acme--other", "blobs"), 0o755)
 	_ = os.WriteFile(filepath.Join(dir, "hf", "hub", "models--acme--other", "blobs", "deadbeef"), []byte("half"), 0o644)
+	if _, err := Open(Config{Dir: dir}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a second agent on the cache: %v; want it refused", err)
+	}
+	c.Close()
 	c2 := openCache(t, dir, hub)
 	if _, err := os.Stat(half); !os.IsNotExist(err) {
 		t.Fatalf("a half-written snapshot survived Open: %v", err)

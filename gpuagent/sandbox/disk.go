@@ -102,22 +102,27 @@ func (s *Sandbox) OpenDisk(dir string, gpus int) (*Disk, error) {
 	return d, nil
 }
 
-// Overlay mounts at merged the tree lower (read-only, the node's) with the job's changes kept
-// on the job's disk.
-func (d *Disk) Overlay(lower, merged string) error {
+// Overlay mounts at merged the trees lower (read-only, the node's; the first on top) with the
+// job's changes kept on the job's disk.
+func (d *Disk) Overlay(merged string, lower ...string) error {
 	name := filepath.Base(merged)
-	upper, work := filepath.Join(d.dir, "."+name+"-upper"), filepath.Join(d.dir, "."+name+"-work")
+	upper, work := d.Upper(merged), filepath.Join(d.dir, "."+name+"-work")
 	for _, p := range []string{upper, work, merged} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return err
 		}
 	}
-	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	opts := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + upper + ",workdir=" + work
 	if err := run("mount", "-t", "overlay", "overlay", "-o", opts, merged); err != nil {
 		return fmt.Errorf("overlay %s on the job's disk: %w", lower, err)
 	}
 	d.mounts = append(d.mounts, merged)
 	return nil
+}
+
+// Upper is where an overlay mounted at merged keeps the job's changes.
+func (d *Disk) Upper(merged string) string {
+	return filepath.Join(d.dir, "."+filepath.Base(merged)+"-upper")
 }
 
 // Space is how many bytes the job's file system has left for it to write, and its size.

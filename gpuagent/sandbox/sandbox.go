@@ -476,6 +476,9 @@ func (b *Box) Close() {
 // bindMount is a folder of the node's shown read-write in the sandbox.
 type bindMount struct {
 	host, inside string
+	// readOnly: the job reads it and cannot write it (a node cache), and it is not the slot
+	// user's.
+	readOnly bool
 	// dirsOnly: only its folders become the slot user's, its files stay whose they are (an
 	// overlay's: giving them away would copy each up).
 	dirsOnly bool
@@ -510,6 +513,21 @@ func (b *Box) Bind(host, inside string, dirsOnly bool) error {
 		return errors.New("sandbox: a folder can be bound only before the job's first process")
 	}
 	b.binds = append(b.binds, bindMount{host: host, inside: inside, dirsOnly: dirsOnly})
+	return nil
+}
+
+// BindReadOnly lets the job's processes read host at the same path, and not write it (the
+// node's caches: root's files, shared by jobs). Only before the job's first process.
+func (b *Box) BindReadOnly(host string) error {
+	if b.owned {
+		return errors.New("sandbox: a folder can be bound only before the job's first process")
+	}
+	for _, bd := range b.binds {
+		if bd.readOnly && bd.host == host {
+			return nil
+		}
+	}
+	b.binds = append(b.binds, bindMount{host: host, inside: host, readOnly: true})
 	return nil
 }
 
@@ -580,6 +598,11 @@ func (b *Box) args(argv []string) []string {
 		args = append(args, "--bind", filepath.Join(b.dir, d), filepath.Join(b.dir, d))
 	}
 	for _, bd := range b.binds {
+		if bd.readOnly {
+			args = append(args, b.reachable(bd.inside)...)
+			args = append(args, "--ro-bind", bd.host, bd.inside)
+			continue
+		}
 		args = append(args, "--bind", bd.host, bd.inside)
 	}
 	args = append(args, "--chdir", b.dir, "--")
@@ -604,7 +627,11 @@ func (b *Box) own() error {
 	for _, d := range WritableDirs {
 		roots = append(roots, bindMount{host: filepath.Join(b.dir, d)})
 	}
-	roots = append(roots, b.binds...)
+	for _, bd := range b.binds {
+		if !bd.readOnly {
+			roots = append(roots, bd)
+		}
+	}
 	for _, root := range roots {
 		err := filepath.WalkDir(root.host, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {

@@ -220,17 +220,22 @@ type Progress struct {
 type Phase struct {
 	Name    string  `json:"name"`
 	Seconds float64 `json:"seconds"`
+	// Cached: the node's cache served it (weights not downloaded, environments not installed).
+	Cached bool `json:"cached,omitempty"`
+	// Bytes is what the stretch fetched (weights) or installed (environments).
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // The phases of a run's start-up, as they come: the claim's round trip; the job's storage,
-// ports, GPUs and disk; its sandbox; its newest checkpoint restored; its environments
-// installed; the preflight checks; its inference server healthy; its pipeline started; its
+// ports, GPUs and disk; its sandbox; its newest checkpoint restored; its model's weights on the
+// node (from the node's cache, or fetched into it); its environments installed; the preflight checks; its inference server healthy; its pipeline started; its
 // first step (a model server: its first adapter loaded).
 const (
 	PhaseClaim      = "claim"
 	PhaseStorage    = "storage"
 	PhaseSandbox    = "sandbox"
 	PhaseRestore    = "restore"
+	PhaseWeights    = "weights"
 	PhaseInstall    = "install"
 	PhasePreflight  = "preflight"
 	PhaseInference  = "inference"

@@ -1097,7 +1097,8 @@ function startupTimeline(phases) {
   return el('div', { id: 'startup', class: 'startup' },
     el('div', { class: 'bar' }, phases.map((p, i) => el('span', { class: 'phase p' + (i % 6), 'data-phase': p.name, title: `${p.name.replace('_', ' ')} ${secs(p.seconds)}`,
       style: `width:${Math.max(1, (100 * p.seconds) / total)}%` }))),
-    el('div', { class: 'muted' }, secs(total) + ': ' + phases.map((p) => `${p.name.replace('_', ' ')} ${secs(p.seconds)}`).join(' · ')));
+    el('div', { class: 'muted' }, secs(total) + ': ' + phases.map((p) => `${p.name.replace('_', ' ')} ${secs(p.seconds)}` +
+      (p.cached ? ' (cached)' : p.bytes ? ` (${(p.bytes / 1048576).toFixed(1)} MiB)` : '')).join(' · ')));
 }
 
 // ---- deployments: where each runs, its requests, tokens, latency and errors; a chat box ----

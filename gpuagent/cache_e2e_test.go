@@ -1,0 +1,102 @@
+package gpuagent_test
+
+import (
+	"bytes"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hostedtrain/hostedtrain/gpuagent/nodecache"
+	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/queue"
+)
+
+// The node's caches across jobs (issue 33), in the sandbox: the first job of a model fetches
+// its weights (verified) and installs its environment, and both are kept; the second job of the
+// same model and environment on the node fetches and installs nothing — its phases say cached;
+// a cached blob corrupted on disk is found before the third job uses it and fetched again.
+func TestASecondJobOnTheNodeStartsFromItsCache(t *testing.T) {
+	b := setup(t, queue.Config{})
+	cfg := b.agentConfig(t, "agent-c", "--emulate.step-time", "20ms")
+	cfg.Sandbox = sandboxed(t)
+
+	// The model hub: a mirror of the job's model (a stand-in for huggingface.co).
+	models := t.TempDir()
+	weights := bytes.Repeat([]byte("weights!"), 11<<17) // 11 MiB: listed with its sha256, as the hub lists large files
+	for name, data := range map[string][]byte{"config.json": []byte(`{"architectures":["Qwen3ForCausalLM"]}`), "model.safetensors": weights} {
+		p := filepath.Join(models, "Qwen/Qwen3-4B-Instruct-2507", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hub := httptest.NewServer(&nodecache.HubServer{Dir: models})
+	t.Cleanup(hub.Close)
+	cache, err := nodecache.Open(nodecache.Config{Dir: t.TempDir(), Hub: &nodecache.Hub{URL: hub.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cache.Close)
+	cfg.Cache = cache
+	b.run(t, cfg)
+
+	phases := func() map[string]job.Phase {
+		t.Helper()
+		j := b.submit(t, smallJob)
+		done := b.waitFor(t, j.ID, "ended", terminal)
+		if done.Status != job.Completed {
+			t.Fatalf("job %s: %s (%s)", j.ID, done.Status, done.Error)
+		}
+		out := map[string]job.Phase{}
+		for _, p := range done.Progress.Phases {
+			out[p.Name] = p
+		}
+		return out
+	}
+	first := phases()
+	if w, in := first[job.PhaseWeights], first[job.PhaseInstall]; w.Cached || w.Bytes < int64(len(weights)) || in.Cached || in.Bytes == 0 {
+		t.Fatalf("first job: weights %+v, install %+v; want the weights fetched and the environment installed", w, in)
+	}
+	second := phases()
+	if w, in := second[job.PhaseWeights], second[job.PhaseInstall]; !w.Cached || w.Bytes != 0 || !in.Cached || in.Bytes != 0 {
+		t.Fatalf("second job: weights %+v, install %+v; want both from the node's cache", w, in)
+	}
+	held := cache.Held(10)
+	if len(held) != 2 {
+		t.Fatalf("the node holds %v; want the model and the organization's install", held)
+	}
+
+	// Corrupt the cached weights in place: the next job's check finds it, and they are fetched
+	// again (and the job runs on good ones).
+	var blob string
+	for _, e := range cache.Entries() {
+		if e.Kind == nodecache.KindModel {
+			for _, f := range e.Files {
+				if f.Size == int64(len(weights)) {
+					blob = filepath.Join(cache.HubDir(), "models--Qwen--Qwen3-4B-Instruct-2507", "blobs", f.Path)
+				}
+			}
+		}
+	}
+	bad := bytes.Clone(weights)
+	bad[12345] ^= 0xff
+	if err := os.Chmod(blob, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blob, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third := phases()
+	if w, in := third[job.PhaseWeights], third[job.PhaseInstall]; w.Cached || w.Bytes < int64(len(weights)) || !in.Cached {
+		t.Fatalf("after corruption: weights %+v, install %+v; want the weights fetched again, the install still cached", w, in)
+	}
+	if got, _ := os.ReadFile(blob); !bytes.Equal(got, weights) {
+		t.Fatal("the corrupt blob is still in the cache")
+	}
+	if s := cache.Stats()[nodecache.KindModel]; s.Refetched != 1 || s.Hits != 1 || s.Misses != 2 {
+		t.Fatalf("model stats %+v", s)
+	}
+}
