@@ -366,7 +366,7 @@ func (u *uploader) put(ctx context.Context, key string, f *os.File) (int64, stri
 		h := sha256.New()
 		// Large reads: a checkpoint file is gigabytes, and io.Copy's 32 KiB would be a
 		// system call each.
-		n, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, size+1), make([]byte, 1<<20))
+		n, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, size+1), make([]byte, min(1<<20, max(32<<10, size+1))))
 		hc <- hashed{n, h.Sum(nil), err}
 	}()
 	err = at.PutAt(ctx, key, f, size)

@@ -55,13 +55,22 @@ func (m *metricsTail) read() ([]jobdata.Row, []tailNote, error) {
 		return nil, nil, err
 	}
 	defer f.Close()
+	// Polled often, and most polls find nothing new: no read, and no buffer, then. The buffer
+	// is what is new, up to 256 KiB (a fixed 256 KiB each poll was most of the agent's garbage).
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if fi.Size() <= m.offset {
+		return nil, nil, nil
+	}
 	if _, err := f.Seek(m.offset, io.SeekStart); err != nil {
 		return nil, nil, err
 	}
 	var rows []jobdata.Row
 	var notes []tailNote
 	more := 0
-	buf := make([]byte, 256<<10)
+	buf := make([]byte, min(256<<10, max(4<<10, fi.Size()-m.offset)))
 	for total := 0; ; {
 		if total >= maxTailRead {
 			m.behind = true

@@ -148,10 +148,19 @@ func (f *logFile) read() error {
 		return err
 	}
 	defer fh.Close()
+	// Read every flush, and most flushes find nothing new: no read, and no buffer, then; the
+	// buffer is what is new, up to 256 KiB.
+	fi, err := fh.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() <= f.offset {
+		return nil
+	}
 	if _, err := fh.Seek(f.offset, io.SeekStart); err != nil {
 		return err
 	}
-	buf := make([]byte, 256<<10)
+	buf := make([]byte, min(256<<10, max(4<<10, fi.Size()-f.offset)))
 	r := io.LimitReader(fh, 4*LogChunkBytes)
 	for {
 		n, err := r.Read(buf)

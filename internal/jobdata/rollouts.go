@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
@@ -173,13 +174,20 @@ func (t *scored) group() string {
 	return "d" + strconv.FormatUint(h.Sum64(), 16)
 }
 
+// traceReaders are ReadTraces' 1 MiB readers, reused.
+var traceReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 1<<20) }}
+
 // ReadTraces turns a step's traces.jsonl into its stored form. A line that is not a trace
 // record is skipped and counted. Every episode counts in the distributions; samples are
 // taken at a stride that doubles as the batch grows (at most 2 × MaxSamplesPerStep are held,
 // each cut to size as it is taken), so they spread evenly over a batch of any size.
 func ReadTraces(step int, r io.Reader) (RolloutStep, error) {
 	out := RolloutStep{Step: step, Samples: []Sample{}}
-	br := bufio.NewReaderSize(r, 1<<20)
+	// One step's file at a time, every step of every job: the 1 MiB reader is reused, not
+	// made (and collected) each time.
+	br := traceReaders.Get().(*bufio.Reader)
+	br.Reset(r)
+	defer func() { br.Reset(nil); traceReaders.Put(br) }()
 	type episode struct {
 		reward float64
 		group  string

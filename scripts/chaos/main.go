@@ -187,7 +187,10 @@ type run struct {
 
 // agentPorts is each agent slot's range of ports: the agents share one machine here, where a
 // node has one, and an rl job binds a block of 64 (four jobs of two GPUs on an agent's eight).
-const agentPorts = 4 * 64
+// A job keeps its block until it is reported, while its GPUs go back when its pipeline exits,
+// so a slot needs more blocks than GPU jobs: with exactly four, the claim made with the freed
+// GPUs found no block, handed the job back and backed off (1 s, doubling to 30 s).
+const agentPorts = 8 * 64
 
 func (r *run) startAgent(slot int) error {
 	r.mu.Lock()
@@ -204,6 +207,7 @@ func (r *run) startAgent(slot int) error {
 	work := filepath.Join(r.dir, "work", "slot-"+strconv.Itoa(slot))
 	p, err := start(filepath.Join(r.bin, "gpuagent"), []string{
 		"--api", r.apiURL, "--store", r.storeDir, "--gpus", "H100:8", "--work-dir", work,
+		"--cache-dir", filepath.Join(r.dir, "work", "cache-"+strconv.Itoa(slot)), "--model-hub", "",
 		"--emulated", "--emulator", filepath.Join(r.bin, "prime-rl-emulator"),
 		"--emulate-flags", "--emulate.step-time " + r.stepTime.String() + " --emulate.token-time 100ms",
 		"--gateway", r.apiURL, "--serving-every", "300ms",
@@ -442,8 +446,13 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 	kills, redisRestarts, apiRestarts := 0, 0, 0
 	deadline := time.Now().Add(20 * time.Minute)
 	lastKill := time.Now()
+	lastTick := time.Now()
 	for {
 		done := terminal()
+		if time.Since(lastTick) >= 10*time.Second {
+			lastTick = time.Now()
+			fmt.Printf("chaos: [t=%s] %d of %d terminal, %d kills\n", time.Since(began).Round(time.Second), done, nJobs, kills)
+		}
 		if done == nJobs && kills >= nKills && redisRestarts >= 2 && apiRestarts >= 1 {
 			break
 		}
@@ -484,11 +493,16 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	fmt.Printf("chaos: [t=%s] chaos loop over\n", time.Since(began).Round(100*time.Millisecond))
 	stopProbe()
 	<-probeDone
 	stopDeps()
 	<-depsDone
+	fmt.Printf("chaos: [t=%s] probe and streams stopped\n", time.Since(began).Round(100*time.Millisecond))
 	depErr := deps.verdict(ctx)
+	fmt.Printf("chaos: [t=%s] deployments verdict done\n", time.Since(began).Round(100*time.Millisecond))
+	phaseSecs := map[string][]float64{}
+	var runDur, firstStart []float64
 
 	// The verdict, from the API (events) and Redis (statuses).
 	lost, duplicated, failed, resumed, badResume := 0, 0, 0, 0, 0
@@ -518,9 +532,32 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 				fmt.Printf("chaos: job %s FAILED: %s\n", j.ID, j.Error)
 			}
 		}
+		for _, ph := range j.Progress.Phases {
+			phaseSecs[ph.Name] = append(phaseSecs[ph.Name], ph.Seconds)
+		}
 		evs, err := eventsRetry(ctx, user, id)
 		if err != nil {
 			return err
+		}
+		{
+			var lastStart, queued time.Time
+			for _, e := range evs {
+				switch e.Type {
+				case "job.queued":
+					if queued.IsZero() {
+						queued = e.Time
+					}
+				case "job.started":
+					if lastStart.IsZero() && !queued.IsZero() {
+						firstStart = append(firstStart, e.Time.Sub(queued).Seconds())
+					}
+					lastStart = e.Time
+				case "job.completed":
+					if !lastStart.IsZero() {
+						runDur = append(runDur, e.Time.Sub(lastStart).Seconds())
+					}
+				}
+			}
 		}
 		completions, newest := 0, 0
 		for _, e := range evs {
@@ -583,6 +620,24 @@ func chaos(nJobs, nAgents, nKills, steps int, stepTime time.Duration, bin string
 			useful/billed, useful, billed, start, 100*failCost/billed, perFailure, perFailure/(gpus*r.stepTime.Seconds()),
 			pct(toRunning, 50), pct(toRunning, 90), pct(toCheckpoint, 50), pct(toCheckpoint, 90), len(toRunning))
 	}
+	fmt.Printf("chaos: [t=%s] every job read\n", time.Since(began).Round(100*time.Millisecond))
+	stats := func(name string, v []float64) {
+		if len(v) == 0 {
+			return
+		}
+		s := slices.Clone(v)
+		slices.Sort(s)
+		sum := 0.0
+		for _, x := range s {
+			sum += x
+		}
+		fmt.Printf("chaos: timing %-28s n=%4d mean=%6.2fs p50=%6.2fs p90=%6.2fs max=%6.2fs\n", name, len(s), sum/float64(len(s)), s[len(s)/2], s[len(s)*9/10], s[len(s)-1])
+	}
+	for _, n := range []string{"claim", "storage", "sandbox", "restore", "install", "preflight", "inference", "start", "first_step"} {
+		stats("phase "+n+" (last run)", phaseSecs[n])
+	}
+	stats("job.started->job.completed", runDur)
+	stats("queued->first job.started", firstStart)
 	fmt.Printf("chaos: jobs=%d agent_kills=%d redis_restarts=%d lost=%d duplicated=%d stale_accepted=%d\n",
 		nJobs, kills, redisRestarts, lost, duplicated, staleAccepted.Load())
 	if lost > 0 || duplicated > 0 || staleAccepted.Load() > 0 || badResume > 0 || failed > 0 {
