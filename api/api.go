@@ -69,6 +69,8 @@ type Queue interface {
 	Nodes(ctx context.Context) ([]job.Node, error)
 	SetBudget(ctx context.Context, id string, gpuMs int64) error
 	SetNode(ctx context.Context, id, state, reason string) error
+	WarmNode(ctx context.Context, node string, models []string) error
+	ReportCache(ctx context.Context, node string, stats map[string]job.CacheStats) ([]string, error)
 	HeartbeatInterval() time.Duration
 }
 
@@ -220,6 +222,8 @@ func New(cfg Config) (*Server, error) {
 		"setOrg":                   s.setOrg,
 		"listNodes":                s.listNodes,
 		"setNode":                  s.setNode,
+		"warmNode":                 s.warmNode,
+		"agentCache":               s.agentCache,
 		"setJobBudget":             s.setBudget,
 		"revokeToken":              s.revokeToken,
 		"primeListRuns":            s.primeListRuns,

@@ -117,3 +117,39 @@ func (s *Server) setNode(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, job.Node{ID: id, State: job.NodeOK})
 }
+
+// warmNode asks a node's agent to fetch models into its cache ahead of demand.
+func (s *Server) warmNode(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Models []string `json:"models"`
+	}
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	id := pathParam(r, "node")
+	if err := s.cfg.Queue.WarmNode(r.Context(), id, body.Models); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	s.cfg.Logger.Info("node asked to warm models", "node", id, "models", body.Models, "by", principal(r).Subject)
+	writeJSON(w, http.StatusAccepted, map[string]any{"node": id, "models": body.Models})
+}
+
+// agentCache records an agent's report of its node cache and answers the models to warm.
+func (s *Server) agentCache(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Stats map[string]job.CacheStats `json:"stats"`
+	}
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	warm, err := s.cfg.Queue.ReportCache(r.Context(), principal(r).Subject, body.Stats)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if warm == nil {
+		warm = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"warm": warm})
+}

@@ -249,6 +249,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer endTunnel()
 		go gateway.Tunnel(tunnel, a.cfg.GatewayURL, a.cfg.GatewayToken, a.tunnelHandler(), a.cfg.Logger, nil)
 	}
+	if a.cfg.Cache != nil {
+		reports, endReports := context.WithCancel(ctx)
+		reported := make(chan struct{})
+		defer func() { endReports(); <-reported }()
+		go func() { defer close(reported); a.cacheReports(reports) }()
+	}
 	backoff := time.Second
 	for ctx.Err() == nil {
 		free := a.pool.free()

@@ -264,3 +264,51 @@ func (a *Agent) held() []string {
 	}
 	return a.cfg.Cache.Held(maxHeldReported)
 }
+
+// CacheReporter is the API's side of the node cache: the agent reports its counts (shown
+// with the fleet's nodes) and takes the models an operator asked it to warm.
+type CacheReporter interface {
+	ReportCache(ctx context.Context, stats map[string]job.CacheStats) ([]string, error)
+}
+
+// CacheReportEvery is how often the agent reports its cache and looks for models to warm.
+var CacheReportEvery = 15 * time.Second
+
+// cacheReports reports the node cache now and every CacheReportEvery, and fetches the models
+// it is asked to warm, one at a time, until ctx ends.
+func (a *Agent) cacheReports(ctx context.Context) {
+	api, ok := a.cfg.API.(CacheReporter)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(CacheReportEvery)
+	defer t.Stop()
+	for {
+		stats := map[string]job.CacheStats{}
+		for kind, s := range a.cfg.Cache.Stats() {
+			stats[kind] = job.CacheStats{Hits: s.Hits, Misses: s.Misses, Refetched: s.Refetched, BytesFetched: s.BytesFetched, Bytes: s.Bytes, Entries: s.Entries}
+		}
+		warm, err := api.ReportCache(ctx, stats)
+		if err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Warn("node cache report failed", "err", err)
+		}
+		for _, model := range warm {
+			began := time.Now()
+			_, release, fetched, err := a.cfg.Cache.Model(ctx, model, "")
+			if err != nil {
+				a.cfg.Logger.Warn("warming the node cache: model not fetched", "model", model, "err", err)
+				continue
+			}
+			release()
+			a.cfg.Logger.Info("node cache warmed", "model", model, "bytes_fetched", fetched, "took", time.Since(began).Round(time.Millisecond))
+		}
+		if len(warm) > 0 {
+			continue // report what the warming did at once
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

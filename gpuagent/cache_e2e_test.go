@@ -2,11 +2,19 @@ package gpuagent_test
 
 import (
 	"bytes"
+	"context"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/hostedtrain/hostedtrain/internal/auth"
+	"github.com/hostedtrain/hostedtrain/internal/client"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
+
+	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/gpuagent/nodecache"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/queue"
@@ -98,5 +106,55 @@ func TestASecondJobOnTheNodeStartsFromItsCache(t *testing.T) {
 	}
 	if s := cache.Stats()[nodecache.KindModel]; s.Refetched != 1 || s.Hits != 1 || s.Misses != 2 {
 		t.Fatalf("model stats %+v", s)
+	}
+}
+
+// An operator warms a node ahead of demand (`admin nodes warm`): its agent fetches the model at
+// its next report, the node then says it holds it (claims prefer its jobs), and the fleet's
+// node list shows the node's cache.
+func TestAnOperatorWarmsANode(t *testing.T) {
+	b := setup(t, queue.Config{})
+	old := gpuagent.CacheReportEvery
+	gpuagent.CacheReportEvery = 100 * time.Millisecond
+	t.Cleanup(func() { gpuagent.CacheReportEvery = old })
+	models := t.TempDir()
+	p := filepath.Join(models, "acme/warm-1b", "config.json")
+	_ = os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, []byte(`{"architectures":["LlamaForCausalLM"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hub := httptest.NewServer(&nodecache.HubServer{Dir: models})
+	t.Cleanup(hub.Close)
+	cache, err := nodecache.Open(nodecache.Config{Dir: t.TempDir(), Hub: &nodecache.Hub{URL: hub.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cache.Close)
+	cfg := b.agentConfig(t, "agent-w")
+	cfg.Cache = cache
+	b.run(t, cfg)
+	admin := client.New(b.stack.URL, b.stack.Token("ops", auth.ScopeAdmin))
+	ctx := context.Background()
+	if err := admin.WarmNode(ctx, "agent-w", []string{"acme/warm-1b"}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 20*time.Second, "the node holds the warmed model", func() bool {
+		return slices.Contains(cache.Held(10), "m:acme/warm-1b")
+	})
+	testwait.Until(t, 20*time.Second, "the node list shows the node's cache", func() bool {
+		nodes, err := admin.Nodes(ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.ID == "agent-w" && n.Cache["model"].Entries == 1 && n.Cache["model"].BytesFetched > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	// A model id that is not one is refused, naming the field.
+	if err := admin.WarmNode(ctx, "agent-w", []string{"../etc"}); err == nil {
+		t.Fatal("a bad model id was accepted")
 	}
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -89,9 +90,56 @@ func (c Fleet) Nodes(ctx context.Context) ([]job.Node, error) {
 	nodes := make([]job.Node, len(ids))
 	for i, id := range ids {
 		byID[id].RecentFaults = int(counts[i].Val())
+		if raw, err := c.rdb.Get(ctx, c.keys.of("nodecache", id)).Bytes(); err == nil {
+			_ = json.Unmarshal(raw, &byID[id].Cache)
+		}
 		nodes[i] = *byID[id]
 	}
 	return nodes, nil
+}
+
+// maxWarm bounds the models waiting to be warmed on one node.
+const maxWarm = 64
+
+// WarmNode asks node's agent to fetch models into its cache ahead of demand (it takes them at
+// its next report, TakeWarm). The request lasts a day.
+func (c Fleet) WarmNode(ctx context.Context, node string, models []string) error {
+	if len(models) == 0 {
+		return nil
+	}
+	key := c.keys.of("nodewarm", node)
+	vals := make([]any, len(models))
+	for i, m := range models {
+		vals[i] = m
+	}
+	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, key, vals...)
+		p.LTrim(ctx, key, -maxWarm, -1)
+		p.Expire(ctx, key, 24*time.Hour)
+		return nil
+	})
+	return wrapErr("warm node", err)
+}
+
+// ReportCache records what node's agent reports of its cache (kept an hour) and hands it the
+// models waiting to be warmed there, taking them.
+func (c Fleet) ReportCache(ctx context.Context, node string, stats map[string]job.CacheStats) ([]string, error) {
+	raw, err := json.Marshal(stats)
+	if err != nil {
+		return nil, err
+	}
+	key := c.keys.of("nodewarm", node)
+	var warm *redis.StringSliceCmd
+	_, err = c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, c.keys.of("nodecache", node), raw, time.Hour)
+		warm = p.LRange(ctx, key, 0, -1)
+		p.Del(ctx, key)
+		return nil
+	})
+	if err != nil {
+		return nil, wrapErr("report cache", err)
+	}
+	return warm.Val(), nil
 }
 
 // SetNode takes a node out of rotation (job.NodeCordoned or job.NodeDraining) with the

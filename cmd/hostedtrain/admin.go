@@ -240,7 +240,18 @@ func newOrgCmd() *cobra.Command {
 
 // newNodesCmd is `admin nodes`: the nodes' health, and taking one out of rotation or back.
 func newNodesCmd() *cobra.Command {
-	c := &cobra.Command{Use: "nodes", Short: "The GPU nodes' health: list, cordon, drain, uncordon (needs an admin token)"}
+	c := &cobra.Command{Use: "nodes", Short: "The GPU nodes' health and caches: list, cordon, drain, uncordon, warm (needs an admin token)"}
+	c.AddCommand(&cobra.Command{
+		Use: "warm NODE MODEL...", Short: "Fetch models' weights into a node's cache ahead of demand (its agent fetches them within seconds)",
+		Args: cobra.MinimumNArgs(2),
+		RunE: withAPI(func(cmd *cobra.Command, args []string, api *client.Client) error {
+			if err := api.WarmNode(cmd.Context(), args[0], args[1:]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s asked to warm %s; `admin nodes list` shows its cache\n", args[0], strings.Join(args[1:], ", "))
+			return nil
+		}),
+	})
 	c.AddCommand(&cobra.Command{
 		Use: "list", Short: "Nodes seen lately and nodes out of rotation", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -584,7 +584,7 @@ func orDash(s string) string {
 // renderNodes is `admin nodes list`.
 func renderNodes(w io.Writer, nodes []job.Node, now time.Time) {
 	t := table(w)
-	fmt.Fprintln(t, "NODE\tSTATE\tSINCE\tFAULTS\tLAST SEEN\tFREE\tREASON")
+	fmt.Fprintln(t, "NODE\tSTATE\tSINCE\tFAULTS\tLAST SEEN\tFREE\tCACHE HITS (MODEL/ENV/COMPILE)\tCACHED\tREASON")
 	for _, n := range nodes {
 		since, seen := "-", "-"
 		if n.Since != nil {
@@ -597,7 +597,22 @@ func renderNodes(w io.Writer, nodes []job.Node, now time.Time) {
 		for _, g := range n.Free {
 			free = append(free, fmt.Sprintf("%d×%s", g.Count, g.Model))
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.ID, n.State, since, n.RecentFaults, seen, strings.Join(free, ","), n.Reason)
+		hits, cached := "-", "-"
+		if len(n.Cache) > 0 {
+			rates := make([]string, 0, 3)
+			var held int64
+			for _, kind := range []string{"model", "env", "compile"} {
+				s := n.Cache[kind]
+				held += s.Bytes
+				if s.Hits+s.Misses == 0 {
+					rates = append(rates, "-")
+				} else {
+					rates = append(rates, fmt.Sprintf("%.0f%%", 100*s.HitRate()))
+				}
+			}
+			hits, cached = strings.Join(rates, "/"), size(held)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.State, since, n.RecentFaults, seen, strings.Join(free, ","), hits, cached, n.Reason)
 	}
 	t.Flush()
 	if len(nodes) == 0 {

@@ -961,3 +961,23 @@ func (c *Client) Undeploy(ctx context.Context, id string) (*wire.Deployment, err
 	_, err := c.do(ctx, http.MethodDelete, "/v1/deployments/"+url.PathEscape(id), "", nil, &d)
 	return &d, err
 }
+
+// WarmNode asks node's agent to fetch models into its cache ahead of demand (scope admin).
+func (c *Client) WarmNode(ctx context.Context, node string, models []string) error {
+	body, _ := json.Marshal(map[string]any{"models": models})
+	_, err := c.do(ctx, http.MethodPost, "/v1/admin/nodes/"+url.PathEscape(node)+"/warm", "application/json", body, nil)
+	return err
+}
+
+// ReportCache reports the agent's node cache and answers the models it is asked to warm
+// (scope agent).
+func (c *Client) ReportCache(ctx context.Context, stats map[string]job.CacheStats) ([]string, error) {
+	body, _ := json.Marshal(map[string]any{"stats": stats})
+	var out struct {
+		Warm []string `json:"warm"`
+	}
+	if _, err := c.do(ctx, http.MethodPost, "/v1/agent/cache", "application/json", body, &out); err != nil {
+		return nil, err
+	}
+	return out.Warm, nil
+}

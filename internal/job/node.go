@@ -18,6 +18,8 @@ type Node struct {
 	Free []GPU `json:"free,omitempty"`
 	// RecentFaults are its platform faults within the quarantine window.
 	RecentFaults int `json:"recent_faults"`
+	// Cache is what its agent last reported of its node cache, by kind.
+	Cache map[string]CacheStats `json:"cache,omitempty"`
 }
 
 // Node states.
@@ -27,3 +29,22 @@ const (
 	NodeQuarantined = "quarantined"
 	NodeDraining    = "draining"
 )
+
+// CacheStats are a node cache's counts of one kind (model, env, compile) since its agent
+// started, and what it holds now.
+type CacheStats struct {
+	Hits         int64 `json:"hits"`
+	Misses       int64 `json:"misses"`
+	Refetched    int64 `json:"refetched,omitempty"`
+	BytesFetched int64 `json:"bytes_fetched"`
+	Bytes        int64 `json:"bytes"`
+	Entries      int   `json:"entries"`
+}
+
+// HitRate is hits over lookups (0 with none).
+func (s CacheStats) HitRate() float64 {
+	if n := s.Hits + s.Misses; n > 0 {
+		return float64(s.Hits) / float64(n)
+	}
+	return 0
+}

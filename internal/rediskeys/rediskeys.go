@@ -185,6 +185,8 @@ var Queue = Set{
 		{Lua: "waitkey", Pre: "waiters:", What: "waiting claims by how many GPUs of a model they have free"},
 		{Lua: "agentfree", Pre: "agents:free:", What: "agents by how many GPUs of a model they had free when they last waited"},
 		{Lua: "nodefaults", Pre: "nodefaults:", What: "an agent's recent platform faults (\"<job>@<ms>\") by when (node health)"},
+		{Lua: "nodecache", Pre: "nodecache:", What: "what an agent last reported of its node cache (JSON, by kind), for an hour"},
+		{Lua: "nodewarm", Pre: "nodewarm:", What: "models an operator asked a node to fetch into its cache, until its agent takes them"},
 		{Lua: "claimkey", Pre: "claim:", What: "a claim an agent names: \"<job> <token> <agent>\" once made, \"-\" once abandoned"},
 		{Lua: "revokedkey", Pre: "revoked:", What: "a revoked token's id (jti), until the token expires"},
 		{Lua: "deletingkey", Pre: "deleting:", What: "a job whose delete has begun (its data in storage is going): restart refuses it; gone with the job"},
