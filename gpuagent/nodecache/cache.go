@@ -395,11 +395,18 @@ func (c *Cache) record(e *Entry) error {
 
 // discard removes e: its record first (so a crash leaves a folder the next Open sweeps), then
 // its files.
+//
+// Files a running job still uses (an overlay's lower folder) stay until the cache next opens,
+// which sweeps them: removed under the job, they would break it.
 func (c *Cache) discard(e *Entry) {
 	c.mu.Lock()
 	delete(c.idx, id(e.Kind, e.Key))
+	busy := c.inUse[id(e.Kind, e.Key)] > 0
 	c.mu.Unlock()
 	_ = os.Remove(filepath.Join(c.cfg.Dir, "index", indexName(e.Kind, e.Key)))
+	if busy {
+		return
+	}
 	_ = os.RemoveAll(filepath.Join(c.cfg.Dir, e.Dir))
 	if e.Kind == KindModel {
 		c.dropBlobs(e)

@@ -135,13 +135,19 @@ func (c *Cache) PutLayer(kind, key string, held []string, lasting bool, cp Captu
 	}
 	c.mu.Lock()
 	old := c.idx[id(kind, key)]
+	busy := c.inUse[id(kind, key)] > 0
 	c.mu.Unlock()
+	if old != nil && kind == KindEnv {
+		// Two jobs installed the same at once: the first kept stays (a job may be using it).
+		_ = os.RemoveAll(abs)
+		return old.Size, nil
+	}
 	if err := c.add(e); err != nil {
 		return fail(err)
 	}
-	if old != nil {
+	if old != nil && !busy {
 		_ = os.RemoveAll(filepath.Join(c.cfg.Dir, old.Dir)) // its record is e's now
-	}
+	} // else a job still uses it: the next Open sweeps it (no record names it)
 	c.count(kind, func(s *Stats) { s.BytesFetched += e.Size })
 	return e.Size, nil
 }
