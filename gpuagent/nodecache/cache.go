@@ -16,7 +16,8 @@
 // settings produced.
 //
 // Each kind has a size cap; past it the least recently used entries that no job holds are
-// evicted. The package imports nothing of the agent: the agent calls it.
+// evicted. The package imports nothing of the agent but gpuagent/sandbox (its file helpers):
+// the agent calls it.
 package nodecache
 
 import (

@@ -291,12 +291,12 @@ func (c *Cache) fetchModel(ctx context.Context, model, revision string, rev *hub
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type todo struct {
+	type pending struct {
 		i    int
 		name string
 		dst  string
 	}
-	var fetches []todo
+	var fetches []pending
 	for _, f := range files {
 		want := File{Size: f.Size, GitSHA1: f.BlobID}
 		blob := f.BlobID
@@ -318,7 +318,7 @@ func (c *Cache) fetchModel(ctx context.Context, model, revision string, rev *hub
 			continue
 		}
 		e.Files = append(e.Files, want)
-		fetches = append(fetches, todo{len(e.Files) - 1, f.Name, dst})
+		fetches = append(fetches, pending{len(e.Files) - 1, f.Name, dst})
 	}
 	for _, t := range fetches {
 		wg.Add(1)

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/hostedtrain/hostedtrain/gpuagent/sandbox"
 )
 
 // A layer is an entry made of a job's changes to a tree: an environment's install (what it
@@ -328,10 +330,7 @@ func LinkLayer(l *Layer, own string) error {
 			}
 			return os.Symlink(target, to)
 		}
-		if err := os.Link(p, to); err == nil || !errors.Is(err, syscall.EXDEV) {
-			return err
-		}
-		return copyPlain(p, to)
+		return sandbox.LinkOrCopy(p, to)
 	})
 }
 
@@ -367,27 +366,6 @@ func OwnFiles(dir string) (Capture, error) {
 		return nil
 	})
 	return cp, err
-}
-
-func copyPlain(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm())
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // CompileKey is the key of a compile cache: org's, of model on gpu with tp-way tensor

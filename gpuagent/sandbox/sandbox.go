@@ -797,13 +797,18 @@ func LinkTree(src, dst string) error {
 			}
 			return os.Symlink(target, to)
 		case d.Type().IsRegular():
-			if err := os.Link(p, to); err == nil || !errors.Is(err, syscall.EXDEV) {
-				return err
-			}
-			return copyFile(p, to)
+			return LinkOrCopy(p, to)
 		}
 		return nil
 	})
+}
+
+// LinkOrCopy makes dst a hard link of src, or a copy where they are on different file systems.
+func LinkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil || !errors.Is(err, syscall.EXDEV) {
+		return err
+	}
+	return copyFile(src, dst)
 }
 
 func copyFile(src, dst string) error {
