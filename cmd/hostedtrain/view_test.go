@@ -148,7 +148,8 @@ func TestGoldenCLIViews(t *testing.T) {
 
 	b.Reset()
 	seen, since := t0.Add(-30*time.Second), t0.Add(-2*time.Hour)
-	renderNodes(&b, []job.Node{{ID: "node-1", State: job.NodeOK, LastSeen: &seen, Free: []job.GPU{{Model: "H100", Count: 8}}},
+	renderNodes(&b, []job.Node{{ID: "node-1", State: job.NodeOK, LastSeen: &seen, Free: []job.GPU{{Model: "H100", Count: 8}},
+		Cache: map[string]job.CacheStats{"model": {Hits: 3, Misses: 1, Bytes: 16 << 30, Entries: 2}, "env": {Hits: 1, Misses: 1, Bytes: 300 << 20, Entries: 1}}},
 		{ID: "node-2", State: job.NodeQuarantined, Since: &since, Reason: "3 platform faults within 60 min, the last on job 01a2", RecentFaults: 3},
 		{ID: "node-3", State: job.NodeDraining, Since: &since, Reason: "kernel update", LastSeen: &since}}, t0)
 	golden(t, "nodes.txt", b.Bytes())
