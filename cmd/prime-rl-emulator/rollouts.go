@@ -95,8 +95,11 @@ func emulatedTask(step, group int, rng *rand.Rand) task {
 }
 
 // emulatedTrace is one episode as verifiers serializes a Trace: a system and a user node, the
-// sampled assistant node, the model call, and the named rewards.
-func emulatedTrace(t task, score float64, rng *rand.Rand) map[string]any {
+// sampled assistant node, the model call, and the named rewards. Its fields are typed, and
+// what is the same in every episode is encoded once (traceConstants): a run writes tens of
+// these a step, and a chaos run's emulators spent more CPU building them as maps than on
+// anything else.
+func emulatedTrace(t task, score float64, rng *rand.Rand) *wireTrace {
 	answer := t.answer
 	if score == 0 {
 		n, _ := strconv.Atoi(t.answer)
@@ -104,12 +107,9 @@ func emulatedTrace(t task, score float64, rng *rand.Rand) map[string]any {
 	}
 	completion := fmt.Sprintf("Adding the two crates gives %s apples.\n\n\\boxed{%s}", answer, answer)
 	// verifiers' TaskData with the taskset's own fields after it (WireTaskData)
-	data := map[string]any{"idx": t.idx, "name": nil, "description": nil, "prompt": t.question, "system_prompt": nil,
-		"image": nil, "workdir": nil, "network_allow": []string{"*"}, "network_block": []string{}, "artifacts": []any{},
-		"timeout":   map[string]any{"setup": nil, "agent": nil, "finalize": nil, "scoring": nil},
-		"resources": map[string]any{"cpu": nil, "memory": nil, "gpu": nil, "disk": nil},
-		"answer":    t.answer}
-	raw, _ := json.Marshal(data)
+	raw, _ := json.Marshal(taskData{Idx: t.idx, Prompt: t.question, NetworkAllow: traceConstants.allowAll,
+		NetworkBlock: traceConstants.none, Artifacts: traceConstants.emptyList, Timeout: traceConstants.taskTimeout,
+		Resources: traceConstants.taskResources, Answer: t.answer})
 	sum := sha256.Sum256(raw)
 	hash := hex.EncodeToString(sum[:8])
 	var id [16]byte
@@ -118,9 +118,9 @@ func emulatedTrace(t task, score float64, rng *rand.Rand) map[string]any {
 	}
 	at := now()
 	out := 24 + rng.IntN(40)
-	node := func(parent any, msg map[string]any, sampled bool, tokens int) map[string]any {
+	node := func(parent *int, msg any, sampled bool, tokens int) wireNode {
 		ids, mask := make([]int, tokens), make([]bool, tokens)
-		var logprobs []float64
+		logprobs := []float64{}
 		for i := range ids {
 			ids[i] = 1000 + rng.IntN(30000)
 			mask[i] = sampled && i >= 3
@@ -128,46 +128,177 @@ func emulatedTrace(t task, score float64, rng *rand.Rand) map[string]any {
 				logprobs = append(logprobs, round(-rng.Float64()))
 			}
 		}
-		n := map[string]any{"parent": parent, "message": msg, "sampled": sampled, "timestamp": at,
-			"token_ids": ids, "mask": mask, "is_content": []bool{}, "logprobs": logprobs,
-			"advantages": nil, "reference_logprobs": nil, "loss_weights": nil}
-		if logprobs == nil {
-			n["logprobs"] = []float64{}
-		}
-		return n
+		return wireNode{Parent: parent, Message: msg, Sampled: sampled, Timestamp: at, TokenIDs: ids, Mask: mask,
+			IsContent: []bool{}, Logprobs: logprobs}
 	}
-	nodes := []any{
-		node(nil, map[string]any{"role": "system", "content": "Solve the problem. Put the final answer in \\boxed{}."}, false, 18),
-		node(0, map[string]any{"role": "user", "content": t.question}, false, 40),
-		node(1, map[string]any{"role": "assistant", "content": completion, "reasoning_content": nil, "tool_calls": nil, "provider_state": nil}, true, out),
+	zero, one := 0, 1
+	return &wireTrace{
+		Version:   1,
+		ID:        hex.EncodeToString(id[:]),
+		Verifiers: traceConstants.verifiers,
+		Task:      wireTask{Type: "Task", Data: raw, Key: hash, Hash: hash},
+		Agent:     traceConstants.agent,
+		Tools:     traceConstants.emptyList,
+		Nodes: []wireNode{
+			node(nil, textMessage{Role: "system", Content: "Solve the problem. Put the final answer in \\boxed{}."}, false, 18),
+			node(&zero, textMessage{Role: "user", Content: t.question}, false, 40),
+			node(&one, assistantMessage{Role: "assistant", Content: completion}, true, out),
+		},
+		Calls: []wireCall{{Node: 2, Model: "policy", Endpoint: "/chat/completions", FinishReason: "stop",
+			Usage: wireUsage{PromptTokens: 58, CompletionTokens: out}, Time: span{Start: at - 1, End: at}}},
+		RequestRewrites:  traceConstants.emptyList,
+		ResponseRewrites: traceConstants.emptyList,
+		Rewards:          map[string]wireReward{"correct": {Score: score, Weight: 1.0}},
+		Metrics:          traceConstants.metrics,
+		Info:             traceConstants.emptyObject,
+		ExtraUsage:       traceConstants.emptyList,
+		IsCompleted:      true,
+		OK:               true,
+		StopCondition:    "completed",
+		Errors:           traceConstants.emptyList,
+		Timing: wireTiming{Start: at - 2, Boot: span{at - 2, at - 2}, Setup: span{at - 2, at - 1.5},
+			Agent:    agentTiming{Start: at - 1.5, End: at, Model: duration{1.0}, Harness: duration{0.5}},
+			Finalize: span{at, at}, Scoring: span{at, at}},
 	}
-	usage := map[string]any{"prompt_tokens": 58, "completion_tokens": out, "cached_input_tokens": nil, "reasoning_tokens": nil, "cost": nil}
-	return map[string]any{
-		"version":   1,
-		"id":        hex.EncodeToString(id[:]),
-		"verifiers": map[string]any{"version": "0.1.15", "commit": nil},
-		"task":      map[string]any{"type": "Task", "data": data, "key": hash, "hash": hash},
-		"agent": map[string]any{"config": map[string]any{"harness": nil, "runtime": map[string]any{"type": "subprocess"}, "model": "policy", "client": nil, "sampling": nil,
-			"max_turns": nil, "max_input_tokens": nil, "max_output_tokens": nil, "max_total_tokens": nil,
-			"timeout": map[string]any{"setup": nil, "rollout": nil, "finalize": nil, "scoring": nil},
-			"retries": map[string]any{"max_retries": 0, "include": []any{}, "exclude": []any{}}},
-			"runtime": nil, "name": "agent", "trainable": true},
-		"tools": []any{},
-		"nodes": nodes,
-		"calls": []any{map[string]any{"node": 2, "model": "policy", "sampling": nil, "endpoint": "/chat/completions",
-			"finish_reason": "stop", "usage": usage, "time": map[string]any{"start": at - 1, "end": at}, "error": nil, "policy": nil}},
-		"request_rewrites":  []any{},
-		"response_rewrites": []any{},
-		"rewards":           map[string]any{"correct": map[string]any{"score": score, "weight": 1.0}},
-		"metrics":           map[string]any{"format": 1.0},
-		"info":              map[string]any{},
-		"extra_usage":       []any{},
-		"is_completed":      true,
-		"ok":                true,
-		"stop_condition":    "completed",
-		"errors":            []any{},
-		"timing": map[string]any{"start": at - 2, "boot": map[string]any{"start": at - 2, "end": at - 2}, "setup": map[string]any{"start": at - 2, "end": at - 1.5},
-			"agent":    map[string]any{"start": at - 1.5, "end": at, "model": map[string]any{"duration": 1.0}, "harness": map[string]any{"duration": 0.5}},
-			"finalize": map[string]any{"start": at, "end": at}, "scoring": map[string]any{"start": at, "end": at}},
+}
+
+// The parts of a verifiers Trace record the emulator writes (verifiers/v1/trace.py), in its
+// field order; a null field is a nil pointer or an any left nil, never omitted.
+type (
+	wireTrace struct {
+		Version          int                   `json:"version"`
+		ID               string                `json:"id"`
+		Verifiers        json.RawMessage       `json:"verifiers"`
+		Task             wireTask              `json:"task"`
+		Agent            json.RawMessage       `json:"agent"`
+		Tools            json.RawMessage       `json:"tools"`
+		Nodes            []wireNode            `json:"nodes"`
+		Calls            []wireCall            `json:"calls"`
+		RequestRewrites  json.RawMessage       `json:"request_rewrites"`
+		ResponseRewrites json.RawMessage       `json:"response_rewrites"`
+		Rewards          map[string]wireReward `json:"rewards"`
+		Metrics          json.RawMessage       `json:"metrics"`
+		Info             json.RawMessage       `json:"info"`
+		ExtraUsage       json.RawMessage       `json:"extra_usage"`
+		IsCompleted      bool                  `json:"is_completed"`
+		OK               bool                  `json:"ok"`
+		StopCondition    string                `json:"stop_condition"`
+		Errors           json.RawMessage       `json:"errors"`
+		Timing           wireTiming            `json:"timing"`
 	}
+	wireTask struct {
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+		Key  string          `json:"key"`
+		Hash string          `json:"hash"`
+	}
+	taskData struct {
+		Idx          int             `json:"idx"`
+		Name         *string         `json:"name"`
+		Description  *string         `json:"description"`
+		Prompt       string          `json:"prompt"`
+		SystemPrompt *string         `json:"system_prompt"`
+		Image        *string         `json:"image"`
+		Workdir      *string         `json:"workdir"`
+		NetworkAllow json.RawMessage `json:"network_allow"`
+		NetworkBlock json.RawMessage `json:"network_block"`
+		Artifacts    json.RawMessage `json:"artifacts"`
+		Timeout      json.RawMessage `json:"timeout"`
+		Resources    json.RawMessage `json:"resources"`
+		Answer       string          `json:"answer"`
+	}
+	wireNode struct {
+		Parent            *int       `json:"parent"`
+		Message           any        `json:"message"`
+		Sampled           bool       `json:"sampled"`
+		Timestamp         float64    `json:"timestamp"`
+		TokenIDs          []int      `json:"token_ids"`
+		Mask              []bool     `json:"mask"`
+		IsContent         []bool     `json:"is_content"`
+		Logprobs          []float64  `json:"logprobs"`
+		Advantages        *[]float64 `json:"advantages"`
+		ReferenceLogprobs *[]float64 `json:"reference_logprobs"`
+		LossWeights       *[]float64 `json:"loss_weights"`
+	}
+	textMessage struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	assistantMessage struct {
+		Role             string  `json:"role"`
+		Content          string  `json:"content"`
+		ReasoningContent *string `json:"reasoning_content"`
+		ToolCalls        *[]any  `json:"tool_calls"`
+		ProviderState    *any    `json:"provider_state"`
+	}
+	wireCall struct {
+		Node         int       `json:"node"`
+		Model        string    `json:"model"`
+		Sampling     *any      `json:"sampling"`
+		Endpoint     string    `json:"endpoint"`
+		FinishReason string    `json:"finish_reason"`
+		Usage        wireUsage `json:"usage"`
+		Time         span      `json:"time"`
+		Error        *any      `json:"error"`
+		Policy       *any      `json:"policy"`
+	}
+	wireUsage struct {
+		PromptTokens      int      `json:"prompt_tokens"`
+		CompletionTokens  int      `json:"completion_tokens"`
+		CachedInputTokens *int     `json:"cached_input_tokens"`
+		ReasoningTokens   *int     `json:"reasoning_tokens"`
+		Cost              *float64 `json:"cost"`
+	}
+	wireReward struct {
+		Score  float64 `json:"score"`
+		Weight float64 `json:"weight"`
+	}
+	span struct {
+		Start float64 `json:"start"`
+		End   float64 `json:"end"`
+	}
+	duration struct {
+		Duration float64 `json:"duration"`
+	}
+	agentTiming struct {
+		Start   float64  `json:"start"`
+		End     float64  `json:"end"`
+		Model   duration `json:"model"`
+		Harness duration `json:"harness"`
+	}
+	wireTiming struct {
+		Start    float64     `json:"start"`
+		Boot     span        `json:"boot"`
+		Setup    span        `json:"setup"`
+		Agent    agentTiming `json:"agent"`
+		Finalize span        `json:"finalize"`
+		Scoring  span        `json:"scoring"`
+	}
+)
+
+// traceConstants are the parts of a record every episode shares, encoded once.
+var traceConstants = struct {
+	verifiers, agent, metrics, emptyList, emptyObject, allowAll, none, taskTimeout, taskResources json.RawMessage
+}{
+	verifiers: mustJSON(map[string]any{"version": "0.1.15", "commit": nil}),
+	agent: mustJSON(map[string]any{"config": map[string]any{"harness": nil, "runtime": map[string]any{"type": "subprocess"}, "model": "policy", "client": nil, "sampling": nil,
+		"max_turns": nil, "max_input_tokens": nil, "max_output_tokens": nil, "max_total_tokens": nil,
+		"timeout": map[string]any{"setup": nil, "rollout": nil, "finalize": nil, "scoring": nil},
+		"retries": map[string]any{"max_retries": 0, "include": []any{}, "exclude": []any{}}},
+		"runtime": nil, "name": "agent", "trainable": true}),
+	metrics:       mustJSON(map[string]any{"format": 1.0}),
+	emptyList:     json.RawMessage(`[]`),
+	emptyObject:   json.RawMessage(`{}`),
+	allowAll:      json.RawMessage(`["*"]`),
+	none:          json.RawMessage(`[]`),
+	taskTimeout:   mustJSON(map[string]any{"setup": nil, "agent": nil, "finalize": nil, "scoring": nil}),
+	taskResources: mustJSON(map[string]any{"cpu": nil, "memory": nil, "gpu": nil, "disk": nil}),
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -198,17 +198,24 @@ func ReadTraces(step int, r io.Reader) (RolloutStep, error) {
 	for {
 		line, err := readTraceLine(br)
 		if len(line) > 0 {
-			var sc scored
-			if jerr := json.Unmarshal(line, &sc); jerr != nil || sc.ID == "" {
+			// A line at a multiple of stride is read whole once, as a sample; the others only
+			// for what the distributions need.
+			at := len(eps)
+			var t trace
+			sc := &t.scored
+			whole := at%stride == 0 && json.Unmarshal(line, &t) == nil
+			if !whole {
+				t = trace{} // a record whose other fields do not read still counts as an episode
+				if json.Unmarshal(line, sc) != nil {
+					sc.ID = ""
+				}
+			}
+			if sc.ID == "" {
 				out.Skipped++
 			} else {
-				at := len(eps)
 				eps = append(eps, episode{reward: sc.Rewards.sum(), group: sc.group()})
-				if at%stride == 0 {
-					var t trace
-					if json.Unmarshal(line, &t) == nil {
-						kept = append(kept, sampleOf(&t, at))
-					}
+				if whole {
+					kept = append(kept, sampleOf(&t, at))
 					if len(kept) >= 2*MaxSamplesPerStep {
 						stride *= 2
 						kept = slices.DeleteFunc(kept, func(s Sample) bool { return s.Index%stride != 0 })
