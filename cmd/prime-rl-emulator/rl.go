@@ -762,9 +762,12 @@ func (r *rlRun) trainerCheckpoint(ctx context.Context, step int) (int, bool) {
 	if err != nil {
 		return fail(r.out, 1, "error: %v", err), true
 	}
-	buf := make([]byte, 1<<20)
-	for i := range buf {
+	buf := make([]byte, 1<<20) // bytes step, step+1, …: 256 of them, then copies of those
+	for i := range 256 {
 		buf[i] = byte(step + i)
+	}
+	for n := 256; n < len(buf); n *= 2 {
+		copy(buf[n:], buf[:n])
 	}
 	for left := r.args.em.ckptBytes; left > 0; {
 		n := min(left, int64(len(buf)))
