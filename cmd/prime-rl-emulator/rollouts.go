@@ -38,6 +38,7 @@ func cleanRollouts(runDir string, resumed int) {
 // around reward. `all` holds one group more than `effective`: one a filter dropped.
 func (r *rlRun) writeEpisodes(step int, split string, n, groupSize int, reward float64, rng *rand.Rand) error {
 	var all, effective bytes.Buffer
+	var line []byte
 	groups := max(n/groupSize, 1)
 	for g := 0; g < groups+1; g++ {
 		task := emulatedTask(step, g, rng)
@@ -50,13 +51,10 @@ func (r *rlRun) writeEpisodes(step int, split string, n, groupSize int, reward f
 			if !kept {
 				score = 0 // a group with no spread is the one a filter drops
 			}
-			line, err := json.Marshal(emulatedTrace(task, score, rng))
-			if err != nil {
-				return err
-			}
-			all.Write(append(line, '\n'))
+			line = append(emulatedTrace(task, score, rng).appendJSON(line[:0]), '\n')
+			all.Write(line)
 			if kept {
-				effective.Write(append(line, '\n'))
+				effective.Write(line)
 			}
 		}
 	}
