@@ -3,9 +3,12 @@ package queue
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
+	"github.com/hostedtrain/hostedtrain/internal/rediskeys"
+	"github.com/hostedtrain/hostedtrain/internal/testwait"
 )
 
 // modelJob is a one-GPU rl job of model with the Hub environment env.
@@ -69,6 +72,53 @@ func TestAClaimPrefersAJobItsNodeHolds(t *testing.T) {
 		cl, err = b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "node-warm", GPUs: one, Held: held})
 		if err != nil || cl == nil || cl.Job.ID != starved.ID {
 			t.Fatalf("after 4 passes: %+v %v; want the job passed over, %s", cl, err, starved.ID)
+		}
+	})
+}
+
+// A job wakes a waiting claim whose node holds its model's weights before one that would
+// download them, even where the other has fewer GPUs free (the order a wake-up otherwise
+// takes); a job of a model no waiting node holds wakes the fewest-free one. A claim that
+// stops waiting leaves nothing filed under what its node held.
+func TestAJobWakesTheWaitingNodeThatHoldsItsModel(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		type result struct {
+			node string
+			cl   *job.Claim
+			err  error
+		}
+		got := make(chan result, 2)
+		wait := func(node string, free int, held []string) {
+			go func() {
+				cl, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: node, GPUs: []job.GPU{{Model: "H100", Count: free}},
+					Held: held, Wait: time.Minute})
+				got <- result{node, cl, err}
+			}()
+		}
+		wait("node-bare", 2, nil)
+		wait("node-warm", 8, []string{jobspec.NeedModel + "small/model-7b", jobspec.EnvNeed("acme", "o/env-b@2")})
+		testwait.Until(t, 10*time.Second, "both claims to wait", func() bool {
+			return b.rdb.ZCard(b.ctx, b.q.keys.of("waitkey", "H100")).Val() == 2
+		})
+		if n := b.rdb.ZCard(b.ctx, b.q.keys.of("waitheld", "H100", jobspec.NeedModel+"small/model-7b")).Val(); n != 1 {
+			t.Fatalf("%d claims filed as holding small/model-7b, want 1", n)
+		}
+		warm := b.submitSpec(t, "acme", modelJob("warm", "small/model-7b", "o/env-b@2"))
+		r := <-got
+		if r.err != nil || r.node != "node-warm" || r.cl == nil || r.cl.Job.ID != warm.ID {
+			t.Fatalf("the 7b job woke %s (%+v, %v); want node-warm, which holds its weights", r.node, r.cl, r.err)
+		}
+		if n := b.rdb.HLen(b.ctx, rediskeys.Queue.FixedName(b.q.keys.prefix, "WAITER_HELD")).Val(); n != 0 {
+			t.Fatalf("%d waiters still filed by what they hold after the warm one was woken", n)
+		}
+		cold := b.submitSpec(t, "acme", modelJob("cold", "big/model-70b", "o/env-a@1"))
+		r = <-got
+		if r.err != nil || r.node != "node-bare" || r.cl == nil || r.cl.Job.ID != cold.ID {
+			t.Fatalf("the 70b job: %s %+v %v; want node-bare", r.node, r.cl, r.err)
+		}
+		if n := b.rdb.ZCard(b.ctx, b.q.keys.of("waitheld", "H100", jobspec.NeedModel+"small/model-7b")).Val(); n != 0 {
+			t.Fatalf("%d claims still filed as holding small/model-7b", n)
 		}
 	})
 }

@@ -303,7 +303,7 @@ if avoided_till then
   end
   wake(avoided_class, 1)
   if arg_waiter ~= '' then
-    wait_for_work(arg_waiter, arg_wait_until)
+    wait_for_work(arg_waiter, arg_wait_until, arg_held)
   end
   return {'', avoided_till}
 end
@@ -311,7 +311,7 @@ end
 -- the claim waits to be woken for a job it could take.
 saw_agent(agent, arg_free)
 if arg_waiter ~= '' then
-  wait_for_work(arg_waiter, arg_wait_until)
+  wait_for_work(arg_waiter, arg_wait_until, arg_held)
 end
 local next_ready = redis.call('ZRANGE', DELAYED, '0', '0', 'WITHSCORES')
 return {'', tonumber(next_ready[2]) or 0}

@@ -387,8 +387,17 @@ end
 
 local function unwait(w)
   local p = waiter_parts(w)
+  local held = redis.call('HGET', WAITER_HELD, w)
   for model in pairs(parse_free(p.free)) do
     redis.call('ZREM', waitkey(model), w)
+    if held then
+      for need in string.gmatch(held, '%S+') do
+        redis.call('ZREM', waitheld(model, need), w)
+      end
+    end
+  end
+  if held then
+    redis.call('HDEL', WAITER_HELD, w)
   end
   if p.any then
     redis.call('ZREM', WAIT_ANY, w)
@@ -396,10 +405,27 @@ local function unwait(w)
   redis.call('ZREM', WAITING, w)
 end
 
-local function wait_for_work(w, until_ms)
+-- A waiting claim is also filed by the models its node holds (held: cache needs, "m:<model>"
+-- ones, at most WAIT_HELD_AT_MOST), so that a job of a model wakes a node that holds its
+-- weights before one that would download them (cache-aware placement, issue 33).
+local WAIT_HELD_AT_MOST = 32
+
+local function wait_for_work(w, until_ms, held)
   local p = waiter_parts(w)
+  local models, k = {}, 0
+  for need in string.gmatch(held or '', '%S+') do
+    if k < WAIT_HELD_AT_MOST and string.sub(need, 1, 2) == 'm:' then
+      models[#models + 1], k = need, k + 1
+    end
+  end
   for model, n in pairs(parse_free(p.free)) do
     redis.call('ZADD', waitkey(model), n, w)
+    for _, need in ipairs(models) do
+      redis.call('ZADD', waitheld(model, need), n, w)
+    end
+  end
+  if k > 0 then
+    redis.call('HSET', WAITER_HELD, w, table.concat(models, ' '))
   end
   if p.any then
     redis.call('ZADD', WAIT_ANY, 0, w)
@@ -407,18 +433,31 @@ local function wait_for_work(w, until_ms)
   redis.call('ZADD', WAITING, until_ms, w)
 end
 
--- wake tells up to n waiting claims that could take a job of class to look again. A waiter
--- whose process is gone (nobody hears its channel) is dropped and the next one tried.
-local function wake(class, n)
+-- wake tells up to n waiting claims that could take a job of class to look again: first, where
+-- the job's model is named (model_need, "m:<model>"), ones whose node holds its weights, then
+-- any, the fewest GPUs free that are enough first in each. A waiter whose process is gone
+-- (nobody hears its channel) is dropped and the next one tried.
+local function wake(class, n, model_need)
   local c = parse_class(class)
   local z = WAIT_ANY
+  local warm
   if c.count > 0 then
     z = waitkey(c.model)
+    if model_need then
+      warm = waitheld(c.model, model_need)
+    end
   end
   local woken, tries = 0, 0
   while woken < n and tries < n + 8 do
     tries = tries + 1
-    local w = redis.call('ZRANGEBYSCORE', z, c.count, '+inf', 'LIMIT', '0', '1')[1]
+    local w
+    if warm then
+      w = redis.call('ZRANGEBYSCORE', warm, c.count, '+inf', 'LIMIT', '0', '1')[1]
+      if not w then
+        warm = nil
+      end
+    end
+    w = w or redis.call('ZRANGEBYSCORE', z, c.count, '+inf', 'LIMIT', '0', '1')[1]
     if not w then
       return
     end
@@ -428,6 +467,11 @@ local function wake(class, n)
       woken = woken + 1
     end
   end
+end
+
+-- model_need is the "m:<model>" of a job's cache needs (F.needs), or nil.
+local function model_need(needs)
+  return string.match(needs or '', '(m:%S+)')
 end
 
 -- wake_org wakes, for each class an org has jobs ready in, as many waiters as it has such
@@ -501,7 +545,7 @@ local function enqueue(id, org, class, rank)
   end
   if has_room(o[4], o[5], o[6]) then
     redis.call('ZADD', fairkey(class), score(o[2], o[3]), org)
-    wake(class, 1)
+    wake(class, 1, model_need(redis.call('HGET', jobkey(id), F.needs)))
   end
 end
 

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"fmt"
 	"log"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -580,8 +581,9 @@ func (b *bench) simulate(w placementWorkload, jobs placementJobs, cacheAware boo
 			continue
 		}
 		// The claims of this instant: the nodes whose GPUs just freed claim at once, then
-		// the waiting ones as a submit wakes them (the fewest free GPUs that fit first, as
-		// the queue's wake does). Each claims until nothing fits it.
+		// the waiting ones as a submit wakes them: the fewest free GPUs that fit first, as the
+		// queue wakes claims that say nothing of their caches (cache-aware: below). Each claims
+		// until nothing fits it.
 		var order []*simNode
 		order = append(order, freedNow...)
 		var waiting []*simNode
@@ -593,6 +595,37 @@ func (b *bench) simulate(w placementWorkload, jobs placementJobs, cacheAware boo
 		slices.SortFunc(waiting, func(a, b *simNode) int {
 			return cmp.Or(cmp.Compare(a.free, b.free), cmp.Compare(a.tie, b.tie))
 		})
+		if cacheAware {
+			// The queue's wake with claims that say what their nodes hold: each queued job,
+			// oldest first, wakes the waiting node that holds its model's weights (the fewest
+			// free GPUs that fit among those), else the fewest-free one that fits.
+			var woken []*simNode
+			for _, i := range slices.Sorted(maps.Keys(queuedSet)) {
+				j := &jobs.jobs[i]
+				var pick *simNode
+				for _, n := range waiting {
+					if n.free < j.gpus || slices.Contains(woken, n) {
+						continue
+					}
+					if n.models.entries[jobspec.NeedModel+j.spec.Model] != nil {
+						pick = n
+						break
+					}
+					if pick == nil {
+						pick = n
+					}
+				}
+				if pick != nil {
+					woken = append(woken, pick)
+				}
+			}
+			for _, n := range waiting {
+				if !slices.Contains(woken, n) {
+					woken = append(woken, n)
+				}
+			}
+			waiting = woken
+		}
 		order = append(order, waiting...)
 		if fit := minQueued(); !slices.ContainsFunc(order, func(n *simNode) bool { return n.free >= fit }) {
 			continue
