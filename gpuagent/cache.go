@@ -189,10 +189,7 @@ func (r *jobRun) keepInstall(ids []string, venv, own string) int64 {
 		cp, err = nodecache.CaptureLinked(venv, own)
 	}
 	key, lasting := r.installKey(ids)
-	held := make([]string, len(ids))
-	for i, id := range ids {
-		held[i] = jobspec.EnvNeed(r.claim.Job.Org, id)
-	}
+	held := []string{jobspec.EnvSetNeed(r.claim.Job.Org, ids)} // the set, as the job needs it
 	var n int64
 	if err == nil {
 		n, err = c.PutLayer(nodecache.KindEnv, key, held, lasting, cp)

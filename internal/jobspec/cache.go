@@ -1,6 +1,9 @@
 package jobspec
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // HubEnvironments are the job's Environments Hub environments (train and eval), each once:
 // the ids with an owner (owner/name[@version]). A bare id names a taskset prime-rl's Python
@@ -35,22 +38,28 @@ const (
 
 // CacheNeeds is what a node can hold for a job of org ahead of its start: the weights of its
 // model when it runs the model on the node's GPUs ("m:MODEL", shared by every organization), and
-// each Hub environment it installs, as installed for that organization ("e:ORG:OWNER/ENV@VERSION":
-// an install runs with the organization's own settings and credentials, so it is never another
-// organization's). A node that holds them starts the job without downloading or installing them
-// (the agent's node cache). Names carry no spaces (the queue keeps them space-separated).
+// the install of its Hub environments, as installed for that organization
+// ("e:ORG:OWNER/ENV@VERSION[,…]": an install runs with the organization's own settings and
+// credentials, so it is never another organization's). The environments are one need, as the
+// node cache keeps them: one install of the job's whole set, which serves only a job with the
+// same set. A node that holds them starts the job without downloading or installing them (the
+// agent's node cache). Names carry no spaces (the queue keeps them space-separated).
 func CacheNeeds(org string, s Spec) []string {
 	var needs []string
 	if s.Model != "" && s.Resources.GPUs > 0 && !strings.ContainsAny(s.Model, " \t\n") {
 		needs = append(needs, NeedModel+s.Model)
 	}
-	for _, id := range HubEnvironments(s) {
-		if !strings.ContainsAny(org+id, " \t\n") {
-			needs = append(needs, EnvNeed(org, id))
-		}
+	if ids := HubEnvironments(s); len(ids) > 0 && !strings.ContainsAny(org+strings.Join(ids, ""), " \t\n") {
+		needs = append(needs, EnvSetNeed(org, ids))
 	}
 	return needs
 }
 
-// EnvNeed names the install of the Hub environment id for org, as CacheNeeds does.
-func EnvNeed(org, id string) string { return NeedEnv + org + ":" + id }
+// EnvNeed names the install of the one Hub environment id for org, as CacheNeeds does.
+func EnvNeed(org, id string) string { return EnvSetNeed(org, []string{id}) }
+
+// EnvSetNeed names the install of the Hub environments ids (in any order) for org, as
+// CacheNeeds does: their ids sorted, joined by commas.
+func EnvSetNeed(org string, ids []string) string {
+	return NeedEnv + org + ":" + strings.Join(slices.Sorted(slices.Values(ids)), ",")
+}
