@@ -106,7 +106,7 @@ func emulatedTrace(t task, score float64, rng *rand.Rand) *wireTrace {
 	completion := fmt.Sprintf("Adding the two crates gives %s apples.\n\n\\boxed{%s}", answer, answer)
 	// verifiers' TaskData with the taskset's own fields after it (WireTaskData)
 	raw, _ := json.Marshal(taskData{Idx: t.idx, Prompt: t.question, NetworkAllow: traceConstants.allowAll,
-		NetworkBlock: traceConstants.none, Artifacts: traceConstants.emptyList, Timeout: traceConstants.taskTimeout,
+		NetworkBlock: traceConstants.emptyList, Artifacts: traceConstants.emptyList, Timeout: traceConstants.taskTimeout,
 		Resources: traceConstants.taskResources, Answer: t.answer})
 	sum := sha256.Sum256(raw)
 	hash := hex.EncodeToString(sum[:8])
@@ -276,7 +276,7 @@ type (
 
 // traceConstants are the parts of a record every episode shares, encoded once.
 var traceConstants = struct {
-	verifiers, agent, metrics, emptyList, emptyObject, allowAll, none, taskTimeout, taskResources json.RawMessage
+	verifiers, agent, metrics, emptyList, emptyObject, allowAll, taskTimeout, taskResources json.RawMessage
 }{
 	verifiers: mustJSON(map[string]any{"version": "0.1.15", "commit": nil}),
 	agent: mustJSON(map[string]any{"config": map[string]any{"harness": nil, "runtime": map[string]any{"type": "subprocess"}, "model": "policy", "client": nil, "sampling": nil,
@@ -288,7 +288,6 @@ var traceConstants = struct {
 	emptyList:     json.RawMessage(`[]`),
 	emptyObject:   json.RawMessage(`{}`),
 	allowAll:      json.RawMessage(`["*"]`),
-	none:          json.RawMessage(`[]`),
 	taskTimeout:   mustJSON(map[string]any{"setup": nil, "agent": nil, "finalize": nil, "scoring": nil}),
 	taskResources: mustJSON(map[string]any{"cpu": nil, "memory": nil, "gpu": nil, "disk": nil}),
 }
