@@ -20,9 +20,10 @@ const restArg = redisfn.Rest
 var funcArgs = map[string][]string{
 	"submit": {"id", "org", "kind", "name", "config", "max_attempts", "max_steps", "secrets", "priority", "class",
 		"gpus", "time_limit", "idem_key", "fingerprint", "idem_ttl", "rank", "budget_ms", "est_ms",
-		"by", "token", "price_micro", "cfg_bytes", "sec_bytes", "needs"},
+		"by", "token", "price_micro", "cfg_bytes", "sec_bytes", "needs", "weights"},
 	"claim": {"lease_ttl", "agent", "token_rand", "free", "quantum", "lease_expires", "paid_until", "gpu_only",
-		"claim_id", "waiter", "wait_until", "filed", "health", "quarantine_after", "quarantine_window", "held"},
+		"claim_id", "waiter", "wait_until", "filed", "health", "quarantine_after", "quarantine_window", "held",
+		"weights_rate", "held_ttl"},
 	"unwait": {"waiter"},
 	"heartbeat": {"id", "token", "lease_expires", "lease_ttl", "running", "progress", "pipeline", "emulated", "upstream",
 		"log_bytes", "alerts", "grace", restArg},

@@ -155,8 +155,23 @@ func (c Fleet) SetNode(ctx context.Context, id, state, reason string) error {
 		})
 		return wrapErr("set node", err)
 	case job.NodeCordoned, job.NodeDraining:
+		// Out of rotation, it is no node for a job to wait for (claim.lua's delay
+		// scheduling): it leaves the holders of what it holds (a claim of its would, too).
+		held, err := c.rdb.HGet(ctx, c.keys.fixed("AGENT_HELD"), id).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return wrapErr("set node", err)
+		}
+		_, models, _ := strings.Cut(held, " ")
 		v := state + "|" + strconv.FormatInt(c.cfg.Now().UnixMilli(), 10) + "|" + reason
-		return wrapErr("set node", c.rdb.HSet(ctx, c.keys.fixed("NODES"), id, v).Err())
+		_, err = c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, c.keys.fixed("NODES"), id, v)
+			for _, need := range strings.Fields(models) {
+				p.ZRem(ctx, c.keys.of("holders", need), id)
+			}
+			p.HDel(ctx, c.keys.fixed("AGENT_HELD"), id)
+			return nil
+		})
+		return wrapErr("set node", err)
 	}
 	return errors.New("queue: a node is set ok, cordoned or draining")
 }

@@ -122,3 +122,104 @@ func TestAJobWakesTheWaitingNodeThatHoldsItsModel(t *testing.T) {
 		}
 	})
 }
+
+// Delay scheduling (issue 33): a job whose weights another node holds is left by a node that
+// lacks them for as long as downloading them would take (its weights at Config.WeightsRate),
+// counted from the first claim that left it; a node that holds them takes it meanwhile, and
+// says in its event how long it waited; once the wait is over any node takes it. Nothing
+// waits for weights no node holds, nor for a node that has not claimed within HeldTTL or is
+// out of rotation, and a claim that says nothing of its cache (first-fit) never leaves a job.
+func TestAJobWaitsForANodeThatHoldsItsWeightsNoLongerThanTheirDownload(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		one := []job.GPU{{Model: "H100", Count: 1}}
+		const model = "acme-lab/model-7b" // 7B in bf16: 14 GB, 14 s at the default 1 GB/s
+		const wait = 14 * time.Second
+		warmHeld := []string{jobspec.NeedModel + model}
+		coldHeld := []string{jobspec.NeedModel + "acme-lab/other-1b"}
+		try := func(node string, held []string) (*job.Claim, time.Time) {
+			t.Helper()
+			cl, again, err := b.q.TryClaim(b.ctx, job.ClaimRequest{AgentID: node, GPUs: one, Held: held})
+			if err != nil {
+				t.Fatalf("claim of %s: %v", node, err)
+			}
+			return cl, again
+		}
+		lastEvent := func(id string) string {
+			t.Helper()
+			evs, err := b.q.Events(b.ctx, id, 0, 20)
+			if err != nil || len(evs) == 0 {
+				t.Fatalf("events of %s: %v %v", id, evs, err)
+			}
+			return evs[len(evs)-1].Detail
+		}
+		// node-warm says, with a claim that finds nothing, that it holds the model.
+		if cl, _ := try("node-warm", warmHeld); cl != nil {
+			t.Fatalf("node-warm took %s from an empty queue", cl.Job.ID)
+		}
+
+		// A node that lacks the weights leaves the job, and is told when to look again.
+		first := b.submitSpec(t, "acme", modelJob("first", model, "o/env@1"))
+		start := b.clock.Now()
+		cl, again := try("node-cold", coldHeld)
+		if cl != nil || !again.Equal(start.Add(wait).Truncate(time.Millisecond)) {
+			t.Fatalf("node-cold: %+v, look again at %v; want nothing now and a look at %v", cl, again, start.Add(wait))
+		}
+		b.clock.Advance(wait - time.Second)
+		if cl, again2 := try("node-cold", coldHeld); cl != nil || !again2.Equal(again) {
+			t.Fatalf("node-cold a second before the wait ends: %+v, %v; want nothing, and the same time", cl, again2)
+		}
+		// The node that holds them takes it, and its event says it waited.
+		if cl, _ := try("node-warm", warmHeld); cl == nil || cl.Job.ID != first.ID {
+			t.Fatalf("node-warm: %+v; want %s", cl, first.ID)
+		}
+		if d := lastEvent(first.ID); !strings.Contains(d, "waited 13.0 s for a node that holds "+model) {
+			t.Fatalf("pending event %q; want it to say it waited 13.0 s for a node that holds the model", d)
+		}
+		if got := b.rdb.HExists(b.ctx, b.q.keys.job(first.ID), jobField.ColdSince).Val(); got {
+			t.Fatal("the job claimed still has a cold_since")
+		}
+
+		// No node that holds them claims within the wait: the cold node takes it after.
+		second := b.submitSpec(t, "acme", modelJob("second", model, "o/env@1"))
+		if cl, _ := try("node-cold", coldHeld); cl != nil {
+			t.Fatalf("node-cold took %s at once", cl.Job.ID)
+		}
+		b.clock.Advance(wait)
+		if cl, _ := try("node-cold", coldHeld); cl == nil || cl.Job.ID != second.ID {
+			t.Fatalf("node-cold once the wait ended: %+v; want %s", cl, second.ID)
+		}
+		if d := lastEvent(second.ID); !strings.Contains(d, "waited 14.0 s") || !strings.Contains(d, "none came") {
+			t.Fatalf("pending event %q; want it to say it waited 14.0 s and no node that holds the weights came", d)
+		}
+
+		// While one job waits, a job the node may take goes first.
+		third := b.submitSpec(t, "acme", modelJob("third", model, "o/env@1"))
+		other := b.submitSpec(t, "zeta", modelJob("other", "nobody/model-3b", "o/env@1"))
+		if cl, _ := try("node-cold", coldHeld); cl == nil || cl.Job.ID != other.ID {
+			t.Fatalf("node-cold with %s waiting: %+v; want %s, whose weights no node holds", third.ID, cl, other.ID)
+		}
+		// A claim that says nothing of its cache takes the waiting job.
+		if cl, _ := try("node-bare", nil); cl == nil || cl.Job.ID != third.ID {
+			t.Fatalf("a first-fit claim: %+v; want %s", cl, third.ID)
+		}
+
+		// A holder that has not claimed within HeldTTL is no node to wait for.
+		b.clock.Advance(b.cfg.HeldTTL)
+		stale := b.submitSpec(t, "acme", modelJob("stale", model, "o/env@1"))
+		if cl, _ := try("node-cold", coldHeld); cl == nil || cl.Job.ID != stale.ID {
+			t.Fatalf("node-cold with the holder's claim an hour old: %+v; want %s at once", cl, stale.ID)
+		}
+		// Nor is a holder out of rotation.
+		if cl, _ := try("node-warm", warmHeld); cl != nil {
+			t.Fatalf("node-warm took %s", cl.Job.ID)
+		}
+		if err := b.q.SetNode(b.ctx, "node-warm", job.NodeCordoned, "maintenance"); err != nil {
+			t.Fatal(err)
+		}
+		cordoned := b.submitSpec(t, "acme", modelJob("cordoned", model, "o/env@1"))
+		if cl, _ := try("node-cold", coldHeld); cl == nil || cl.Job.ID != cordoned.ID {
+			t.Fatalf("node-cold with the holder cordoned: %+v; want %s at once", cl, cordoned.ID)
+		}
+	})
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hostedtrain/hostedtrain/internal/blob"
+	"github.com/hostedtrain/hostedtrain/internal/fit"
 	"github.com/hostedtrain/hostedtrain/internal/job"
 	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/internal/redisfn"
@@ -115,6 +116,14 @@ type Config struct {
 	AdaptersPerServer int
 	MaxAdapters       int
 	DeploymentIdle    time.Duration
+	// WeightsRate is the rate, in bytes a second, at which a claim reckons a node downloads a
+	// model's weights. A job whose weights another node holds waits up to that download's time
+	// for a node that holds them (delay scheduling) before a node that lacks them takes it.
+	// Default DefaultWeightsRate; negative: a job never waits for its weights.
+	WeightsRate float64
+	// HeldTTL is how long what a node said it holds, with a claim, counts as held: a job waits
+	// only for a node that claimed within it. Default DefaultHeldTTL.
+	HeldTTL time.Duration
 	// Now is the clock; tests replace it. Default time.Now.
 	Now func() time.Time
 }
@@ -143,6 +152,11 @@ const (
 	DefaultAdaptersPerServer = 8
 	DefaultMaxAdapters       = 1000
 	DefaultDeploymentIdle    = time.Hour
+	// Cache-aware placement: weights download at 1 GB/s (a node's link to the Hugging Face
+	// hub with parallel range requests), and a node's holdings count for an hour after its
+	// last claim.
+	DefaultWeightsRate = 1e9
+	DefaultHeldTTL     = time.Hour
 )
 
 func (c Config) withDefaults() Config {
@@ -169,6 +183,8 @@ func (c Config) withDefaults() Config {
 	c.AdaptersPerServer = cmp.Or(c.AdaptersPerServer, DefaultAdaptersPerServer)
 	c.MaxAdapters = cmp.Or(c.MaxAdapters, DefaultMaxAdapters)
 	c.DeploymentIdle = cmp.Or(c.DeploymentIdle, DefaultDeploymentIdle)
+	c.WeightsRate = cmp.Or(c.WeightsRate, DefaultWeightsRate)
+	c.HeldTTL = cmp.Or(c.HeldTTL, DefaultHeldTTL)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -317,6 +333,7 @@ func (c Jobs) Submit(ctx context.Context, sub job.Submission, idempotencyKey, fi
 		"est_ms": sub.EstimateGPUMs, "by": sub.CreatedBy, "token": sub.TokenID,
 		"price_micro": int64(math.Round(sub.PricePerGPUHour * 1e6)),
 		"cfg_bytes":   cfgBytes, "sec_bytes": secBytes, "needs": strings.Join(jobspec.CacheNeeds(sub.Org, sub.Spec), " "),
+		"weights": weightsBytes(sub.Spec.Model),
 	}).StringSlice()
 	var refused redis.Error
 	if errors.As(err, &refused) || (err == nil && res[0] != "created") {
@@ -733,7 +750,7 @@ func (c Leases) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, er
 		gpuOnly = "1"
 	}
 	if wait <= 0 {
-		cl, _, err := c.claimOnce(ctx, req, free, gpuOnly, "", time.Time{}, false)
+		cl, _, err := c.TryClaim(ctx, req)
 		return cl, err
 	}
 	deadline := time.NewTimer(wait)
@@ -790,6 +807,17 @@ func (c Leases) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, er
 	}
 }
 
+// TryClaim claims as Claim does without waiting. When nothing is taken it says when a claim
+// should look again, if a wait ends before a job is queued — a retry backoff, or a job's wait
+// for a node that holds its weights — and the zero time if not.
+func (c Leases) TryClaim(ctx context.Context, req job.ClaimRequest) (*job.Claim, time.Time, error) {
+	gpuOnly := "0"
+	if req.GPUJobsOnly {
+		gpuOnly = "1"
+	}
+	return c.claimOnce(ctx, req, encodeGPUs(req.GPUs), gpuOnly, "", time.Time{}, false)
+}
+
 // heldArg writes what an agent's node holds as claim.lua reads it: space-separated cache needs
 // (jobspec.CacheNeeds), the ones with spaces left out, at most maxHeld.
 func heldArg(held []string) string {
@@ -806,6 +834,25 @@ func heldArg(held []string) string {
 		n++
 	}
 	return b.String()
+}
+
+// weightsBytes is the size of a model's weights as a node downloads them, estimated from its
+// architecture or the size in its name (internal/fit); 0 when neither says.
+func weightsBytes(model string) int64 {
+	if model == "" {
+		return 0
+	}
+	b, _ := fit.Weights(model)
+	return int64(b)
+}
+
+// weightsRateArg is Config.WeightsRate as claim.lua reads it: bytes a millisecond, 0 for never
+// waiting.
+func weightsRateArg(rate float64) string {
+	if rate <= 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(rate/1000, 'g', -1, 64)
 }
 
 // maxHeld bounds what one claim may say its node holds (the API refuses more).
@@ -851,7 +898,8 @@ func (c *store) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuOn
 		"paid_until": ms(now.Add(c.cfg.ClaimQuantum)), "gpu_only": gpuOnly, "claim_id": req.ClaimID,
 		"waiter": waiter, "wait_until": ms(waitUntil), "filed": boolArg(filed), "health": healthArg(req.Health),
 		"quarantine_after": c.cfg.QuarantineAfter, "quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
-		"held": heldArg(req.Held),
+		"held": heldArg(req.Held), "weights_rate": weightsRateArg(c.cfg.WeightsRate),
+		"held_ttl": c.cfg.HeldTTL.Milliseconds(),
 	}).Result()
 	if err != nil {
 		return nil, time.Time{}, scriptErr("claim", err)

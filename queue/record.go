@@ -75,6 +75,8 @@ type jobFields struct {
 	Shed             string `lua:"shed" what:"1: its inputs left Redis"`
 	Needs            string `lua:"needs" what:"what a node may hold for it, space-separated (jobspec.CacheNeeds)"`
 	CachePassed      string `lua:"cache_passed" what:"claims that passed it over for a job their node held more of"`
+	Weights          string `lua:"weights" what:"its model's weights in bytes, as estimated at submit (internal/fit)"`
+	ColdSince        string `lua:"cold_since" what:"when a claim whose node lacked its weights first left it for a node that holds them (ms)"`
 }
 
 // jobField is the job record's field names as the service stores them.

@@ -293,3 +293,14 @@ func Check(model string, l upstream.Split, contextLen, seqLen int, lora bool) er
 	}
 	return nil
 }
+
+// Weights is the size of a model's weights as a node downloads and vLLM loads them: the
+// table's, its base model's, or an estimate from the size in its name (bf16). ok is false when
+// none says.
+func Weights(model string) (bytes float64, ok bool) {
+	a, ok := Lookup(model)
+	if !ok {
+		return 0, false
+	}
+	return a.serveBytes(), true
+}

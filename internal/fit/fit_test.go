@@ -1,6 +1,7 @@
 package fit
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,3 +63,22 @@ func TestLayouts(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestWeightsComeFromTheTableOrTheName(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		want  float64
+		ok    bool
+	}{
+		{"Qwen/Qwen3-30B-A3B", 30.5e9 * 2, true},              // the table: bf16, every parameter
+		{"openai/gpt-oss-20b", 13.8e9, true},                  // the table's size as served (MXFP4)
+		{"someone/Qwen3-30B-A3B-my-sft", 30.5e9 * 2, true},    // its base model's
+		{"meta-llama/Llama-3.3-70B-Instruct", 70e9 * 2, true}, // the size in its name
+		{"microsoft/phi-4", 0, false},                         // nothing says
+	} {
+		got, ok := Weights(c.model)
+		if ok != c.ok || math.Abs(got-c.want) > 1 {
+			t.Errorf("Weights(%q) = %.0f, %v; want %.0f, %v", c.model, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -32,6 +32,7 @@ end
 -- capacity; its claim looks again now and then.
 if arg_health ~= '' or redis.call('HEXISTS', NODES, agent) == 1 then
   forget_agent(agent)
+  drop_holder(agent)
   if arg_filed == '1' then
     unwait(arg_waiter)
   end
@@ -123,6 +124,36 @@ local held, has_held = {}, arg_held ~= ''
 for h in string.gmatch(arg_held, '%S+') do
   held[h] = true
 end
+note_holder(agent, arg_held, tonumber(arg_held_ttl))
+
+-- Delay scheduling: a job whose model's weights this node lacks, but another node that claimed
+-- lately holds, is left for such a node for as long as this node would take to download them
+-- (its weights, F.weights, at arg_weights_rate bytes a millisecond), counted from the first
+-- claim that left it (F.cold_since); then any node takes it. Waiting longer than the download
+-- would gain the job nothing, and the node it waits for saves the download's GPU time. A node
+-- that holds nothing says nothing of its cache (a first-fit claim) and never leaves a job.
+local weights_rate = tonumber(arg_weights_rate) or 0
+local function cold_until(id, needs, weights, cold_since)
+  local need = string.match(needs or '', '(m:%S+)')
+  local bytes = tonumber(weights) or 0
+  if weights_rate <= 0 or bytes <= 0 or not need or held[need] then
+    return nil
+  end
+  local since = tonumber(cold_since)
+  if not since then
+    if redis.call('ZCOUNT', holders(need), int(NOW - tonumber(arg_held_ttl)), '+inf') == 0 then
+      return nil -- no node holds them: nothing to wait for
+    end
+    since = NOW
+    redis.call('HSET', jobkey(id), F.cold_since, int(since))
+  end
+  local till = since + math.ceil(bytes / weights_rate)
+  if NOW >= till then
+    return nil
+  end
+  return till, need
+end
+
 local function warmth(needs)
   local w, all = 0, true
   for n in string.gmatch(needs or '', '%S+') do
@@ -149,6 +180,7 @@ end
 -- PASS_AT_MOST times is taken when it comes first: nobody waits on other jobs' caches for long.
 local org, o, best, best_class, best_last, j, skipped
 local avoided_till, avoided_class
+local cold_till, cold_class, cold_need
 local chosen, chosen_w, fair_id, looked, cache_orgs = nil, -1, nil, {}, {}
 for _ = 1, 4 + PASS_AT_MOST do
   org = first_org()
@@ -170,9 +202,19 @@ for _ = 1, 4 + PASS_AT_MOST do
   else
     best, best_class, best_last, skipped = pick(org, o[7])
     if best then
-      j = redis.call('HMGET', jobkey(best), F.fence, F.avoid, F.est_ms, F.needs, F.cache_passed, unpack(CLAIMED))
+      j = redis.call('HMGET', jobkey(best), F.fence, F.avoid, F.est_ms, F.needs, F.cache_passed, F.weights,
+        F.cold_since, unpack(CLAIMED))
       local over = over_budget(j[3], o[11], o[12], o[13])
-      if not over and not avoids(j[2], agent) then
+      local till, need
+      if has_held and not over and not avoids(j[2], agent) then
+        till, need = cold_until(best, j[4], j[6], j[7])
+        if till and (not cold_till or till < cold_till) then
+          cold_till, cold_class, cold_need = till, best_class, need
+        end
+      end
+      if till then
+        passed_orgs[org] = true -- left for a node that holds its weights: the next organization's first job
+      elseif not over and not avoids(j[2], agent) then
         if not has_held then
           chosen = {org, o, best, best_class, best_last, j}
           break
@@ -236,8 +278,22 @@ if chosen then
     placed_note = ' (placed for its cache: the node holds ' .. table.concat(what, ', ') .. '; ' .. ahead ..
       ' job(s) ahead of it in fair order passed over)'
   end
-  table.remove(j, 4)
-  table.remove(j, 4)
+  local since = tonumber(j[7])
+  if since then
+    -- It waited for a node that holds its weights: say whether one came.
+    local need = string.match(j[4] or '', '(m:%S+)')
+    local waited = string.format('%.1f', (NOW - since) / 1000)
+    if need and held[need] then
+      placed_note = placed_note .. ' (placed for its cache: waited ' .. waited .. ' s for a node that holds ' ..
+        string.sub(need, 3) .. ')'
+    else
+      placed_note = placed_note .. ' (waited ' .. waited .. ' s, as long as fetching its weights takes, for a node that holds them; none came)'
+    end
+    redis.call('HDEL', jobkey(best), F.cold_since)
+  end
+  for _ = 1, 4 do
+    table.remove(j, 4) -- needs, cache_passed, weights, cold_since: not for the answer
+  end
 end
 
 if org then
@@ -296,16 +352,23 @@ end
 -- Only jobs that avoid this agent were ready: it waits like any claim (a job queued meanwhile
 -- wakes it), and looks again when the first avoid window ends. The wake-up that brought it here
 -- may have been meant for such a job, so it is passed on to another waiter that could take it.
-if avoided_till then
+-- Likewise when the jobs ready were left for nodes that hold their weights: it looks again when
+-- the first such wait ends, and the wake-up goes on only to a waiting node that holds them.
+if avoided_till or cold_till then
   saw_agent(agent, arg_free)
   if arg_filed == '1' then
     unwait(arg_waiter) -- not woken by its own pass
   end
-  wake(avoided_class, 1)
+  if avoided_till then
+    wake(avoided_class, 1)
+  end
+  if cold_till then
+    wake(cold_class, 1, cold_need, true)
+  end
   if arg_waiter ~= '' then
     wait_for_work(arg_waiter, arg_wait_until, arg_held)
   end
-  return {'', avoided_till}
+  return {'', math.min(avoided_till or cold_till, cold_till or avoided_till)}
 end
 -- Nothing fits: this agent waits with these GPUs free, which is what queue_reason needs, and
 -- the claim waits to be woken for a job it could take.

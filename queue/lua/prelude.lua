@@ -410,21 +410,28 @@ end
 -- weights before one that would download them (cache-aware placement, issue 33).
 local WAIT_HELD_AT_MOST = 32
 
-local function wait_for_work(w, until_ms, held)
-  local p = waiter_parts(w)
-  local models, k = {}, 0
+-- held_models is the "m:<model>" cache needs of what a claim says its node holds, at most
+-- WAIT_HELD_AT_MOST, in the order given.
+local function held_models(held)
+  local models = {}
   for need in string.gmatch(held or '', '%S+') do
-    if k < WAIT_HELD_AT_MOST and string.sub(need, 1, 2) == 'm:' then
-      models[#models + 1], k = need, k + 1
+    if #models < WAIT_HELD_AT_MOST and string.sub(need, 1, 2) == 'm:' then
+      models[#models + 1] = need
     end
   end
+  return models
+end
+
+local function wait_for_work(w, until_ms, held)
+  local p = waiter_parts(w)
+  local models = held_models(held)
   for model, n in pairs(parse_free(p.free)) do
     redis.call('ZADD', waitkey(model), n, w)
     for _, need in ipairs(models) do
       redis.call('ZADD', waitheld(model, need), n, w)
     end
   end
-  if k > 0 then
+  if #models > 0 then
     redis.call('HSET', WAITER_HELD, w, table.concat(models, ' '))
   end
   if p.any then
@@ -435,9 +442,9 @@ end
 
 -- wake tells up to n waiting claims that could take a job of class to look again: first, where
 -- the job's model is named (model_need, "m:<model>"), ones whose node holds its weights, then
--- any, the fewest GPUs free that are enough first in each. A waiter whose process is gone
--- (nobody hears its channel) is dropped and the next one tried.
-local function wake(class, n, model_need)
+-- any (unless warm_only), the fewest GPUs free that are enough first in each. A waiter whose
+-- process is gone (nobody hears its channel) is dropped and the next one tried.
+local function wake(class, n, model_need, warm_only)
   local c = parse_class(class)
   local z = WAIT_ANY
   local warm
@@ -456,6 +463,9 @@ local function wake(class, n, model_need)
       if not w then
         warm = nil
       end
+    end
+    if not w and warm_only then
+      return
     end
     w = w or redis.call('ZRANGEBYSCORE', z, c.count, '+inf', 'LIMIT', '0', '1')[1]
     if not w then
@@ -507,7 +517,9 @@ local function saw_agent(agent, free)
   redis.call('ZADD', AGENTS_SEEN, T, agent)
 end
 
--- forget_agent drops an agent from the index saw_agent keeps.
+-- forget_agent drops an agent from the index saw_agent keeps, and the record of when it last
+-- filed what it holds (its next claim files that again; the holders index itself keeps it
+-- until held_ttl has passed: a busy node is still a holder).
 local function forget_agent(agent)
   local old = redis.call('HGET', AGENTS, agent)
   if old then
@@ -517,6 +529,47 @@ local function forget_agent(agent)
     redis.call('HDEL', AGENTS, agent)
   end
   redis.call('ZREM', AGENTS_SEEN, agent)
+  redis.call('HDEL', AGENT_HELD, agent)
+end
+
+-- note_holder files an agent under the models its node holds (holders:<need>, scored by when
+-- it said so), for a claim that asks whether any node holds a job's weights. It writes only
+-- when the models changed or a quarter of ttl has passed since it last did, and drops what
+-- the node no longer holds, and holders older than ttl, as it goes.
+local function note_holder(agent, held, ttl)
+  local models = held_models(held)
+  local list = table.concat(models, ' ')
+  local old = redis.call('HGET', AGENT_HELD, agent)
+  local old_ms, old_list = string.match(old or '', '^(%d+) ?(.*)$')
+  if (old_ms and old_list == list and NOW - tonumber(old_ms) < ttl / 4) or (not old and #models == 0) then
+    return
+  end
+  local now_held = {}
+  for _, need in ipairs(models) do
+    now_held[need] = true
+    redis.call('ZADD', holders(need), NOW, agent)
+    redis.call('ZREMRANGEBYSCORE', holders(need), '-inf', '(' .. int(NOW - ttl))
+  end
+  for need in string.gmatch(old_list or '', '%S+') do
+    if not now_held[need] then
+      redis.call('ZREM', holders(need), agent)
+    end
+  end
+  if #models > 0 then
+    redis.call('HSET', AGENT_HELD, agent, int(NOW) .. ' ' .. list)
+  else
+    redis.call('HDEL', AGENT_HELD, agent)
+  end
+end
+
+-- drop_holder takes an agent out of the holders of everything it said it holds: its node
+-- left rotation.
+local function drop_holder(agent)
+  local old = redis.call('HGET', AGENT_HELD, agent)
+  for need in string.gmatch(string.match(old or '', '^%d+ ?(.*)$') or '', '%S+') do
+    redis.call('ZREM', holders(need), agent)
+  end
+  redis.call('HDEL', AGENT_HELD, agent)
 end
 
 -- index_job files a job in its org's index by kind, status and creation time (List's filters):

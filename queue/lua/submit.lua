@@ -62,6 +62,9 @@ end
 if arg_needs ~= '' then
   fields[#fields + 1], fields[#fields + 2] = F.needs, arg_needs -- a claim prefers a node that holds them
 end
+if arg_weights ~= '0' then
+  fields[#fields + 1], fields[#fields + 2] = F.weights, arg_weights -- how long it may wait for a node that holds them
+end
 if arg_max_steps ~= '0' then
   fields[#fields + 1], fields[#fields + 2] = F.max_steps, arg_max_steps -- bounds the steps agents report
 end

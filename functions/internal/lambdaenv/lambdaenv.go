@@ -54,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
@@ -108,6 +109,7 @@ func Queue(getenv Getenv) (queue.Config, error) {
 		"HOSTEDTRAIN_JOB_RETENTION":       &c.Retention,
 		"HOSTEDTRAIN_RETRY_ELSEWHERE_FOR": &c.RetryElsewhereFor,
 		"HOSTEDTRAIN_QUARANTINE_WINDOW":   &c.QuarantineWindow,
+		"HOSTEDTRAIN_HELD_TTL":            &c.HeldTTL,
 	}
 	for name, d := range durations {
 		v, err := duration(getenv, name)
@@ -138,6 +140,13 @@ func Queue(getenv Getenv) (queue.Config, error) {
 			return c, fmt.Errorf("HOSTEDTRAIN_MAX_ORG_BYTES: want a whole number of bytes (-1: none), got %q", v)
 		}
 		c.MaxOrgBytes = n
+	}
+	if v := getenv("HOSTEDTRAIN_WEIGHTS_RATE"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(r) || math.IsInf(r, 0) || (r <= 0 && r != -1) {
+			return c, fmt.Errorf("HOSTEDTRAIN_WEIGHTS_RATE: want bytes a second above 0 (-1: jobs never wait for a node that holds their weights), got %q", v)
+		}
+		c.WeightsRate = r
 	}
 	return c, nil
 }

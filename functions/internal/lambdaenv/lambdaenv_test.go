@@ -151,3 +151,23 @@ func TestWebhookLimitsFromTheEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// Delay scheduling's settings come from the environment; a rate that is no rate is refused.
+func TestPlacementSettingsFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"HOSTEDTRAIN_WEIGHTS_RATE": "5e8", "HOSTEDTRAIN_HELD_TTL": "30m"}
+	c, err := lambdaenv.Queue(func(k string) string { return env[k] })
+	if err != nil || c.WeightsRate != 5e8 || c.HeldTTL != 30*time.Minute {
+		t.Fatalf("rate %v, held TTL %v, %v; want 5e8 and 30m", c.WeightsRate, c.HeldTTL, err)
+	}
+	for _, bad := range []string{"0", "fast", "-2", "NaN", "+Inf"} {
+		env["HOSTEDTRAIN_WEIGHTS_RATE"] = bad
+		if _, err := lambdaenv.Queue(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "HOSTEDTRAIN_WEIGHTS_RATE") {
+			t.Errorf("HOSTEDTRAIN_WEIGHTS_RATE=%s: %v; want it refused", bad, err)
+		}
+	}
+	env["HOSTEDTRAIN_WEIGHTS_RATE"] = "-1"
+	if c, err := lambdaenv.Queue(func(k string) string { return env[k] }); err != nil || c.WeightsRate != -1 {
+		t.Fatalf("-1: %v %v; want -1, never waiting", c.WeightsRate, err)
+	}
+}
