@@ -221,5 +221,23 @@ func TestAJobWaitsForANodeThatHoldsItsWeightsNoLongerThanTheirDownload(t *testin
 		if cl, _ := try("node-cold", coldHeld); cl == nil || cl.Job.ID != cordoned.ID {
 			t.Fatalf("node-cold with the holder cordoned: %+v; want %s at once", cl, cordoned.ID)
 		}
+	}, func(c *Config) { c.WaitForWeights = 1 })
+}
+
+// Delay scheduling is off unless the operator turns it on: with the defaults a node that
+// lacks a job's weights takes it at once, though another node holds them.
+func TestNoJobWaitsForWeightsByDefault(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		one := []job.GPU{{Model: "H100", Count: 1}}
+		const model = "acme-lab/model-7b"
+		if cl, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "node-warm", GPUs: one, Held: []string{jobspec.NeedModel + model}}); cl != nil || err != nil {
+			t.Fatalf("node-warm on an empty queue: %+v %v", cl, err)
+		}
+		j := b.submitSpec(t, "acme", modelJob("j", model, "o/env@1"))
+		cl, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "node-cold", GPUs: one, Held: []string{jobspec.NeedModel + "acme-lab/other-1b"}})
+		if err != nil || cl == nil || cl.Job.ID != j.ID {
+			t.Fatalf("node-cold: %+v %v; want %s at once", cl, err, j.ID)
+		}
 	})
 }

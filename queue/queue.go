@@ -116,10 +116,13 @@ type Config struct {
 	AdaptersPerServer int
 	MaxAdapters       int
 	DeploymentIdle    time.Duration
+	// WaitForWeights turns on delay scheduling: a job whose model's weights another node holds
+	// waits for such a node up to WaitForWeights times their download (the job's weights at
+	// WeightsRate) before a node that lacks them takes it. 0 (the default): it never waits —
+	// docs/performance.md shows what waiting costs users and saves in bytes.
+	WaitForWeights float64
 	// WeightsRate is the rate, in bytes a second, at which a claim reckons a node downloads a
-	// model's weights. A job whose weights another node holds waits up to that download's time
-	// for a node that holds them (delay scheduling) before a node that lacks them takes it.
-	// Default DefaultWeightsRate; negative: a job never waits for its weights.
+	// model's weights. Default DefaultWeightsRate.
 	WeightsRate float64
 	// HeldTTL is how long what a node said it holds, with a claim, counts as held: a job waits
 	// only for a node that claimed within it. Default DefaultHeldTTL.
@@ -846,13 +849,13 @@ func weightsBytes(model string) int64 {
 	return int64(b)
 }
 
-// weightsRateArg is Config.WeightsRate as claim.lua reads it: bytes a millisecond, 0 for never
-// waiting.
-func weightsRateArg(rate float64) string {
-	if rate <= 0 {
+// weightsRateArg is the rate claim.lua divides a job's weights by for its longest wait for a
+// node that holds them: bytes a millisecond, rate / factor; 0 for never waiting.
+func weightsRateArg(rate, factor float64) string {
+	if rate <= 0 || factor <= 0 {
 		return "0"
 	}
-	return strconv.FormatFloat(rate/1000, 'g', -1, 64)
+	return strconv.FormatFloat(rate/factor/1000, 'g', -1, 64)
 }
 
 // maxHeld bounds what one claim may say its node holds (the API refuses more).
@@ -898,7 +901,7 @@ func (c *store) claimOnce(ctx context.Context, req job.ClaimRequest, free, gpuOn
 		"paid_until": ms(now.Add(c.cfg.ClaimQuantum)), "gpu_only": gpuOnly, "claim_id": req.ClaimID,
 		"waiter": waiter, "wait_until": ms(waitUntil), "filed": boolArg(filed), "health": healthArg(req.Health),
 		"quarantine_after": c.cfg.QuarantineAfter, "quarantine_window": c.cfg.QuarantineWindow.Milliseconds(),
-		"held": heldArg(req.Held), "weights_rate": weightsRateArg(c.cfg.WeightsRate),
+		"held": heldArg(req.Held), "weights_rate": weightsRateArg(c.cfg.WeightsRate, c.cfg.WaitForWeights),
 		"held_ttl": c.cfg.HeldTTL.Milliseconds(),
 	}).Result()
 	if err != nil {

@@ -141,12 +141,19 @@ func Queue(getenv Getenv) (queue.Config, error) {
 		}
 		c.MaxOrgBytes = n
 	}
-	if v := getenv("HOSTEDTRAIN_WEIGHTS_RATE"); v != "" {
-		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(r) || math.IsInf(r, 0) || (r <= 0 && r != -1) {
-			return c, fmt.Errorf("HOSTEDTRAIN_WEIGHTS_RATE: want bytes a second above 0 (-1: jobs never wait for a node that holds their weights), got %q", v)
+	floats := []struct {
+		name string
+		v    *float64
+		min  float64 // the least allowed: 0 allowed where min is 0, else above it
+	}{{"HOSTEDTRAIN_WEIGHTS_RATE", &c.WeightsRate, 1}, {"HOSTEDTRAIN_WAIT_FOR_WEIGHTS", &c.WaitForWeights, 0}}
+	for _, f := range floats {
+		if v := getenv(f.name); v != "" {
+			r, err := strconv.ParseFloat(v, 64)
+			if err != nil || math.IsNaN(r) || math.IsInf(r, 0) || r < f.min {
+				return c, fmt.Errorf("%s: want a number of at least %g, got %q", f.name, f.min, v)
+			}
+			*f.v = r
 		}
-		c.WeightsRate = r
 	}
 	return c, nil
 }

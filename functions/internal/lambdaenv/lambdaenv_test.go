@@ -152,22 +152,28 @@ func TestWebhookLimitsFromTheEnvironment(t *testing.T) {
 	}
 }
 
-// Delay scheduling's settings come from the environment; a rate that is no rate is refused.
+// Delay scheduling's settings come from the environment; a number that is no rate or factor is
+// refused.
 func TestPlacementSettingsFromTheEnvironment(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"HOSTEDTRAIN_WEIGHTS_RATE": "5e8", "HOSTEDTRAIN_HELD_TTL": "30m"}
+	env := map[string]string{"HOSTEDTRAIN_WEIGHTS_RATE": "5e8", "HOSTEDTRAIN_WAIT_FOR_WEIGHTS": "1.5", "HOSTEDTRAIN_HELD_TTL": "30m"}
 	c, err := lambdaenv.Queue(func(k string) string { return env[k] })
-	if err != nil || c.WeightsRate != 5e8 || c.HeldTTL != 30*time.Minute {
-		t.Fatalf("rate %v, held TTL %v, %v; want 5e8 and 30m", c.WeightsRate, c.HeldTTL, err)
+	if err != nil || c.WeightsRate != 5e8 || c.WaitForWeights != 1.5 || c.HeldTTL != 30*time.Minute {
+		t.Fatalf("rate %v, factor %v, held TTL %v, %v; want 5e8, 1.5 and 30m", c.WeightsRate, c.WaitForWeights, c.HeldTTL, err)
 	}
-	for _, bad := range []string{"0", "fast", "-2", "NaN", "+Inf"} {
-		env["HOSTEDTRAIN_WEIGHTS_RATE"] = bad
-		if _, err := lambdaenv.Queue(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "HOSTEDTRAIN_WEIGHTS_RATE") {
-			t.Errorf("HOSTEDTRAIN_WEIGHTS_RATE=%s: %v; want it refused", bad, err)
+	for name, bad := range map[string][]string{
+		"HOSTEDTRAIN_WEIGHTS_RATE":     {"0", "fast", "-1", "NaN", "+Inf"},
+		"HOSTEDTRAIN_WAIT_FOR_WEIGHTS": {"-1", "twice", "Inf"},
+	} {
+		for _, v := range bad {
+			env := map[string]string{name: v}
+			if _, err := lambdaenv.Queue(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v; want it refused", name, v, err)
+			}
 		}
 	}
-	env["HOSTEDTRAIN_WEIGHTS_RATE"] = "-1"
-	if c, err := lambdaenv.Queue(func(k string) string { return env[k] }); err != nil || c.WeightsRate != -1 {
-		t.Fatalf("-1: %v %v; want -1, never waiting", c.WeightsRate, err)
+	c, err = lambdaenv.Queue(func(string) string { return "" })
+	if err != nil || c.WaitForWeights != 0 {
+		t.Fatalf("unset: factor %v, %v; want 0, never waiting", c.WaitForWeights, err)
 	}
 }
