@@ -59,7 +59,8 @@ func main() {
 	flag.IntVar(&pw.Orgs, "placement-orgs", pw.Orgs, "the placement case's organizations")
 	flag.DurationVar(&pw.Window, "placement-window", pw.Window, "the placement case's submissions spread over this (simulated)")
 	flag.Uint64Var(&pw.Seed, "placement-seed", pw.Seed, "the placement case's workload seed")
-	flag.DurationVar(&pw.StartCost, "placement-start-cost", pw.StartCost, "the placement case's fixed start cost of every job")
+	placementSeeds := flag.Int("placement-seeds", 5, "the placement case's seeds: -placement-seed and the next ones, pooled")
+	flag.Float64Var(&pw.WaitFactor, "placement-wait", pw.WaitFactor, "the placement case's delay scheduling: a job waits for a node that holds its weights up to this many times their download (0: never)")
 	flag.Int64Var(&pw.ModelCache, "placement-model-cache", pw.ModelCache, "the placement case's weights cache per node, bytes")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -90,7 +91,7 @@ func main() {
 
 	fmt.Printf("redis-server %s, GOMAXPROCS %d, N=%d, C=%d\n\n", serverVersion(ctx, rdb), runtime.GOMAXPROCS(0), *n, *c)
 	if *only == "placement" {
-		b.placement(pw)
+		b.placementSeeds(pw, *placementSeeds)
 		return
 	}
 	fmt.Fprintln(b.out, "measure\tvalue\tnote")
