@@ -61,6 +61,16 @@ func (c Fleet) Nodes(ctx context.Context) ([]job.Node, error) {
 	for _, id := range faulted {
 		get(id)
 	}
+	// Nodes whose agent reported its cache within the hour: a busy node is seen waiting rarely,
+	// but its agent reports every 15 s.
+	cached, err := c.rdb.ZRangeByScore(ctx, c.keys.fixed("NODES_CACHED"), &redis.ZRangeBy{
+		Min: strconv.FormatInt(c.cfg.Now().Add(-cacheReportTTL).UnixMilli(), 10), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, wrapErr("nodes", err)
+	}
+	for _, id := range cached {
+		get(id)
+	}
 	for id, v := range out {
 		n := get(id)
 		state, rest, _ := strings.Cut(v, "|")
@@ -121,6 +131,9 @@ func (c Fleet) WarmNode(ctx context.Context, node string, models []string) error
 	return wrapErr("warm node", err)
 }
 
+// cacheReportTTL is how long a node's cache report is kept.
+const cacheReportTTL = time.Hour
+
 // ReportCache records what node's agent reports of its cache (kept an hour) and hands it the
 // models waiting to be warmed there, taking them.
 func (c Fleet) ReportCache(ctx context.Context, node string, stats map[string]job.CacheStats) ([]string, error) {
@@ -131,7 +144,10 @@ func (c Fleet) ReportCache(ctx context.Context, node string, stats map[string]jo
 	key := c.keys.of("nodewarm", node)
 	var warm *redis.StringSliceCmd
 	_, err = c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, c.keys.of("nodecache", node), raw, time.Hour)
+		p.Set(ctx, c.keys.of("nodecache", node), raw, cacheReportTTL)
+		now := c.cfg.Now()
+		p.ZAdd(ctx, c.keys.fixed("NODES_CACHED"), redis.Z{Score: float64(now.UnixMilli()), Member: node})
+		p.ZRemRangeByScore(ctx, c.keys.fixed("NODES_CACHED"), "-inf", "("+strconv.FormatInt(now.Add(-cacheReportTTL).UnixMilli(), 10))
 		warm = p.LRange(ctx, key, 0, -1)
 		p.Del(ctx, key)
 		return nil
@@ -140,6 +156,44 @@ func (c Fleet) ReportCache(ctx context.Context, node string, stats map[string]jo
 		return nil, wrapErr("report cache", err)
 	}
 	return warm.Val(), nil
+}
+
+// NodeCaches is what each node's agent last reported of its cache, by node and kind, for the
+// nodes that reported within the hour.
+func (c Maintenance) NodeCaches(ctx context.Context) (map[string]map[string]job.CacheStats, error) {
+	ids, err := c.rdb.ZRangeByScore(ctx, c.keys.fixed("NODES_CACHED"), &redis.ZRangeBy{
+		Min: strconv.FormatInt(c.cfg.Now().Add(-cacheReportTTL).UnixMilli(), 10), Max: "+inf"}).Result()
+	if err != nil || len(ids) == 0 {
+		return nil, wrapErr("node caches", err)
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = c.keys.of("nodecache", id)
+	}
+	raws, err := c.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, wrapErr("node caches", err)
+	}
+	out := make(map[string]map[string]job.CacheStats, len(ids))
+	for i, raw := range raws {
+		s, ok := raw.(string)
+		if !ok {
+			continue // its report lapsed since
+		}
+		var stats map[string]job.CacheStats
+		if json.Unmarshal([]byte(s), &stats) == nil {
+			out[ids[i]] = stats
+		}
+	}
+	return out, nil
+}
+
+// takeTurn reports whether this run of the duty name is the one of its period: the first to
+// ask within every, across processes (the scheduled reaper runs every minute; a duty with a
+// longer period runs in one pass of it).
+func (c Maintenance) takeTurn(ctx context.Context, name string, every time.Duration) (bool, error) {
+	ok, err := c.rdb.SetNX(ctx, c.keys.of("turn", name), c.cfg.Now().UnixMilli(), every).Result()
+	return ok, wrapErr("turn", err)
 }
 
 // SetNode takes a node out of rotation (job.NodeCordoned or job.NodeDraining) with the

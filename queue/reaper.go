@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,8 +56,49 @@ func NewReaper(q *Client, interval time.Duration, logger *slog.Logger) *Reaper {
 		{name: "migrate", run: r.migrate},
 		{name: "meter", run: r.meter, timeout: meterFor + 5*time.Second},
 		{name: "deployments", run: r.q.CheckDeployments},
+		{name: "caches", run: r.cacheMetrics, every: CacheMetricsEvery},
 	}
 	return r
+}
+
+// CacheMetricsEvery is how often the reaper logs each node's cache hit rates.
+var CacheMetricsEvery = 5 * time.Minute
+
+// cacheMetrics logs, once every CacheMetricsEvery across the reaper's processes, each node's
+// cache hit rate by kind (model, env, compile) as its agent last reported it: one line a node
+// and kind in CloudWatch's embedded metric format, so the Lambda's log makes the metric
+// hostedtrain/CacheHitRate by Kind, with the node, its lookups and its bytes as properties
+// (a Logs Insights query draws them per node). The node is kept out of the metric's
+// dimensions: a metric per node and kind would cost the operator per node.
+func (r *Reaper) cacheMetrics(ctx context.Context) (int, error) {
+	if ok, err := r.q.takeTurn(ctx, "caches", CacheMetricsEvery); !ok || err != nil {
+		return 0, err
+	}
+	caches, err := r.q.NodeCaches(ctx)
+	if err != nil {
+		return 0, err
+	}
+	meta := map[string]any{
+		"Timestamp": r.q.cfg.Now().UnixMilli(),
+		"CloudWatchMetrics": []map[string]any{{
+			"Namespace":  "hostedtrain",
+			"Dimensions": [][]string{{"Kind"}},
+			"Metrics":    []map[string]string{{"Name": "CacheHitRate", "Unit": "Percent"}},
+		}},
+	}
+	n := 0
+	for _, node := range slices.Sorted(maps.Keys(caches)) {
+		for _, kind := range slices.Sorted(maps.Keys(caches[node])) {
+			s := caches[node][kind]
+			if s.Hits+s.Misses == 0 {
+				continue // nothing looked up: no rate
+			}
+			r.logger.Info("node cache", "_aws", meta, "Node", node, "Kind", kind, "CacheHitRate", 100*s.HitRate(),
+				"CacheHits", s.Hits, "CacheMisses", s.Misses, "CacheBytesFetched", s.BytesFetched, "CacheBytes", s.Bytes)
+			n++
+		}
+	}
+	return n, nil
 }
 
 // RunOnce runs every duty once, in order, and reports how many leases it reaped; the error

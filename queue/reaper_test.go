@@ -2,8 +2,11 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -58,4 +61,74 @@ func TestAFailingDutySkipsNoOther(t *testing.T) {
 			t.Errorf("an archived record was written: %v", err)
 		}
 	}, func(c *Config) { c.Store = store; c.StorageEvery = time.Minute })
+}
+
+// The reaper logs each node's cache hit rates, by kind, as CloudWatch embedded metrics: one
+// line a node and kind whose "_aws" names CacheHitRate by Kind, with the node a property, once a
+// period across passes. A node busy with its jobs (never seen waiting) is listed too.
+func TestTheReaperLogsEachNodesCacheHitRates(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		reports := map[string]map[string]job.CacheStats{
+			"node-a": {"model": {Hits: 3, Misses: 1, BytesFetched: 16e9, Bytes: 16e9, Entries: 1}, "env": {Hits: 0, Misses: 2}},
+			"node-b": {"model": {Hits: 1, Misses: 1}, "compile": {}},
+		}
+		for node, stats := range reports {
+			if _, err := b.q.ReportCache(ctx, node, stats); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nodes, err := b.q.Nodes(ctx)
+		if err != nil || len(nodes) != 2 || nodes[0].ID != "node-a" || nodes[0].Cache["model"].Hits != 3 {
+			t.Fatalf("nodes %+v %v; want node-a and node-b, busy, with their caches", nodes, err)
+		}
+		var log strings.Builder
+		r := NewReaper(b.q, time.Second, slog.New(slog.NewJSONHandler(&log, nil)))
+		if _, err := r.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]float64{"node-a model": 75, "node-a env": 0, "node-b model": 50} // compile: no lookups, no line
+		got := map[string]float64{}
+		for line := range strings.Lines(log.String()) {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("a log line that is not JSON: %q", line)
+			}
+			if rec["msg"] != "node cache" {
+				continue
+			}
+			// What CloudWatch reads: the metric and its dimension named in _aws, each a key
+			// of the line's root.
+			aws, _ := rec["_aws"].(map[string]any)
+			cw, _ := aws["CloudWatchMetrics"].([]any)
+			if len(cw) != 1 || aws["Timestamp"] == nil {
+				t.Fatalf("_aws %v; want one metric directive and a timestamp", aws)
+			}
+			d := cw[0].(map[string]any)
+			metrics, dims := d["Metrics"].([]any), d["Dimensions"].([]any)
+			if d["Namespace"] != "hostedtrain" || len(metrics) != 1 || metrics[0].(map[string]any)["Name"] != "CacheHitRate" ||
+				len(dims) != 1 || len(dims[0].([]any)) != 1 || dims[0].([]any)[0] != "Kind" {
+				t.Fatalf("metric directive %v; want hostedtrain/CacheHitRate by Kind", d)
+			}
+			rate, ok := rec["CacheHitRate"].(float64)
+			kind, _ := rec["Kind"].(string)
+			node, _ := rec["Node"].(string)
+			if !ok || kind == "" || node == "" {
+				t.Fatalf("line %v; want CacheHitRate, Kind and Node at its root", rec)
+			}
+			got[node+" "+kind] = rate
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("hit rates logged %v, want %v", got, want)
+		}
+		// Once a period: the next pass logs none.
+		log.Reset()
+		if _, err := r.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(log.String(), "node cache") {
+			t.Fatalf("a second pass within the period logged the caches again:\n%s", log.String())
+		}
+	})
 }
