@@ -412,3 +412,23 @@ func TestCancelOverHTTP(t *testing.T) {
 		t.Errorf("cancel with a read-only token: %d, want 403", r.status)
 	}
 }
+
+// A claim's held names what the node's cache holds, one letter a kind: the kinds the service
+// knows (m:, e:, c:) and any other letter are taken (a newer agent's report never stops an
+// older service from handing it work); an entry that is no such name is refused, naming it.
+func TestAClaimSaysWhatItsNodeHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	claimURL := b.s.URL + "/v1/agent/claim"
+	ok := `{"wait_seconds":0,"gpus":[{"model":"H100","count":8}],"held":["m:Qwen/Qwen3-8B","e:acme:o/env@1","c:acme:Qwen/Qwen3-8B|H100|2","z:a-kind-from-tomorrow"]}`
+	if r := call(t, "POST", claimURL, b.agent, "application/json", []byte(ok)); r.status != http.StatusNoContent {
+		t.Fatalf("claim of an empty queue with held: %d %s", r.status, r.body)
+	}
+	for _, bad := range []string{`"Qwen/Qwen3-8B"`, `"m:"`, `"m:has space"`, `"mc:x"`} {
+		body := `{"wait_seconds":0,"gpus":[{"model":"H100","count":8}],"held":[` + bad + `]}`
+		r := call(t, "POST", claimURL, b.agent, "application/json", []byte(body))
+		if r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "/held/0") {
+			t.Errorf("held [%s]: %d %s; want 422 naming /held/0", bad, r.status, r.body)
+		}
+	}
+}

@@ -246,7 +246,9 @@ func (r *jobRun) keepCompile() {
 	if err != nil || len(cp.Files) == 0 {
 		return
 	}
-	if n, err := c.PutLayer(nodecache.KindCompile, r.compileKey(), nil, true, cp); err != nil {
+	cfg := r.claim.Job.Config
+	held := []string{jobspec.CompileNeed(r.claim.Job.Org, cfg.Model, cfg.Resources.GPUType, cfg.Resources.GPUs)} // as the job's needs name it
+	if n, err := c.PutLayer(nodecache.KindCompile, r.compileKey(), held, true, cp); err != nil {
 		r.warn(fmt.Sprintf("the compile cache is not kept in the node's cache: %v", err))
 	} else {
 		r.note("compile cache: kept in the node's cache", "key", r.compileKey(), "bytes", n)

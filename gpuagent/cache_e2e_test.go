@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/hostedtrain/hostedtrain/gpuagent"
 	"github.com/hostedtrain/hostedtrain/gpuagent/nodecache"
 	"github.com/hostedtrain/hostedtrain/internal/job"
+	"github.com/hostedtrain/hostedtrain/internal/jobspec"
 	"github.com/hostedtrain/hostedtrain/queue"
 )
 
@@ -51,7 +53,7 @@ func TestASecondJobOnTheNodeStartsFromItsCache(t *testing.T) {
 	cfg.Cache = cache
 	b.run(t, cfg)
 
-	phases := func() map[string]job.Phase {
+	phases := func() (map[string]job.Phase, *job.Job) {
 		t.Helper()
 		j := b.submit(t, smallJob)
 		done := b.waitFor(t, j.ID, "ended", terminal)
@@ -62,19 +64,31 @@ func TestASecondJobOnTheNodeStartsFromItsCache(t *testing.T) {
 		for _, p := range done.Progress.Phases {
 			out[p.Name] = p
 		}
-		return out
+		return out, done
 	}
-	first := phases()
+	first, firstJob := phases()
 	if w, in := first[job.PhaseWeights], first[job.PhaseInstall]; w.Cached || w.Bytes < int64(len(weights)) || in.Cached || in.Bytes == 0 {
 		t.Fatalf("first job: weights %+v, install %+v; want the weights fetched and the environment installed", w, in)
 	}
-	second := phases()
+	if inf := b.logText(t, firstJob.ID, 1, "inference"); !strings.Contains(inf, "Compiling a graph") {
+		t.Fatalf("the first job's vLLM log:\n%s\nwant it to compile", inf)
+	}
+	second, secondJob := phases()
 	if w, in := second[job.PhaseWeights], second[job.PhaseInstall]; !w.Cached || w.Bytes != 0 || !in.Cached || in.Bytes != 0 {
 		t.Fatalf("second job: weights %+v, install %+v; want both from the node's cache", w, in)
 	}
+	// And vLLM loads the graph the first job compiled, from the node's compile cache.
+	if inf := b.logText(t, secondJob.ID, 1, "inference"); !strings.Contains(inf, "Directly load the compiled graph(s)") || strings.Contains(inf, "Compiling a graph") {
+		t.Fatalf("the second job's vLLM log:\n%s\nwant the compiled graph loaded from the cache", inf)
+	}
+	if notes := b.logText(t, secondJob.ID, 1, "agent"); !strings.Contains(notes, "compile cache: from the node's cache") {
+		t.Fatalf("the second job's agent notes:\n%s\nwant the compile cache seeded", notes)
+	}
 	held := cache.Held(10)
-	if len(held) != 2 {
-		t.Fatalf("the node holds %v; want the model and the organization's install", held)
+	res := secondJob.Config.Resources
+	compile := jobspec.CompileNeed(secondJob.Org, secondJob.Config.Model, res.GPUType, res.GPUs)
+	if len(held) != 3 || !slices.Contains(held, compile) {
+		t.Fatalf("the node holds %v; want the model, the organization's install and its compile cache %s", held, compile)
 	}
 
 	// Corrupt the cached weights in place: the next job's check finds it, and they are fetched
@@ -97,7 +111,7 @@ func TestASecondJobOnTheNodeStartsFromItsCache(t *testing.T) {
 	if err := os.WriteFile(blob, bad, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	third := phases()
+	third, _ := phases()
 	if w, in := third[job.PhaseWeights], third[job.PhaseInstall]; w.Cached || w.Bytes < int64(len(weights)) || !in.Cached {
 		t.Fatalf("after corruption: weights %+v, install %+v; want the weights fetched again, the install still cached", w, in)
 	}

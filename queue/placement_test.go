@@ -241,3 +241,45 @@ func TestNoJobWaitsForWeightsByDefault(t *testing.T) {
 		}
 	})
 }
+
+// A node's compile cache of an organization's model is a bonus: between jobs the node lacks
+// something of, it takes the one whose compile cache it also holds, and says so; but a job it
+// holds the weights and environments of is taken at once, compile cache or not (only a run of
+// the organization's model on those GPUs leaves one: no reason to pass a job over).
+func TestACompileCacheIsABonusNeverAReasonToLookFurther(t *testing.T) {
+	t.Parallel()
+	each(t, func(t *testing.T, b bundle) {
+		one := []job.GPU{{Model: "H100", Count: 1}}
+		const model = "acme-lab/model-7b"
+		zetaCompile := jobspec.CompileNeed("zeta", model, "H100", 1)
+		claim := func(held ...string) *job.Claim {
+			t.Helper()
+			cl, err := b.q.Claim(b.ctx, job.ClaimRequest{AgentID: "node", GPUs: one, Held: held})
+			if err != nil || cl == nil {
+				t.Fatalf("claim: %+v %v", cl, err)
+			}
+			return cl
+		}
+		// acme's job first in fair order, zeta's next; the node holds the weights and zeta's
+		// compile cache, neither organization's install: zeta's job, for its compile cache.
+		acme := b.submitSpec(t, "acme", modelJob("acme", model, "o/env-a@1"))
+		zeta := b.submitSpec(t, "zeta", modelJob("zeta", model, "o/env-z@1"))
+		if cl := claim(jobspec.NeedModel+model, zetaCompile); cl.Job.ID != zeta.ID {
+			t.Fatalf("took %s; want zeta's %s, whose compile cache the node holds", cl.Job.ID, zeta.ID)
+		}
+		evs, _ := b.q.Events(b.ctx, zeta.ID, 0, 10)
+		if d := evs[len(evs)-1].Detail; !strings.Contains(d, "placed for its cache") || !strings.Contains(d, "the compile cache zeta:"+model+"|H100|1") {
+			t.Fatalf("pending event %q; want it to name the compile cache", d)
+		}
+		if cl := claim(); cl.Job.ID != acme.ID {
+			t.Fatalf("took %s; want %s", cl.Job.ID, acme.ID)
+		}
+		// With acme's install held too, acme's job is taken at once though zeta's compile cache
+		// is what the node also holds.
+		acme2 := b.submitSpec(t, "acme", modelJob("acme2", model, "o/env-a@1"))
+		b.submitSpec(t, "zeta", modelJob("zeta2", model, "o/env-z@1"))
+		if cl := claim(jobspec.NeedModel+model, jobspec.EnvNeed("acme", "o/env-a@1"), zetaCompile); cl.Job.ID != acme2.ID {
+			t.Fatalf("took %s; want acme's %s, whose weights and install the node holds", cl.Job.ID, acme2.ID)
+		}
+	})
+}

@@ -558,6 +558,9 @@ func (r *rlRun) run(ctx context.Context) int {
 	defer closeAll(listeners)
 	if c.inference {
 		r.logs.vllm("INFO", fmt.Sprintf("Starting vLLM API server on http://0.0.0.0:%d", c.ports["vLLM engine (inference.backend_port)"]))
+		if err := torchCompile(r.logs, c.model, getInt(c.tree, "inference.vllm.tensor_parallel_size", 1)); err != nil {
+			r.logs.vllm("WARNING", fmt.Sprintf("torch.compile cache not saved: %v", err))
+		}
 		go serveHealth(listeners[c.ports["inference router (inference.server.port)"]], c.model, "")
 	}
 	for _, name := range c.train {

@@ -84,8 +84,8 @@ type Entry struct {
 	// Key is what it is the cache of: "MODEL@COMMIT"; an install's "ORG:ENV@VERSION|PIN"; a
 	// compile cache's "ORG:MODEL|GPU|tpN".
 	Key string `json:"key"`
-	// Held are its names in what the node tells the queue it holds ("m:MODEL", "e:ORG:ENV");
-	// none for a compile cache.
+	// Held are its names in what the node tells the queue it holds ("m:MODEL",
+	// "e:ORG:ENV@VERSION[,…]", "c:ORG:MODEL|GPU|N": jobspec.CacheNeeds).
 	Held []string `json:"held,omitempty"`
 	// Dir is its folder, relative to the cache's.
 	Dir   string    `json:"dir"`

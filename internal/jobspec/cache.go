@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -30,10 +31,11 @@ func HubEnvironments(s Spec) []string {
 
 // Cache needs: what a node may already hold for a job before it starts, written as the queue
 // compares them with what an agent says it holds ("m:" a model's weights, "e:" an installed
-// environment).
+// environment, "c:" a compile cache).
 const (
-	NeedModel = "m:"
-	NeedEnv   = "e:"
+	NeedModel   = "m:"
+	NeedEnv     = "e:"
+	NeedCompile = "c:"
 )
 
 // CacheNeeds is what a node can hold for a job of org ahead of its start: the weights of its
@@ -43,16 +45,27 @@ const (
 // credentials, so it is never another organization's). The environments are one need, as the
 // node cache keeps them: one install of the job's whole set, which serves only a job with the
 // same set. A node that holds them starts the job without downloading or installing them (the
-// agent's node cache). Names carry no spaces (the queue keeps them space-separated).
+// agent's node cache). And the compile cache the organization's last run of the model on as
+// many GPUs of the kind left there ("c:ORG:MODEL|GPU|N", CompileNeed): vLLM and torch.compile
+// load it instead of compiling. Names carry no spaces (the queue keeps them space-separated).
 func CacheNeeds(org string, s Spec) []string {
 	var needs []string
 	if s.Model != "" && s.Resources.GPUs > 0 && !strings.ContainsAny(s.Model, " \t\n") {
 		needs = append(needs, NeedModel+s.Model)
+		if !strings.ContainsAny(org+s.Resources.GPUType, " \t\n") {
+			needs = append(needs, CompileNeed(org, s.Model, s.Resources.GPUType, s.Resources.GPUs))
+		}
 	}
 	if ids := HubEnvironments(s); len(ids) > 0 && !strings.ContainsAny(org+strings.Join(ids, ""), " \t\n") {
 		needs = append(needs, EnvSetNeed(org, ids))
 	}
 	return needs
+}
+
+// CompileNeed names the compile cache of org's runs of model on gpus GPUs of gpuType, as
+// CacheNeeds does and the agent says it holds.
+func CompileNeed(org, model, gpuType string, gpus int) string {
+	return NeedCompile + org + ":" + model + "|" + strings.ToUpper(gpuType) + "|" + strconv.Itoa(gpus)
 }
 
 // EnvNeed names the install of the one Hub environment id for org, as CacheNeeds does.

@@ -118,8 +118,10 @@ end
 
 -- What the agent's node holds (arg_held: cache needs, jobspec.CacheNeeds): a job whose model
 -- the node holds starts without downloading it, one whose environments it holds without
--- installing them. warmth weighs what of a job's needs the node holds (a model's weights far
--- outweigh an environment), and whether it holds them all.
+-- installing them, one whose compile cache it holds without compiling. warmth weighs what of a
+-- job's needs the node holds (a model's weights outweigh a compile cache, which outweighs an
+-- environment), and whether it holds all of them but the compile cache (which only a run of
+-- the organization's model on those GPUs leaves: a bonus, never a reason to look further).
 local held, has_held = {}, arg_held ~= ''
 for h in string.gmatch(arg_held, '%S+') do
   held[h] = true
@@ -157,9 +159,10 @@ end
 local function warmth(needs)
   local w, all = 0, true
   for n in string.gmatch(needs or '', '%S+') do
+    local kind = string.sub(n, 1, 2)
     if held[n] then
-      w = w + (string.sub(n, 1, 2) == 'm:' and 4 or 1)
-    else
+      w = w + (kind == 'm:' and 4 or kind == 'c:' and 2 or 1)
+    elseif kind ~= 'c:' then
       all = false
     end
   end
@@ -272,7 +275,7 @@ if chosen then
     local what = {}
     for n in string.gmatch(j[4] or '', '%S+') do
       if held[n] then
-        what[#what + 1] = string.sub(n, 3)
+        what[#what + 1] = (string.sub(n, 1, 2) == 'c:' and 'the compile cache ' or '') .. string.sub(n, 3)
       end
     end
     placed_note = ' (placed for its cache: the node holds ' .. table.concat(what, ', ') .. '; ' .. ahead ..
