@@ -395,14 +395,21 @@ type simNode struct {
 	lookAt   time.Duration // when it is to look again (evLook), 0 for never
 }
 
-// held is what the node's caches hold or are fetching, as the agent would say in its claim.
-func (n *simNode) held() []string {
+// held is what the node's caches hold or are fetching, as the agent would say in its claim:
+// weights and installs from the moment they are asked for, compile caches once kept (the
+// agent keeps one when its run ends).
+func (n *simNode) held(now time.Duration) []string {
 	var h []string
 	for k := range n.models.entries {
 		h = append(h, k)
 	}
 	for k := range n.envs.entries {
 		h = append(h, k)
+	}
+	for k, e := range n.compiles.entries {
+		if e.readyAt <= now {
+			h = append(h, k)
+		}
 	}
 	slices.Sort(h)
 	return h
@@ -649,7 +656,7 @@ func (b *bench) simulate(w placementWorkload, jobs placementJobs, policy placeme
 				n.free += j.gpus
 				n.models.entries[jobspec.NeedModel+j.spec.Model].pins--
 				if rn.compileHit {
-					n.compiles.entries[fmt.Sprintf("%s|%s|%d", j.org, j.spec.Model, j.gpus)].pins--
+					n.compiles.entries[jobspec.CompileNeed(j.org, j.spec.Model, jobspec.DefaultGPUType, j.gpus)].pins--
 				}
 				for _, e := range j.envs {
 					n.envs.entries[jobspec.NeedEnv+jobs.envs[e].id].pins--
@@ -728,7 +735,7 @@ func (b *bench) simulate(w placementWorkload, jobs placementJobs, policy placeme
 			for queued > 0 && n.free >= minQueued() {
 				req := job.ClaimRequest{AgentID: n.id, GPUs: []job.GPU{{Model: "H100", Count: n.free}}}
 				if cacheAware {
-					req.Held = n.held()
+					req.Held = n.held(now)
 				}
 				cl, again, err := q.TryClaim(b.ctx, req)
 				res.claims++
@@ -823,7 +830,7 @@ func (b *bench) simulate(w placementWorkload, jobs placementJobs, policy placeme
 				// Then the start: torch.compile's work (and the P2P check's) loaded from the
 				// node's compile cache where this organization ran the model on as many GPUs
 				// there before (the agent keeps it once such a run ends), else done afresh.
-				ck := fmt.Sprintf("%s|%s|%d", j.org, j.spec.Model, j.gpus)
+				ck := jobspec.CompileNeed(j.org, j.spec.Model, jobspec.DefaultGPUType, j.gpus)
 				c := n.compiles.entries[ck]
 				rn.compileHit = c != nil && c.readyAt <= ready
 				rn.start = w.startCost(placementModels[j.model], j.gpus, rn.compileHit)
