@@ -261,6 +261,18 @@ func (w placementWorkload) generate() placementJobs {
 	return out
 }
 
+// jittered is the same jobs, each submitted up to a second later (seeded), in submission order.
+func (p placementJobs) jittered(seed uint64) placementJobs {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	out := p
+	out.jobs = slices.Clone(p.jobs)
+	for i := range out.jobs {
+		out.jobs[i].submit += time.Duration(r.IntN(1000)) * time.Millisecond
+	}
+	slices.SortStableFunc(out.jobs, func(a, b pjob) int { return cmp.Compare(a.submit, b.submit) })
+	return out
+}
+
 // gpusFor is how many GPUs a run of a model of params billions asks: 1 or 2 below 2B, 1–4 up
 // to 10B, 4 or 8 up to 40B, 8 beyond.
 func gpusFor(r *rand.Rand, params float64) int {
@@ -990,6 +1002,9 @@ func meanPct(d []time.Duration) (mean, p50, p90 time.Duration) {
 // claims (the service's default), and cache-aware claims with delay scheduling.
 type placementComparison struct {
 	firstFit, cacheAware, delayed placementResult
+	// null is first-fit again with each job submitted up to a second later: the same policy
+	// and jobs on another sample path, the noise any comparison of two runs carries.
+	null placementResult
 }
 
 // placement runs the workload under the three policies on b's redis-server and prints the
@@ -1000,6 +1015,7 @@ func (b *bench) placement(w placementWorkload) placementComparison {
 	c.firstFit = b.simulate(w, jobs, placementPolicy{name: "first-fit"})
 	c.cacheAware = b.simulate(w, jobs, placementPolicy{name: "cache-aware", held: true})
 	c.delayed = b.simulate(w, jobs, placementPolicy{name: fmt.Sprintf("+ waits ≤ %g× download", w.WaitFactor), held: true, wait: w.WaitFactor})
+	c.null = b.simulate(w, jobs.jittered(w.Seed), placementPolicy{name: "first-fit, submits jittered"})
 	if b.out != nil {
 		b.printPlacement(w, jobs, c)
 	}
@@ -1035,11 +1051,12 @@ func (t placementTotals) meanFair() float64 { return t.fair / float64(max(1, t.s
 // One seed is not enough: which org's job lands where diverges between policies within hours,
 // and fairness deviation in particular moves by tens of per cent from seed to seed.
 func (b *bench) placementSeeds(w placementWorkload, n int) {
-	var ff, ca, dl placementTotals
+	var ff, ca, dl, null placementTotals
 	type seedRow struct {
 		seed                             uint64
 		bytesCA, bytesDL, ttfsCA, ttfsDL float64
-		fairFF, fairCA, fairDL           float64
+		fairFF, fairCA, fairDL, fairNull float64
+		bytesNull                        float64
 	}
 	var rows []seedRow
 	out := b.out
@@ -1054,11 +1071,13 @@ func (b *bench) placementSeeds(w placementWorkload, n int) {
 		ff.add(c.firstFit)
 		ca.add(c.cacheAware)
 		dl.add(c.delayed)
+		null.add(c.null)
 		fb := float64(c.firstFit.modelBytes + c.firstFit.envBytes)
 		rows = append(rows, seedRow{ws.Seed,
 			fb / float64(c.cacheAware.modelBytes+c.cacheAware.envBytes), fb / float64(c.delayed.modelBytes+c.delayed.envBytes),
 			c.firstFit.ttfsMean.Seconds() / c.cacheAware.ttfsMean.Seconds(), c.firstFit.ttfsMean.Seconds() / c.delayed.ttfsMean.Seconds(),
-			c.firstFit.fairMean, c.cacheAware.fairMean, c.delayed.fairMean})
+			c.firstFit.fairMean, c.cacheAware.fairMean, c.delayed.fairMean, c.null.fairMean,
+			fb / float64(c.null.modelBytes+c.null.envBytes)})
 	}
 	if b.out == nil {
 		return
@@ -1067,10 +1086,11 @@ func (b *bench) placementSeeds(w placementWorkload, n int) {
 		n, w.Seed, w.Seed+uint64(n-1), w.WaitFactor)
 	t := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	row := func(cells ...string) { fmt.Fprintln(t, strings.Join(cells, "\t")+"\t") }
-	row("seed", "bytes CA", "bytes +W", "TTFS CA", "TTFS +W", "fairness first-fit / CA / +W")
+	row("seed", "bytes CA", "bytes +W", "TTFS CA", "TTFS +W", "fairness first-fit / CA / +W", "null: bytes, fairness")
 	for _, r := range rows {
 		row(fmt.Sprint(r.seed), fmt.Sprintf("%.2f×", r.bytesCA), fmt.Sprintf("%.2f×", r.bytesDL), fmt.Sprintf("%.2f×", r.ttfsCA),
-			fmt.Sprintf("%.2f×", r.ttfsDL), fmt.Sprintf("%.3f / %.3f / %.3f pp", r.fairFF, r.fairCA, r.fairDL))
+			fmt.Sprintf("%.2f×", r.ttfsDL), fmt.Sprintf("%.3f / %.3f / %.3f pp", r.fairFF, r.fairCA, r.fairDL),
+			fmt.Sprintf("%.2f×, %.3f pp (%+.0f %%)", r.bytesNull, r.fairNull, 100*(r.fairNull/r.fairFF-1)))
 	}
 	t.Flush()
 	aim := func(ok bool) string {
@@ -1079,6 +1099,8 @@ func (b *bench) placementSeeds(w placementWorkload, n int) {
 		}
 		return "NOT met"
 	}
+	fmt.Printf("null comparison (first-fit against itself, each job submitted up to 1 s later), pooled: bytes %.2f×, fairness deviation %.3f pp against %.3f pp (%+.1f %%): the noise of a comparison of two runs\n",
+		float64(ff.bytes)/float64(null.bytes), null.meanFair(), ff.meanFair(), 100*(null.meanFair()/ff.meanFair()-1))
 	for _, p := range []struct {
 		name string
 		t    placementTotals
