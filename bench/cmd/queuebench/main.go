@@ -59,6 +59,7 @@ func main() {
 	flag.IntVar(&pw.Orgs, "placement-orgs", pw.Orgs, "the placement case's organizations")
 	flag.DurationVar(&pw.Window, "placement-window", pw.Window, "the placement case's submissions spread over this (simulated)")
 	flag.Uint64Var(&pw.Seed, "placement-seed", pw.Seed, "the placement case's workload seed")
+	flag.Float64Var(&pw.ModelRate, "placement-model-rate", pw.ModelRate, "the placement case's weights download rate, bytes/s a node")
 	placementSeeds := flag.Int("placement-seeds", 5, "the placement case's seeds: -placement-seed and the next ones, pooled")
 	flag.Float64Var(&pw.WaitFactor, "placement-wait", pw.WaitFactor, "the placement case's delay scheduling: a job waits for a node that holds its weights up to this many times their download (0: never)")
 	flag.Int64Var(&pw.ModelCache, "placement-model-cache", pw.ModelCache, "the placement case's weights cache per node, bytes")
