@@ -32,24 +32,9 @@ func TestASecondJobOnTheNodeStartsFromItsCache(t *testing.T) {
 	cfg.Sandbox = sandboxed(t)
 
 	// The model hub: a mirror of the job's model (a stand-in for huggingface.co).
-	models := t.TempDir()
 	weights := bytes.Repeat([]byte("weights!"), 11<<17) // 11 MiB: listed with its sha256, as the hub lists large files
-	for name, data := range map[string][]byte{"config.json": []byte(`{"architectures":["Qwen3ForCausalLM"]}`), "model.safetensors": weights} {
-		p := filepath.Join(models, "Qwen/Qwen3-4B-Instruct-2507", name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	hub := httptest.NewServer(&nodecache.HubServer{Dir: models})
-	t.Cleanup(hub.Close)
-	cache, err := nodecache.Open(nodecache.Config{Dir: t.TempDir(), Hub: &nodecache.Hub{URL: hub.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cache.Close)
+	cache := cacheWithHub(t, "Qwen/Qwen3-4B-Instruct-2507", map[string][]byte{
+		"config.json": []byte(`{"architectures":["Qwen3ForCausalLM"]}`), "model.safetensors": weights})
 	cfg.Cache = cache
 	b.run(t, cfg)
 
@@ -131,19 +116,7 @@ func TestAnOperatorWarmsANode(t *testing.T) {
 	old := gpuagent.CacheReportEvery
 	gpuagent.CacheReportEvery = 100 * time.Millisecond
 	t.Cleanup(func() { gpuagent.CacheReportEvery = old })
-	models := t.TempDir()
-	p := filepath.Join(models, "acme/warm-1b", "config.json")
-	_ = os.MkdirAll(filepath.Dir(p), 0o755)
-	if err := os.WriteFile(p, []byte(`{"architectures":["LlamaForCausalLM"]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	hub := httptest.NewServer(&nodecache.HubServer{Dir: models})
-	t.Cleanup(hub.Close)
-	cache, err := nodecache.Open(nodecache.Config{Dir: t.TempDir(), Hub: &nodecache.Hub{URL: hub.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cache.Close)
+	cache := cacheWithHub(t, "acme/warm-1b", map[string][]byte{"config.json": []byte(`{"architectures":["LlamaForCausalLM"]}`)})
 	cfg := b.agentConfig(t, "agent-w")
 	cfg.Cache = cache
 	b.run(t, cfg)
@@ -171,4 +144,28 @@ func TestAnOperatorWarmsANode(t *testing.T) {
 	if err := admin.WarmNode(ctx, "agent-w", []string{"../etc"}); err == nil {
 		t.Fatal("a bad model id was accepted")
 	}
+}
+
+// cacheWithHub is a node cache fetching from a hub (nodecache.HubServer, a stand-in for
+// huggingface.co) that serves model's files, both stopped when the test ends.
+func cacheWithHub(t *testing.T, model string, files map[string][]byte) *nodecache.Cache {
+	t.Helper()
+	models := t.TempDir()
+	for name, data := range files {
+		p := filepath.Join(models, model, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hub := httptest.NewServer(&nodecache.HubServer{Dir: models})
+	t.Cleanup(hub.Close)
+	cache, err := nodecache.Open(nodecache.Config{Dir: t.TempDir(), Hub: &nodecache.Hub{URL: hub.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cache.Close)
+	return cache
 }
