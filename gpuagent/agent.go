@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hostedtrain/hostedtrain/gateway"
@@ -194,6 +195,10 @@ type Agent struct {
 	// sandbox is the open sandbox the jobs run in, while Run runs; nil where Config.Sandbox is.
 	sandbox *sandbox.Sandbox
 
+	// heldRefused is set once the API refused what a claim said the node holds (an API older
+	// than this agent): claims say nothing of the cache from then on, and still take work.
+	heldRefused atomic.Bool
+
 	mu      sync.Mutex
 	cpuJobs int
 	running map[string]*jobRun
@@ -295,6 +300,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			// A job, even if the claim was interrupted after it was made.
 		case ctx.Err() != nil, interrupted:
 			continue // draining, or GPUs came free: claim again with all of them
+		case err != nil && refusedHeld(err) && !a.heldRefused.Swap(true):
+			a.tel.claims.WithLabelValues("error").Inc()
+			a.cfg.Logger.Warn("the API refused what the node's cache holds (it is older than this agent: upgrade it); claiming without it", "err", err)
+			continue
 		case err != nil:
 			a.tel.claims.WithLabelValues("error").Inc()
 			a.cfg.Logger.Warn("claim failed; retrying", "err", err, "in", backoff)

@@ -2,6 +2,7 @@ package gpuagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -258,10 +259,16 @@ func (r *jobRun) keepCompile() {
 // held is what the node's cache holds, for a claim: of the next few jobs in fair order the
 // queue gives the one whose model and environments are here.
 func (a *Agent) held() []string {
-	if a.cfg.Cache == nil {
+	if a.cfg.Cache == nil || a.heldRefused.Load() {
 		return nil
 	}
 	return a.cfg.Cache.Held(maxHeldReported)
+}
+
+// refusedHeld says whether a claim was refused for what it said the node holds: a 4xx naming
+// the request's held (an older API's contract knows fewer kinds of cache entry).
+func refusedHeld(err error) bool {
+	return errors.Is(err, job.ErrRefused) && strings.Contains(err.Error(), "/held")
 }
 
 // CacheReporter is the API's side of the node cache: the agent reports its counts (shown

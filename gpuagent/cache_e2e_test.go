@@ -3,11 +3,18 @@ package gpuagent_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,4 +175,65 @@ func cacheWithHub(t *testing.T, model string, files map[string][]byte) *nodecach
 	}
 	t.Cleanup(cache.Close)
 	return cache
+}
+
+// An agent newer than its API: once the node holds a compile cache, its claims say so (c:…),
+// which an API from before compile caches were a claim's need refuses (422 naming /held). The
+// agent claims on without saying what it holds, and takes work, rather than retrying the
+// refused claim for ever.
+func TestAnAgentNewerThanItsAPIClaimsWithoutItsCache(t *testing.T) {
+	b := setup(t, queue.Config{})
+	u, err := url.Parse(b.stack.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	var refused, bareAfter atomic.Int32 // claims refused; claims without held after a refusal
+	older := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/agent/claim" {
+			body, _ := io.ReadAll(r.Body)
+			var req struct {
+				Held []string `json:"held"`
+			}
+			_ = json.Unmarshal(body, &req)
+			for i, h := range req.Held {
+				if !strings.HasPrefix(h, "m:") && !strings.HasPrefix(h, "e:") {
+					// What the contract before 2026-11-29 answered (held: ^[me]:…).
+					refused.Add(1)
+					w.Header().Set("Content-Type", "application/problem+json")
+					w.WriteHeader(http.StatusUnprocessableEntity)
+					fmt.Fprintf(w, `{"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"the request body does not validate: 1 problem(s)","errors":[{"pointer":"/held/%d","message":"string doesn't match the regular expression \"^[me]:[^\\s]{1,300}$\""}]}`, i)
+					return
+				}
+			}
+			if len(req.Held) == 0 && refused.Load() > 0 {
+				bareAfter.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(older.Close)
+	cfg := b.agentConfig(t, "agent-n", "--emulate.step-time", "20ms")
+	cfg.API = client.New(older.URL, b.stack.AgentToken("agent-n"))
+	cfg.Cache = cacheWithHub(t, "Qwen/Qwen3-4B-Instruct-2507", map[string][]byte{"config.json": []byte(`{"architectures":["Qwen3ForCausalLM"]}`)})
+	b.run(t, cfg)
+	run := func(what string) {
+		t.Helper()
+		j := b.submit(t, smallJob)
+		if done := b.waitFor(t, j.ID, "ended", terminal); done.Status != job.Completed {
+			t.Fatalf("%s: %s (%s)", what, done.Status, done.Error)
+		}
+	}
+	// The first job leaves a compile cache: the agent's next claim says so and is refused.
+	run("the first job")
+	testwait.Until(t, 30*time.Second, "a claim naming the compile cache refused, then claims without held", func() bool {
+		return refused.Load() >= 1 && bareAfter.Load() >= 2
+	})
+	// The agent takes work still, and says nothing of its cache again.
+	run("a job after the refusal")
+	if n := refused.Load(); n != 1 {
+		t.Fatalf("%d claims refused; want 1, then none: the agent claims without its cache", n)
+	}
 }
