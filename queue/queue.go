@@ -747,11 +747,7 @@ func (c Jobs) Restart(ctx context.Context, id string) (*job.Job, error) {
 // that fits it wakes it.
 func (c Leases) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, error) {
 	wait := min(req.Wait, c.cfg.MaxClaimWait)
-	free := encodeGPUs(req.GPUs)
-	gpuOnly := "0"
-	if req.GPUJobsOnly {
-		gpuOnly = "1"
-	}
+	free, gpuOnly := encodeGPUs(req.GPUs), boolArg(req.GPUJobsOnly)
 	if wait <= 0 {
 		cl, _, err := c.TryClaim(ctx, req)
 		return cl, err
@@ -814,11 +810,7 @@ func (c Leases) Claim(ctx context.Context, req job.ClaimRequest) (*job.Claim, er
 // should look again, if a wait ends before a job is queued — a retry backoff, or a job's wait
 // for a node that holds its weights — and the zero time if not.
 func (c Leases) TryClaim(ctx context.Context, req job.ClaimRequest) (*job.Claim, time.Time, error) {
-	gpuOnly := "0"
-	if req.GPUJobsOnly {
-		gpuOnly = "1"
-	}
-	return c.claimOnce(ctx, req, encodeGPUs(req.GPUs), gpuOnly, "", time.Time{}, false)
+	return c.claimOnce(ctx, req, encodeGPUs(req.GPUs), boolArg(req.GPUJobsOnly), "", time.Time{}, false)
 }
 
 // heldArg writes what an agent's node holds as claim.lua reads it: space-separated cache needs
